@@ -1,0 +1,215 @@
+"""Scoped configuration: tile shapes and thread count, with upstream's scope rules.
+
+A value set at top level lives in the process-wide *global* scope, shared by every thread. A
+value set inside ``pypto.function(...)``, a jit call or ``pypto.options(...)`` lives in that
+scope, which belongs to the calling thread, and disappears when the scope exits. Reads walk
+from the innermost scope out to the global scope, then to the defaults.
+"""
+
+import contextlib
+import copy
+import functools
+import os
+import threading
+
+from .error import FeError
+from .pypto_impl import ConvBpTile, ConvBpTileL0Info, ConvBpTileL1Info
+
+__all__ = [
+    "set_convbp_input_tile_shapes", "get_convbp_input_tile_shapes",
+    "set_vec_tile_shapes", "get_vec_tile_shapes", "set_num_threads", "get_num_threads",
+    "options", "set_options", "get_options", "reset_options",
+]
+
+_DEFAULTS = {
+    "convbp_tile_shapes": ConvBpTile(),
+    "vec_tile_shapes": [],
+    "num_threads": None,
+}
+
+_global_scope = {}
+_global_lock = threading.Lock()
+_thread = threading.local()
+
+
+def _stack():
+    """This thread's scopes, innermost last."""
+    stack = getattr(_thread, "stack", None)
+    if stack is None:
+        stack = _thread.stack = []
+    return stack
+
+
+def _current_scope():
+    stack = _stack()
+    return stack[-1] if stack else _global_scope
+
+
+def _get(key):
+    for scope in reversed(_stack()):
+        if key in scope:
+            return scope[key]
+    with _global_lock:
+        if key in _global_scope:
+            return _global_scope[key]
+    return _DEFAULTS[key]
+
+
+def _set(key, value):
+    stack = _stack()
+    if stack:
+        stack[-1][key] = value
+    else:
+        with _global_lock:
+            _global_scope[key] = value
+
+
+@contextlib.contextmanager
+def _scope(values=None):
+    """Open a configuration scope for this thread; values set inside vanish when it exits."""
+    stack = _stack()
+    stack.append({})
+    depth = len(stack)
+    try:
+        for key, value in (values or {}).items():
+            set_options(**{key: value})
+        yield
+    finally:
+        del stack[depth - 1:]
+
+
+def _normalize(key, value):
+    """Check one option's type and return the copy that is stored."""
+    if key == "convbp_tile_shapes":
+        if hasattr(value, "impl"):  # pypto.config.ConvBpTile wraps the record
+            value = value.impl()
+        if isinstance(value, ConvBpTile):
+            value = (value.tileL1Info, value.tileL0Info)
+        if not (isinstance(value, (tuple, list)) and len(value) == 2):
+            raise FeError(TypeError("convbp_tile_shapes must be a ConvBpTile or a "
+                                    f"(ConvBpTileL1Info, ConvBpTileL0Info) pair, but got {value!r}"))
+        l1, l0 = value
+        if not isinstance(l1, ConvBpTileL1Info):
+            raise FeError(TypeError("Argument 'tile_l1_info' must be of type ConvBpTileL1Info, "
+                                    f"but got {type(l1).__name__}."))
+        if not isinstance(l0, ConvBpTileL0Info):
+            raise FeError(TypeError("Argument 'tile_l0_info' must be of type ConvBpTileL0Info, "
+                                    f"but got {type(l0).__name__}."))
+        # Stored by value, as upstream's C++ config does: later edits of the caller's records
+        # do not change what was set.
+        return ConvBpTile(copy.copy(l1), copy.copy(l0))
+    if key == "vec_tile_shapes":
+        shapes = list(value)
+        for v in shapes:
+            if isinstance(v, bool) or not isinstance(v, int) and not hasattr(v, "__index__"):
+                raise FeError(TypeError(f"vec_tile_shapes must be ints, but got {v!r} "
+                                        f"of type {type(v).__name__}."))
+        return [int(v) for v in shapes]
+    if key == "num_threads":
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise FeError(ValueError(f"num_threads must be None or an int >= 1, but got {value!r}."))
+        return value
+    raise FeError(KeyError(f"unknown option {key!r}; known options: {sorted(_DEFAULTS)}"))
+
+
+def set_options(**values):
+    """Set options in the current scope: ``convbp_tile_shapes``, ``vec_tile_shapes``, ``num_threads``."""
+    normalized = {key: _normalize(key, value) for key, value in values.items()}
+    for key, value in normalized.items():
+        _set(key, value)
+
+
+def get_options():
+    """The effective value of every option, as a dict (copies)."""
+    return {key: copy.deepcopy(_get(key)) for key in _DEFAULTS}
+
+
+def reset_options():
+    """Clear every value set in the current scope (at top level: back to the defaults)."""
+    scope = _current_scope()
+    if scope is _global_scope:
+        with _global_lock:
+            _global_scope.clear()
+    else:
+        scope.clear()
+
+
+class options(contextlib.ContextDecorator):
+    """A configuration scope, as a context manager or a decorator.
+
+    ``with pypto.options(vec_tile_shapes=[16, 16, 16, 16]): ...`` sets the given options for the
+    block; anything set inside (with ``set_*``) is discarded on exit.
+    """
+
+    def __init__(self, name=None, **values):
+        self.name = name
+        self._values = {key: _normalize(key, value) for key, value in values.items()}
+        self._local = threading.local()
+
+    def __enter__(self):
+        cm = _scope(self._values)
+        cm.__enter__()
+        self._local.__dict__.setdefault("cms", []).append(cm)
+        return self
+
+    def __exit__(self, *exc):
+        return self._local.cms.pop().__exit__(*exc)
+
+
+def set_convbp_input_tile_shapes(tile_l1_info, tile_l0_info):
+    """Set the L1 and L0 tile shapes of conv_backward_input in the current scope.
+
+    Parameters
+    ----------
+    tile_l1_info : pypto.pypto_impl.ConvBpTileL1Info
+    tile_l0_info : pypto.pypto_impl.ConvBpTileL0Info
+
+    Values are checked against the NPU's rules when the op runs (TS1-TS6), since the rules
+    depend on the shapes.
+    """
+    set_options(convbp_tile_shapes=(tile_l1_info, tile_l0_info))
+
+
+def get_convbp_input_tile_shapes():
+    """``(ConvBpTileL1Info, ConvBpTileL0Info)`` in effect; all zeros when never set."""
+    tile = _get("convbp_tile_shapes")
+    return copy.copy(tile.tileL1Info), copy.copy(tile.tileL0Info)
+
+
+def set_vec_tile_shapes(*shapes):
+    """Set the vector tile shapes (write-out blocking) in the current scope: 4 or 5 ints."""
+    set_options(vec_tile_shapes=shapes)
+
+
+def get_vec_tile_shapes():
+    """The vector tile shapes in effect, a list (``[]`` when never set)."""
+    return list(_get("vec_tile_shapes"))
+
+
+def set_num_threads(num_threads):
+    """Threads for the CPU kernel in the current scope; None follows ``OMP_NUM_THREADS``/the CPU count."""
+    set_options(num_threads=num_threads)
+
+
+@functools.lru_cache(maxsize=None)
+def _env_threads(env_value):
+    try:
+        n = int(env_value.split(",")[0])
+    except (AttributeError, ValueError):
+        return None
+    return n if n >= 1 else None
+
+
+def get_num_threads():
+    """Threads the CPU kernel will use: the scoped setting, else ``OMP_NUM_THREADS``, else all CPUs."""
+    n = _get("num_threads")
+    if n is None:
+        n = _env_threads(os.environ.get("OMP_NUM_THREADS"))
+    if n is None:
+        try:
+            n = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            n = os.cpu_count() or 1
+    return n

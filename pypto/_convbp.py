@@ -1,0 +1,88 @@
+"""pypto.conv_backward_input and its shape-range companion: validate, then dispatch."""
+
+from ._shapes import clipped_bounds
+from ._validation import check_shape_args, validate_conv_backward_input
+from .error import ConvBpValueError, FeError
+from .tensor import Tensor
+
+__all__ = ["conv_backward_input", "conv_backward_input_size_range"]
+
+
+def conv_backward_input(grad_output, input_size, weight, out_dtype, strides, paddings, dilations,
+                        *, groups=1):
+    """Gradient of a 2-D convolution with respect to its input (dgrad, "dx").
+
+    Parameters
+    ----------
+    grad_output : pypto.Tensor
+        dy, NCHW ``[N, Cout, Hout, Wout]``, DT_FP16 or DT_BF16.
+    input_size : list or tuple of 4 int
+        ``[N, Cin, Hin, Win]``, the shape of the result; Hin and Win must lie in the range that
+        :func:`conv_backward_input_size_range` returns.
+    weight : pypto.Tensor
+        ``[Cout, Cin, Kh, Kw]``, same dtype as grad_output.
+    out_dtype : pypto.DataType
+        Equal to grad_output's dtype.
+    strides : [sh, sw]
+    paddings : [top, bottom, left, right] (top == bottom, left == right)
+    dilations : [dh, dw]
+    groups : int, keyword-only
+        Only 1.
+
+    Returns
+    -------
+    pypto.Tensor
+        ``input_size``-shaped, ``out_dtype``. When grad_output and weight hold host data the
+        values are computed (fp32 accumulation, one round-to-nearest-even rounding); when both
+        are shape-only tensors the result is shape-only too.
+
+    Raises
+    ------
+    pypto.error.ConvBpInputError
+        The first broken rule of the specification (``.rule`` holds its id), before anything
+        is computed. Tile shapes (``set_convbp_input_tile_shapes``) and vector tile shapes
+        (``set_vec_tile_shapes``) must be set first.
+    """
+    call = validate_conv_backward_input(grad_output, input_size, weight, out_dtype, strides,
+                                        paddings, dilations, groups)
+    p = call.problem
+    result = Tensor([p.n, p.cin, p.hin, p.win], out_dtype, "TensorOut")
+    if grad_output.has_data != weight.has_data:
+        holder, other = ("grad_output", "weight") if grad_output.has_data else ("weight", "grad_output")
+        raise FeError(ValueError(f"{holder} holds data but {other} only describes a shape: pass "
+                                 "both with data (pypto.from_numpy / from_torch) or neither."))
+    if grad_output.has_data:
+        from ._cpu import conv_backward_input_cpu
+        result._data = conv_backward_input_cpu(call, grad_output.numpy(), weight.numpy())
+    return result
+
+
+def conv_backward_input_size_range(grad_output_shape, weight_shape, strides, paddings, dilations):
+    """The valid ``input_size`` heights and widths for a dgrad, one ``(min, max)`` per axis.
+
+    ``HinMin = (Hout-1)*sh - pad_top - pad_bottom + (Kh-1)*dh + 1`` and ``HinMax = HinMin + sh - 1``
+    (the forward convolution floors a division by the stride, so several input sizes give the
+    same output), clipped to the legal dimension range [1, 1000000]; likewise for W.
+
+    Returns
+    -------
+    ((hin_min, hin_max), (win_min, win_max))
+
+    Raises
+    ------
+    pypto.error.ConvBpInputError
+        Bad argument types, ranks or ranges, or an axis on which no input size is valid.
+    """
+    shapes = check_shape_args(grad_output_shape, weight_shape, strides, paddings, dilations)
+    dy, w = shapes["grad_output_shape"], shapes["weight_shape"]
+    s, p, d = shapes["strides"], shapes["paddings"], shapes["dilations"]
+    ranges = []
+    for axis, name in ((0, "H"), (1, "W")):
+        lo, hi = clipped_bounds(dy[2 + axis], w[2 + axis], s[axis], p[2 * axis], p[2 * axis + 1],
+                                d[axis])
+        if lo > hi:
+            raise ConvBpValueError("O1", f"No input size along {name} gives grad_output size "
+                                         f"{dy[2 + axis]} with these kernel, stride, padding "
+                                         "and dilation values.")
+        ranges.append((lo, hi))
+    return tuple(ranges)

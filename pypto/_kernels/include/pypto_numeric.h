@@ -1,0 +1,86 @@
+/* Exact conversions between fp32 and the 16-bit storage types (fp16, bf16).
+ *
+ * Widening is exact. Narrowing rounds to nearest, ties to even, once: that is the op's only
+ * rounding. Everything is branch-light integer/float arithmetic that gcc vectorizes at every
+ * ISA level (gcc 12 never emits vcvtph2ps on its own, and a (float)(_Float16) cast is scalar).
+ * Bit-exactness against NumPy (fp16) and ml_dtypes (bf16) is tested on every 16-bit pattern.
+ * Needs IEEE fp32 without flush-to-zero: never build with -ffast-math.
+ */
+#ifndef PYPTO_NUMERIC_H
+#define PYPTO_NUMERIC_H
+
+#include <stdint.h>
+#include <string.h>
+
+enum { PYPTO_FP16 = 0, PYPTO_BF16 = 1 };
+
+static inline uint32_t pypto_f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float pypto_u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+static inline float pypto_half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t magnitude = h & 0x7fffu;
+    /* Put the 5-bit exponent and 10-bit mantissa in the fp32 fields and rescale by 2^112:
+     * exact for normals and subnormals alike. Inf/NaN get the all-ones exponent instead. */
+    float value = pypto_u2f(magnitude << 13) * 0x1p112f;
+    uint32_t bits = magnitude >= 0x7c00u ? (magnitude << 13) | 0x7f800000u : pypto_f2u(value);
+    return pypto_u2f(bits | sign);
+}
+
+static inline float pypto_bf16_to_float(uint16_t h) { return pypto_u2f((uint32_t)h << 16); }
+
+static inline uint16_t pypto_float_to_half(float f)
+{
+    uint32_t x = pypto_f2u(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u)                      /* NaN: keep it a (quiet) NaN */
+        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    if (ax >= 0x477ff000u)                     /* >= 65520 rounds to infinity */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) {                    /* below 2^-14: fp16 subnormal or zero */
+        /* Adding 0.5 leaves an ulp of 2^-24, the fp16 subnormal step: the FPU's own
+         * round-to-nearest-even does the rounding. */
+        float shifted = pypto_u2f(ax) + 0.5f;
+        return (uint16_t)(sign | (pypto_f2u(shifted) - 0x3f000000u));
+    }
+    uint32_t odd = (ax >> 13) & 1u;
+    ax += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
+    return (uint16_t)(sign | (ax >> 13));
+}
+
+static inline uint16_t pypto_float_to_bf16(float f)
+{
+    uint32_t x = pypto_f2u(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)       /* NaN: quiet it, keep sign and top payload */
+        return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+static inline float pypto_to_float(uint16_t h, int dtype)
+{
+    return dtype == PYPTO_BF16 ? pypto_bf16_to_float(h) : pypto_half_to_float(h);
+}
+
+/* Contiguous runs; the dtype branch sits outside the loop so the loop vectorizes. */
+static inline void pypto_widen(const uint16_t *restrict src, float *restrict dst, int64_t n, int dtype)
+{
+    int64_t i;
+    if (dtype == PYPTO_BF16)
+        for (i = 0; i < n; i++) dst[i] = pypto_bf16_to_float(src[i]);
+    else
+        for (i = 0; i < n; i++) dst[i] = pypto_half_to_float(src[i]);
+}
+
+static inline void pypto_narrow(const float *restrict src, uint16_t *restrict dst, int64_t n, int dtype)
+{
+    int64_t i;
+    if (dtype == PYPTO_BF16)
+        for (i = 0; i < n; i++) dst[i] = pypto_float_to_bf16(src[i]);
+    else
+        for (i = 0; i < n; i++) dst[i] = pypto_float_to_half(src[i]);
+}
+
+#endif

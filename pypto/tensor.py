@@ -1,0 +1,190 @@
+"""pypto.Tensor: a shape-only description (upstream's graph mode) or a view of host data.
+
+``Tensor(shape, dtype)`` describes a tensor; the op then validates and returns a shape-only
+result. ``from_numpy`` / ``from_torch`` wrap host data without copying where the dtype allows,
+and the op computes eagerly. ``out.move(result)`` binds a result into ``out``: when ``out`` wraps
+a caller's array, the values are written into that array in place.
+"""
+
+import operator
+
+import numpy as np
+
+from ._dtypes import DataType, TileOpFormat, from_numpy_dtype, numpy_dtype
+from .error import FeError
+
+__all__ = ["Tensor", "tensor", "from_numpy", "from_torch"]
+
+
+def _shape_list(shape):
+    if not isinstance(shape, (list, tuple)):
+        raise FeError(TypeError(f"Tensor shape must be a list or tuple of ints, but got {shape!r}."))
+    dims = []
+    for v in shape:
+        if isinstance(v, bool):
+            raise FeError(TypeError(f"Tensor shape must hold ints, but got {v!r}."))
+        try:
+            dims.append(operator.index(v))
+        except TypeError:
+            raise FeError(TypeError(f"Tensor shape must hold ints, but got {v!r} of type "
+                                    f"{type(v).__name__}.")) from None
+    return dims
+
+
+class Tensor:
+    """A pypto tensor (upstream ``pypto.Tensor``, also ``pypto.tensor``).
+
+    Parameters
+    ----------
+    shape : list or tuple of int
+        Dimensions; -1 marks a dynamic dimension (which conv_backward_input refuses).
+    dtype : DataType, default DT_FP32
+    name : str
+    format : TileOpFormat, default TILEOP_ND
+    data_ptr, device, ori_shape
+        Accepted for upstream compatibility; host data is attached with :func:`from_numpy`.
+    """
+
+    def __init__(self, shape=None, dtype=None, name="", format=None, data_ptr=None, device=None,
+                 ori_shape=None):
+        self._shape = _shape_list([] if shape is None else shape)
+        dtype = DataType.DT_FP32 if dtype is None else dtype
+        if not isinstance(dtype, DataType):
+            raise FeError(TypeError(f"Tensor dtype must be a DataType, but got {dtype!r}."))
+        self._dtype = dtype
+        self.name = name
+        self._format = TileOpFormat.TILEOP_ND if format is None else format
+        self._ori_shape = list(self._shape) if ori_shape is None else _shape_list(ori_shape)
+        self.device = device
+        self._data = None
+
+    # --- upstream properties ----------------------------------------------------------------
+    @property
+    def shape(self):
+        return list(self._shape)
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    @property
+    def dim(self):
+        return len(self._shape)
+
+    @property
+    def format(self):
+        return self._format
+
+    @property
+    def ori_shape(self):
+        return list(self._ori_shape)
+
+    @property
+    def name(self):
+        return self._name
+
+    @name.setter
+    def name(self, value):
+        if not isinstance(value, str):
+            raise FeError(TypeError(f"Tensor name must be a str, but got {type(value).__name__}."))
+        self._name = value
+
+    def __class_getitem__(cls, params):
+        """``pypto.Tensor[shape, dtype]``: an annotation, the same as ``pypto.Tensor(shape, dtype)``."""
+        if not isinstance(params, tuple):
+            params = (params,)
+        return cls(*params)
+
+    # --- host data --------------------------------------------------------------------------
+    @property
+    def has_data(self):
+        """True when the tensor holds host data (not only a shape)."""
+        return self._data is not None
+
+    def numpy(self):
+        """The host data as a NumPy array (a view, not a copy).
+
+        bf16 data comes back as an ``ml_dtypes.bfloat16`` array.
+        """
+        if self._data is None:
+            raise FeError(RuntimeError(f"Tensor '{self.name}' {self.shape} holds no data: it only "
+                                       "describes a shape. Use pypto.from_numpy to attach data."))
+        return self._data
+
+    def move(self, other):
+        """Bind ``other``'s result to this tensor.
+
+        If this tensor wraps a caller's array, ``other``'s values are copied into it in place
+        (shapes and dtypes must match); otherwise this tensor takes ``other``'s shape and data.
+        """
+        if not isinstance(other, Tensor):
+            raise FeError(TypeError(f"'{type(other).__name__}' type cannot be moved to Tensor"))
+        if self._data is not None and other._data is not None:
+            if other.shape != self.shape or other.dtype != self.dtype:
+                raise FeError(ValueError(
+                    f"cannot move a {other.dtype} tensor of shape {other.shape} into the "
+                    f"{self.dtype} tensor '{self.name}' of shape {self.shape}"))
+            if not self._data.flags.writeable:
+                raise FeError(ValueError(f"cannot move into tensor '{self.name}': its array is "
+                                         "read-only"))
+            np.copyto(self._data, other._data, casting="no")
+            return
+        self._shape, self._dtype = other.shape, other.dtype
+        self._ori_shape = other.ori_shape
+        self._data = other._data
+
+    def __repr__(self):
+        kind = "data" if self._data is not None else "shape only"
+        return f"Tensor(shape={self.shape}, dtype={self.dtype}, name={self.name!r}, {kind})"
+
+    @classmethod
+    def _wrap(cls, array, name=""):
+        dtype = from_numpy_dtype(array.dtype)
+        out = cls(list(array.shape), dtype, name)
+        out._data = array
+        return out
+
+
+tensor = Tensor
+
+
+def from_numpy(array, name=""):
+    """Wrap a NumPy array as a Tensor, without copying.
+
+    float16 -> DT_FP16, ``ml_dtypes.bfloat16`` -> DT_BF16, float32 -> DT_FP32, float64 ->
+    DT_DOUBLE, integer and bool types to their DataType. Other dtypes (complex, object, strings,
+    other ml_dtypes types) raise a PyptoError. Views of any layout are kept as given; the op
+    copies what it needs into the layout its kernel reads.
+    """
+    if not isinstance(array, np.ndarray):
+        raise FeError(TypeError(f"from_numpy expects a numpy.ndarray, but got {type(array).__name__}."))
+    if from_numpy_dtype(array.dtype) is None:
+        raise FeError(TypeError(f"from_numpy: arrays of dtype {array.dtype} have no pypto "
+                                "DataType (use float16, bfloat16, float32, float64, ints or bool)."))
+    return Tensor._wrap(array, name)
+
+
+def from_torch(tensor_, name=""):
+    """Wrap a CPU ``torch.Tensor`` as a pypto Tensor, sharing its memory.
+
+    torch.bfloat16 is viewed as ``ml_dtypes.bfloat16`` (same bits, no copy). A tensor that
+    requires grad is detached first (the data is shared, the graph is not).
+    """
+    try:
+        import torch
+    except ImportError:  # torch is optional
+        raise FeError(RuntimeError("from_torch needs PyTorch, which is not installed.")) from None
+    if not isinstance(tensor_, torch.Tensor):
+        raise FeError(TypeError(f"from_torch expects a torch.Tensor, but got {type(tensor_).__name__}."))
+    if tensor_.device.type != "cpu":
+        raise FeError(ValueError(f"from_torch: tensor is on {tensor_.device}; pass a CPU tensor "
+                                 "(.cpu()) to the CPU backend."))
+    t = tensor_.detach()
+    if t.dtype == torch.bfloat16:
+        array = t.view(torch.int16).numpy().view(numpy_dtype(DataType.DT_BF16))
+    else:
+        try:
+            array = t.numpy()
+        except TypeError as exc:
+            raise FeError(TypeError(f"from_torch: unsupported dtype {t.dtype}: {exc}")) from None
+    return from_numpy(array, name)

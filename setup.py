@@ -1,0 +1,74 @@
+"""Build pypto's Cython kernels.
+
+One step beyond setuptools' defaults: an OpenMP probe. The kernels use OpenMP when the compiler
+can build and run a tiny OpenMP program; otherwise they build serially and a warning says so
+(set PYPTO_NO_OPENMP=1 to skip the probe). No -march=native: the package must run on any CPU
+of its architecture.
+"""
+
+import os
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import textwrap
+
+from setuptools import Extension, setup
+
+OPENMP_PROBE = textwrap.dedent("""
+    #include <omp.h>
+    #include <stdio.h>
+    int main(void) {
+        int n = 0;
+        #pragma omp parallel reduction(+:n)
+        n += 1;
+        printf("%d", n > 0);
+        return 0;
+    }
+""")
+
+
+def say(message):
+    print(f"[pypto] {message}", file=sys.stderr)
+
+
+def openmp_flags():
+    """(compile, link) flags for OpenMP, or ([], []) when the compiler cannot use it."""
+    if os.environ.get("PYPTO_NO_OPENMP"):
+        say("OpenMP disabled by PYPTO_NO_OPENMP: kernels run on one thread.")
+        return [], []
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    flag = "-fopenmp"
+    with tempfile.TemporaryDirectory() as tmp:
+        src, exe = os.path.join(tmp, "probe.c"), os.path.join(tmp, "probe")
+        with open(src, "w") as f:
+            f.write(OPENMP_PROBE)
+        try:
+            subprocess.run(cc.split() + [flag, src, "-o", exe], check=True, capture_output=True)
+            ok = subprocess.run([exe], check=True, capture_output=True).stdout.strip() == b"1"
+        except (OSError, subprocess.CalledProcessError):
+            ok = False
+    if not ok:
+        say("WARNING: the compiler cannot build OpenMP programs: kernels run on one thread.")
+        return [], []
+    say(f"OpenMP found ({flag}).")
+    return [flag], [flag]
+
+
+def extensions():
+    from Cython.Build import cythonize
+
+    omp_compile, omp_link = openmp_flags()
+    kernels = Extension(
+        "pypto._kernels._dgrad",
+        ["pypto/_kernels/_dgrad.pyx"],
+        include_dirs=["pypto/_kernels/include"],
+        extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off"] + omp_compile,
+        extra_link_args=omp_link,
+    )
+    return cythonize([kernels], language_level=3, compiler_directives={
+        "boundscheck": False, "wraparound": False, "initializedcheck": False, "cdivision": True,
+    })
+
+
+setup(ext_modules=extensions())
