@@ -1,0 +1,36 @@
+"""The README's main command and every example run as written and report success."""
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+
+def _run(args):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT / "examples")
+
+
+def test_main_command_checks_and_passes():
+    done = _run(["-m", "pypto", "--threads", "2"])
+    assert done.returncode == 0, done.stderr
+    assert "check against the float64 reference: passed" in done.stdout
+    assert "spec example" in done.stdout and "ResNet 3x3 layer" in done.stdout
+
+
+def test_main_command_rejects_bad_threads():
+    done = _run(["-m", "pypto", "--threads", "0"])
+    assert done.returncode == 2
+    assert "num_threads" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
+def test_example_runs(example):
+    if "torch" in example.read_text():
+        pytest.importorskip("torch")
+    done = _run([str(example)])
+    assert done.returncode == 0, done.stdout + done.stderr
