@@ -7,6 +7,7 @@ of its architecture.
 """
 
 import os
+import platform
 import subprocess
 import sys
 import sysconfig
@@ -55,18 +56,51 @@ def openmp_flags():
     return [flag], [flag]
 
 
+# One build of the kernel per ISA level; pypto._cpu picks the best one the CPU runs at import.
+# The micro-kernel header selects its SIMD code from the macros these flags define.
+ISA_FLAGS = {
+    "baseline": [],
+    "avx2": ["-march=x86-64-v3"],
+    "avx512": ["-march=x86-64-v4"],
+    "avx512_bf16": ["-march=x86-64-v4", "-mavx512bf16"],
+}
+
+
+def compiler_accepts(flags):
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "probe.c")
+        with open(src, "w") as f:
+            f.write("int main(void) { return 0; }\n")
+        done = subprocess.run(cc.split() + flags + ["-c", src, "-o", os.path.join(tmp, "p.o")],
+                              capture_output=True)
+    return done.returncode == 0
+
+
+def isa_levels():
+    if platform.machine().lower() not in ("x86_64", "amd64", "i686", "x86"):
+        say(f"{platform.machine()}: building the portable C kernel only.")
+        return ["baseline"]
+    levels = [name for name, flags in ISA_FLAGS.items() if not flags or compiler_accepts(flags)]
+    say(f"kernel ISA levels built: {', '.join(levels)}")
+    return levels
+
+
 def extensions():
     from Cython.Build import cythonize
 
     omp_compile, omp_link = openmp_flags()
-    kernels = Extension(
-        "pypto._kernels._dgrad",
-        ["pypto/_kernels/_dgrad.pyx"],
+    kernels = [Extension(
+        f"pypto._kernels._dgrad_{isa}",
+        [f"pypto/_kernels/_dgrad_{isa}.pyx"],
         include_dirs=["pypto/_kernels/include"],
-        extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off"] + omp_compile,
+        # fp-contract off: a*b+c in plain C stays two roundings at every level, so only the
+        # micro-kernels' explicit FMAs differ between levels.
+        extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off"] + ISA_FLAGS[isa]
+        + omp_compile,
         extra_link_args=omp_link,
-    )
-    return cythonize([kernels], language_level=3, compiler_directives={
+    ) for isa in isa_levels()]
+    return cythonize(kernels, language_level=3, compiler_directives={
         "boundscheck": False, "wraparound": False, "initializedcheck": False, "cdivision": True,
     })
 

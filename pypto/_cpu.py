@@ -1,19 +1,64 @@
-"""The CPU backend: lay the data out for the Cython kernel and run it."""
+"""The CPU backend: choose the kernel build for this CPU, lay the data out, run it.
+
+One kernel module is built per ISA level (baseline, avx2, avx512, avx512_bf16); the best one
+that both the build and the CPU have is used, unless ``PYPTO_CPU_ISA`` names a level.
+"""
+
+import importlib
+import os
 
 import numpy as np
 
 from . import _config
 from ._dtypes import DataType, numpy_dtype
-from ._kernels import _dgrad
+from .error import PyptoRtError
 
-__all__ = ["conv_backward_input_cpu", "openmp_enabled"]
+__all__ = ["conv_backward_input_cpu", "openmp_enabled", "kernel_info", "ISA_LEVELS"]
 
+ISA_LEVELS = ("baseline", "avx2", "avx512", "avx512_bf16")
 _KERNEL_DTYPE = {DataType.DT_FP16: 0, DataType.DT_BF16: 1}
+
+
+def _built_levels():
+    built = {}
+    for level in ISA_LEVELS:
+        try:
+            built[level] = importlib.import_module(f"pypto._kernels._dgrad_{level}")
+        except ImportError:
+            pass
+    if "baseline" not in built:
+        raise ImportError("pypto's CPU kernel is not built: install the package with pip "
+                          "(pip install .) rather than importing the source tree.")
+    return built
+
+
+def _choose(built, requested):
+    runnable = [level for level in built["baseline"].cpu_levels() if level in built]
+    if not requested:
+        return built[runnable[-1]]
+    if requested not in ISA_LEVELS:
+        raise PyptoRtError(ValueError(f"PYPTO_CPU_ISA={requested!r}: expected one of {ISA_LEVELS}"))
+    if requested not in runnable:
+        raise PyptoRtError(RuntimeError(
+            f"PYPTO_CPU_ISA={requested!r} cannot be used here: levels built and supported by this "
+            f"CPU are {runnable}"))
+    return built[requested]
+
+
+_BUILT = _built_levels()
+_KERNEL = _choose(_BUILT, os.environ.get("PYPTO_CPU_ISA", "").strip().lower())
 
 
 def openmp_enabled():
     """True when the kernels were built with OpenMP."""
-    return _dgrad.openmp_enabled()
+    return _KERNEL.openmp_enabled()
+
+
+def kernel_info():
+    """The kernel in use: ISA level, register block (MR x NR), OpenMP, bf16 dot product."""
+    return {"isa": _KERNEL.ISA, "mr": _KERNEL.MR, "nr": _KERNEL.NR,
+            "openmp": _KERNEL.openmp_enabled(), "bf16_dot": _KERNEL.HAS_BF16_DOT,
+            "cpu_levels": _BUILT["baseline"].cpu_levels(), "built_levels": sorted(_BUILT)}
 
 
 def _bits(array, dtype):
@@ -31,8 +76,8 @@ def conv_backward_input_cpu(call, dy, w):
     """dx for a validated call (``pypto._validation.ValidatedCall``) from host arrays dy and w."""
     p = call.problem
     out = np.empty((p.n, p.cin, p.hin, p.win), dtype=numpy_dtype(call.dtype))
-    _dgrad.dgrad(_bits(dy, call.dtype), _bits(w, call.dtype), out.view(np.uint16),
-                 _KERNEL_DTYPE[call.dtype], (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw),
-                 call.tiling.kernel_tiles(p), _vec_chunks(call.vec_tile),
-                 _config.get_num_threads())
+    _KERNEL.dgrad(_bits(dy, call.dtype), _bits(w, call.dtype), out.view(np.uint16),
+                  _KERNEL_DTYPE[call.dtype], (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw),
+                  call.tiling.kernel_tiles(p), _vec_chunks(call.vec_tile),
+                  _config.get_num_threads())
     return out

@@ -1,0 +1,144 @@
+/* Register-blocked GEMM micro-kernels of the dgrad: C[MR x NR] += W[MR x kc] * A[kc x NR].
+ *
+ * C rows are input channels, C columns output pixels (NCHW-contiguous), so A is read in
+ * contiguous vectors and W is broadcast. Panels are packed so that every access is unit
+ * stride: W as [k][MR] (MR channel weights per k), A as rows of lda floats. The same source is
+ * compiled once per ISA level (see setup.py); the compiler's macros pick the body:
+ *
+ *   PYPTO_ISA_AVX512BF16  AVX-512F + AVX512_BF16: fp32 kernel 8x32, plus the bf16 dot-product
+ *                         kernel (vdpbf16ps: k in pairs, A as [k/2][NR][2] bf16, W as [k/2][MR][2])
+ *   PYPTO_ISA_AVX512      AVX-512F: 8x32 fp32 FMA
+ *   PYPTO_ISA_AVX2        AVX2 + FMA: 4x24 fp32 FMA (8x32 would spill the 16 ymm registers)
+ *   PYPTO_ISA_BASELINE    plain C 4x16, vectorized by the compiler for whatever it targets
+ *
+ * Each C element is accumulated in fp32 over k in ascending order (pairs (k, k+1) at a time in
+ * the bf16 kernel), independent of where the block sits: threads never change a bit.
+ */
+#ifndef PYPTO_GEMM_H
+#define PYPTO_GEMM_H
+
+#include <stdint.h>
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#define PYPTO_ISA_AVX512BF16 1
+#define PYPTO_ISA_NAME "avx512_bf16"
+#elif defined(__AVX512F__)
+#define PYPTO_ISA_AVX512 1
+#define PYPTO_ISA_NAME "avx512"
+#elif defined(__AVX2__) && defined(__FMA__)
+#define PYPTO_ISA_AVX2 1
+#define PYPTO_ISA_NAME "avx2"
+#else
+#define PYPTO_ISA_BASELINE 1
+#define PYPTO_ISA_NAME "baseline"
+#endif
+
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512) || defined(PYPTO_ISA_AVX2)
+#include <immintrin.h>
+#endif
+
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
+enum { PYPTO_MR = 8, PYPTO_NR = 32 };
+#elif defined(PYPTO_ISA_AVX2)
+enum { PYPTO_MR = 4, PYPTO_NR = 24 };
+#else
+enum { PYPTO_MR = 4, PYPTO_NR = 16 };
+#endif
+
+#ifdef PYPTO_ISA_AVX512BF16
+enum { PYPTO_HAVE_BF16_DOT = 1 };
+#else
+enum { PYPTO_HAVE_BF16_DOT = 0 };
+#endif
+
+static const char *pypto_isa_name(void) { return PYPTO_ISA_NAME; }
+
+/* C[r*ldc + j] += sum_{k < kc} w[k*MR + r] * a[k*lda + j], r < MR, j < NR. */
+static inline void pypto_ukernel_f32(int64_t kc, const float *restrict w, const float *restrict a,
+                                     int64_t lda, float *restrict c, int64_t ldc)
+{
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
+    __m512 c0[8], c1[8];
+    for (int r = 0; r < 8; r++) {
+        c0[r] = _mm512_loadu_ps(c + r * ldc);
+        c1[r] = _mm512_loadu_ps(c + r * ldc + 16);
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 a0 = _mm512_loadu_ps(a + k * lda);
+        __m512 a1 = _mm512_loadu_ps(a + k * lda + 16);
+        for (int r = 0; r < 8; r++) {
+            __m512 b = _mm512_set1_ps(w[k * 8 + r]);
+            c0[r] = _mm512_fmadd_ps(b, a0, c0[r]);
+            c1[r] = _mm512_fmadd_ps(b, a1, c1[r]);
+        }
+    }
+    for (int r = 0; r < 8; r++) {
+        _mm512_storeu_ps(c + r * ldc, c0[r]);
+        _mm512_storeu_ps(c + r * ldc + 16, c1[r]);
+    }
+#elif defined(PYPTO_ISA_AVX2)
+    __m256 acc[4][3];
+    for (int r = 0; r < 4; r++)
+        for (int v = 0; v < 3; v++) acc[r][v] = _mm256_loadu_ps(c + r * ldc + 8 * v);
+    for (int64_t k = 0; k < kc; k++) {
+        __m256 a0 = _mm256_loadu_ps(a + k * lda);
+        __m256 a1 = _mm256_loadu_ps(a + k * lda + 8);
+        __m256 a2 = _mm256_loadu_ps(a + k * lda + 16);
+        for (int r = 0; r < 4; r++) {
+            __m256 b = _mm256_broadcast_ss(w + k * 4 + r);
+            acc[r][0] = _mm256_fmadd_ps(b, a0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(b, a1, acc[r][1]);
+            acc[r][2] = _mm256_fmadd_ps(b, a2, acc[r][2]);
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        for (int v = 0; v < 3; v++) _mm256_storeu_ps(c + r * ldc + 8 * v, acc[r][v]);
+#else
+    float acc[PYPTO_MR][PYPTO_NR];
+    for (int r = 0; r < PYPTO_MR; r++)
+        for (int j = 0; j < PYPTO_NR; j++) acc[r][j] = c[r * ldc + j];
+    for (int64_t k = 0; k < kc; k++) {
+        const float *arow = a + k * lda;
+        for (int r = 0; r < PYPTO_MR; r++) {
+            float b = w[k * PYPTO_MR + r];
+            for (int j = 0; j < PYPTO_NR; j++) acc[r][j] += b * arow[j];
+        }
+    }
+    for (int r = 0; r < PYPTO_MR; r++)
+        for (int j = 0; j < PYPTO_NR; j++) c[r * ldc + j] = acc[r][j];
+#endif
+}
+
+/* bf16 dot-product kernel: k in pairs. a[kp*lda + j] holds (A[2kp][j], A[2kp+1][j]) as two
+ * bf16 in one uint32; w[kp*MR + r] holds (W[r][2kp], W[r][2kp+1]). Products of bf16 are exact
+ * in fp32; vdpbf16ps adds them to the accumulator with round-to-nearest-even, treating
+ * subnormal inputs and results as zero (its fixed DAZ/FTZ behaviour). */
+static inline void pypto_ukernel_bf16(int64_t kc_pairs, const uint32_t *restrict w,
+                                      const uint32_t *restrict a, int64_t lda,
+                                      float *restrict c, int64_t ldc)
+{
+#ifdef PYPTO_ISA_AVX512BF16
+    __m512 c0[8], c1[8];
+    for (int r = 0; r < 8; r++) {
+        c0[r] = _mm512_loadu_ps(c + r * ldc);
+        c1[r] = _mm512_loadu_ps(c + r * ldc + 16);
+    }
+    for (int64_t kp = 0; kp < kc_pairs; kp++) {
+        __m512bh a0 = (__m512bh)_mm512_loadu_si512((const void *)(a + kp * lda));
+        __m512bh a1 = (__m512bh)_mm512_loadu_si512((const void *)(a + kp * lda + 16));
+        for (int r = 0; r < 8; r++) {
+            __m512bh b = (__m512bh)_mm512_set1_epi32((int)w[kp * 8 + r]);
+            c0[r] = _mm512_dpbf16_ps(c0[r], a0, b);
+            c1[r] = _mm512_dpbf16_ps(c1[r], a1, b);
+        }
+    }
+    for (int r = 0; r < 8; r++) {
+        _mm512_storeu_ps(c + r * ldc, c0[r]);
+        _mm512_storeu_ps(c + r * ldc + 16, c1[r]);
+    }
+#else
+    (void)kc_pairs; (void)w; (void)a; (void)lda; (void)c; (void)ldc;  /* never called */
+#endif
+}
+
+#endif
