@@ -405,6 +405,24 @@ def validate_conv_backward_input(grad_output, input_size, weight, out_dtype, str
     return ValidatedCall(call.problem, call.tiling, call.vec_tile, call.grad_output.dtype)
 
 
+TILE_RULES = ("TS1", "TS2", "TS3", "TS4", "TS5", "TS6")
+
+
+def tile_violation(problem, tiling):
+    """The first tile rule (TS1-TS6) that ``tiling`` breaks on ``problem``, as (rule, message).
+
+    None when the tiles are legal. The same checks the op runs; used to vet suggested tiles.
+    """
+    call = _Call(None, None, None, None, None, None, None, None)
+    call.problem, call.tiling = problem, tiling
+    for rule_id, _, check in RULES:
+        if rule_id in TILE_RULES:
+            message = check(call)
+            if message is not None:
+                return rule_id, message
+    return None
+
+
 def check_shape_args(grad_output_shape, weight_shape, strides, paddings, dilations):
     """Rules T1, R1, S1, A1-A3 for the shape-only arguments of the size-range function."""
     shapes = {}
@@ -433,4 +451,4 @@ def check_shape_args(grad_output_shape, weight_shape, strides, paddings, dilatio
     return shapes
 
 
-__all__ += ["check_shape_args", "ConvBpInputError"]
+__all__ += ["check_shape_args", "tile_violation", "ConvBpInputError"]

@@ -1,0 +1,246 @@
+"""Benchmark conv_backward_input against PyTorch and NumPy: ``python -m pypto.bench``.
+
+Every case runs pypto and its peers interleaved in one process (median of repeated calls after
+a warm-up) for fp16 and bf16 at 1 and 2 threads, and prints ms, GFLOP/s
+(2*N*Cin*Cout*Kh*Kw*Hout*Wout / t), the ratio of each peer's time to pypto's (> 1: pypto is
+faster) and the share of the machine's peak. Peers: torch ``aten.convolution_backward`` in bf16,
+in fp16, and "fp16 upcast" (dy and w to fp32, fp32 dgrad, result to fp16: what an fp16 user does
+today), when torch is installed; NumPy GEMM + col2im in fp32. pypto uses the tiles
+``suggest_convbp_input_tile_shapes`` returns; case a also runs with the specification's tiles.
+"""
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import pypto
+from pypto import pypto_impl
+from pypto._cpu import kernel_info
+from pypto._dtypes import numpy_dtype
+from pypto._numpy_dgrad import dgrad_gemm_col2im
+from pypto._shapes import forward_out_size
+from pypto._tiling import ConvProblem
+
+# name: (N, Cin, Cout, Hin, Win, Kh, Kw, stride, pad, dilation)
+CASES = {
+    "a": (1, 16, 16, 5, 32, 3, 3, 1, 1, 1),
+    "b": (8, 64, 64, 56, 56, 3, 3, 1, 1, 1),
+    "c": (8, 128, 128, 28, 28, 3, 3, 1, 1, 1),
+    "d": (8, 256, 256, 14, 14, 3, 3, 1, 1, 1),
+    "e": (8, 512, 512, 7, 7, 3, 3, 1, 1, 1),
+    "f": (8, 64, 256, 56, 56, 1, 1, 1, 0, 1),
+    "g": (8, 128, 64, 56, 56, 3, 3, 2, 1, 1),
+    "h": (8, 3, 64, 224, 224, 7, 7, 2, 3, 1),
+    "i": (4, 64, 64, 64, 64, 3, 3, 1, 2, 2),
+    "j": (1, 256, 256, 64, 64, 5, 5, 1, 2, 1),
+}
+SPEC_TILES = ((16, 144, 16), (16, 16, 16))
+
+# Peak of this machine type (AMD EPYC Zen 5, ~3.9 GHz), GFLOP/s per core, measured with
+# register-only loops of vfmadd231ps zmm / vdpbf16ps zmm (shared/notes/cpu-kernel-lessons.md).
+PEAK_PER_CORE = {"fp32_fma": 245.0, "bf16_dot": 489.0}
+
+
+class Case:
+    """One benchmark problem with its data and every runner."""
+
+    def __init__(self, name, params, dtype, rng):
+        n, cin, cout, hin, win, kh, kw, s, p, d = params
+        hout = forward_out_size(hin, kh, s, p, p, d)
+        wout = forward_out_size(win, kw, s, p, p, d)
+        self.name, self.dtype = name, dtype
+        self.problem = ConvProblem(n, cin, cout, hin, win, hout, wout, kh, kw, s, s, p, p, p, p,
+                                   d, d)
+        np_dtype = numpy_dtype(dtype)
+        self.dy = rng.uniform(-1, 1, (n, cout, hout, wout)).astype(np_dtype)
+        self.w = rng.uniform(-1, 1, (cout, cin, kh, kw)).astype(np_dtype)
+        self.attrs = ([s, s], [p, p, p, p], [d, d])
+        self.input_size = [n, cin, hin, win]
+
+    def pypto_runner(self, tiles):
+        l1, l0 = tiles
+        dy, w = pypto.from_numpy(self.dy), pypto.from_numpy(self.w)
+
+        def run():
+            return pypto.conv_backward_input(dy, self.input_size, w, self.dtype, *self.attrs)
+
+        def with_tiles():
+            with pypto.options(convbp_tile_shapes=(l1, l0), vec_tile_shapes=[1, 16, 1, 64]):
+                return run()
+        return with_tiles
+
+    def torch_runner(self, torch, compute_dtype, out_dtype):
+        s, p, d = self.attrs[0], self.attrs[1][::2], self.attrs[2]
+        bits = self.dy.view(np.uint16), self.w.view(np.uint16)
+        storage = torch.bfloat16 if self.dtype == pypto.DT_BF16 else torch.float16
+        dy = torch.from_numpy(bits[0].view(np.int16)).view(storage)
+        w = torch.from_numpy(bits[1].view(np.int16)).view(storage)
+        x = torch.empty(self.input_size, dtype=compute_dtype)
+        if compute_dtype == storage:
+            def run():
+                return torch.ops.aten.convolution_backward(
+                    dy, x, w, None, s, p, d, False, [0, 0], 1, [True, False, False])[0]
+        else:
+            def run():  # upcast, compute, round the result back to the storage type
+                return torch.ops.aten.convolution_backward(
+                    dy.to(compute_dtype), x, w.to(compute_dtype), None, s, p, d, False, [0, 0], 1,
+                    [True, False, False])[0].to(out_dtype)
+        return run
+
+    def numpy_runner(self):
+        dy32, w32 = self.dy.astype(np.float32), self.w.astype(np.float32)
+        hw = self.input_size[2:]
+
+        def run():
+            return dgrad_gemm_col2im(dy32, w32, hw, *self.attrs, dtype=np.float32)
+        return run
+
+
+def _median_times(runners, rounds, budget_s):
+    """Interleave the runners round by round; each slow runner stops once past its budget."""
+    times = {name: [] for name in runners}
+    for run in runners.values():
+        run()  # warm-up (first-call allocations, thread pools)
+    for _ in range(rounds):
+        for name, run in runners.items():
+            if len(times[name]) >= 3 and sum(times[name]) > budget_s:
+                continue
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def _set_threads(torch, n):
+    pypto.set_num_threads(n)
+    if torch is not None:
+        torch.set_num_threads(n)
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(n)
+    except ImportError:
+        os.environ["OPENBLAS_NUM_THREADS"] = str(n)  # effective only before numpy loads
+
+
+def _machine():
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} CPUs, {platform.machine()}"
+
+
+def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_numpy=True):
+    """Run the suite; returns a list of result rows (dicts) and prints the table."""
+    torch = None
+    if with_torch:
+        try:
+            import torch
+        except ImportError:
+            print("torch not installed: PyTorch peers skipped")
+    info = kernel_info()
+    print(f"machine: {_machine()}")
+    print(f"pypto {pypto.__version__}: ISA {info['isa']} (micro-kernel {info['mr']}x{info['nr']}, "
+          f"bf16 dot product {'yes' if info['bf16_dot'] else 'no'}), OpenMP "
+          f"{'on' if info['openmp'] else 'off'}; torch {torch.__version__ if torch else '-'}")
+    print(f"peak per core (this machine type): fp32 FMA {PEAK_PER_CORE['fp32_fma']:.0f}, "
+          f"bf16 dot {PEAK_PER_CORE['bf16_dot']:.0f} GFLOP/s")
+    header = (f"{'case':<5}{'dtype':<6}{'thr':>4}  {'peer':<18}{'ms':>10}{'GFLOP/s':>10}"
+              f"{'peer/pypto':>11}{'%peak':>7}")
+    print(header)
+    print("-" * len(header))
+    rng = np.random.default_rng(0)
+    rows = []
+    for name in cases:
+        for dtype in dtypes:
+            case = Case(name, CASES[name], dtype, rng)
+            p = case.problem
+            tiles = pypto.suggest_convbp_input_tile_shapes(
+                [p.n, p.cout, p.hout, p.wout], [p.cout, p.cin, p.kh, p.kw], case.input_size,
+                dtype, *case.attrs)
+            runners = {"pypto": case.pypto_runner(tiles)}
+            if name == "a":
+                runners["pypto spec tiles"] = case.pypto_runner(
+                    (pypto_impl.ConvBpTileL1Info(*SPEC_TILES[0]),
+                     pypto_impl.ConvBpTileL0Info(*SPEC_TILES[1])))
+            if torch is not None:
+                if dtype == pypto.DT_BF16:
+                    runners["torch bf16"] = case.torch_runner(torch, torch.bfloat16, torch.bfloat16)
+                else:
+                    runners["torch fp16"] = case.torch_runner(torch, torch.float16, torch.float16)
+                    runners["torch fp16 upcast"] = case.torch_runner(torch, torch.float32,
+                                                                     torch.float16)
+                runners["torch fp32"] = case.torch_runner(torch, torch.float32, torch.float32)
+            if with_numpy:
+                runners["numpy fp32"] = case.numpy_runner()
+            for threads in thread_counts:
+                _set_threads(torch, threads)
+                medians = _median_times(runners, rounds, budget_s)
+                peak_kind = "bf16_dot" if dtype == pypto.DT_BF16 and info["bf16_dot"] else "fp32_fma"
+                peak = PEAK_PER_CORE[peak_kind] * threads
+                for peer, seconds in medians.items():
+                    gflops = p.flops / seconds / 1e9
+                    row = {"case": name, "dtype": "bf16" if dtype == pypto.DT_BF16 else "fp16",
+                           "threads": threads, "peer": peer, "ms": seconds * 1e3,
+                           "gflops": gflops, "ratio": seconds / medians["pypto"],
+                           "peak_pct": 100 * gflops / peak}
+                    rows.append(row)
+                    print(f"{name:<5}{row['dtype']:<6}{threads:>4}  {peer:<18}{row['ms']:>10.3f}"
+                          f"{gflops:>10.1f}{row['ratio']:>11.2f}{row['peak_pct']:>7.1f}")
+                sys.stdout.flush()
+    pypto.set_num_threads(None)
+    return rows
+
+
+def summarize(rows):
+    """Geometric means of peer/pypto time ratios over cases b..j, per dtype, threads and peer."""
+    groups = {}
+    for r in rows:
+        if r["case"] != "a" and not r["peer"].startswith("pypto"):
+            groups.setdefault((r["dtype"], r["threads"], r["peer"]), []).append(r["ratio"])
+    if groups:
+        print("\ngeometric mean of peer time / pypto time over the cases run (b..j):")
+    for (dtype, threads, peer), ratios in sorted(groups.items()):
+        gm = float(np.exp(np.mean(np.log(ratios))))
+        print(f"  {dtype} {threads} thread(s) vs {peer:<18} {gm:6.2f}x  (min {min(ratios):.2f}x)")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m pypto.bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--cases", default="a,b,c,d,e,f,g,h,i,j",
+                        help="comma-separated case names (default: all)")
+    parser.add_argument("--dtypes", default="bf16,fp16")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--rounds", type=int, default=7, help="timed calls per runner")
+    parser.add_argument("--budget", type=float, default=3.0,
+                        help="seconds after which a slow runner stops repeating")
+    parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: case a, one thread, 2 rounds (seconds)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.cases, args.threads, args.rounds = "a", "1", 2
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case(s) {unknown}; known: {sorted(CASES)}")
+    dtypes = [{"bf16": pypto.DT_BF16, "fp16": pypto.DT_FP16}[d.strip()]
+              for d in args.dtypes.split(",")]
+    threads = [int(t) for t in args.threads.split(",")]
+    rows = run(cases, dtypes, threads, args.rounds, args.budget, with_torch=not args.no_torch)
+    summarize(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
