@@ -69,7 +69,7 @@ def _scatter_taps(dy, w, input_hw, strides, pads_hw, dilations):
     buf = np.zeros((n, cin, hbuf, wbuf), dtype=np.float64)
     for kh in range(kh_n):
         for kw in range(kw_n):
-            # contribution of this tap: [n, ci, ho, wo] = sum_co dy[n, co, ho, wo] * w[co, ci, kh, kw]
+            # this tap's contribution: [n,ci,ho,wo] = sum_co dy[n,co,ho,wo] * w[co,ci,kh,kw]
             contrib = np.einsum("nohw,oc->nchw", dy, w[:, :, kh, kw])
             r0 = kh * dh  # = (ho=0)*sh - pt + kh*dh, shifted by +pt
             c0 = kw * dw
@@ -91,7 +91,8 @@ def dgrad_abs_reference(dy, w, input_hw, strides, pads_hw, dilations):
 def conv2d_forward_reference(x, w, strides, pads_hw, dilations, out_hw=None):
     """Forward conv (groups=1, no bias) in float64, from the spec's definition, by gathering.
 
-    y[n, co, ho, wo] = sum_{ci,kh,kw} x[n, ci, ho*sh - pt + kh*dh, wo*sw - pl + kw*dw] * w[co, ci, kh, kw]
+    y[n, co, ho, wo] = sum_{ci,kh,kw} x[n, ci, ho*sh - pt + kh*dh, wo*sw - pl + kw*dw]
+                                      * w[co, ci, kh, kw]
     with out-of-range x treated as 0 (padding pt/pl each side; pb = pt, pr = pl).
     """
     x = _f64(x)

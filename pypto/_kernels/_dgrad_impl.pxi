@@ -21,13 +21,20 @@
 
 from cython.parallel cimport parallel, prange, threadid
 from libc.stdint cimport int64_t, uint16_t, uint32_t
+from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 
 cdef extern from "pypto_numeric.h" nogil:
     void pypto_widen(const uint16_t *src, float *dst, int64_t n, int dtype)
     void pypto_narrow(const float *src, uint16_t *dst, int64_t n, int dtype)
     uint16_t pypto_float_to_half(float f)
+    float pypto_half_to_float(uint16_t h)
+    float pypto_bf16_to_float(uint16_t h)
+    int pypto_bf16_min_exponent(const uint16_t *x, int64_t n)
     uint16_t pypto_float_to_bf16(float f)
+    void pypto_gather_run(const uint16_t *src, int64_t lo, int64_t hi, int64_t n, uint16_t *dst)
+    void pypto_gather_run_f32(const uint16_t *src, int64_t lo, int64_t hi, int64_t n, float *dst,
+                              int dtype)
 
 cdef extern from "pypto_gemm.h" nogil:
     enum: PYPTO_MR
@@ -49,7 +56,6 @@ cdef extern from *:
     """
     int PYPTO_HAVE_OPENMP
 
-import numpy as np
 
 ISA = pypto_isa_name().decode()
 MR = PYPTO_MR
@@ -157,14 +163,17 @@ cdef inline bint _phase_grid(const Geometry *g, int64_t rh, int64_t rw, int64_t 
 
 cdef void _gather(const Geometry *g, const uint16_t *dy_img, const PhaseGrid *pg,
                   int64_t tap_first, int64_t ntaps, int64_t k0, int64_t k_count,
-                  int64_t t0, int64_t t_count, uint16_t *a16) noexcept nogil:
-    """a16[kk][t] = dy bits at tap k0+kk of pixel t0+t (0 where the tap falls outside dy).
+                  int64_t t0, int64_t t_count, uint16_t *a16, void *a) noexcept nogil:
+    """The micro-kernel's A panel for taps k0 .. k0+k_count-1 and pixels t0 .. t0+t_count-1.
 
     In a phase every tap is a plain shift (qh, qw) of the dy grid, so each row segment of
-    pixels reads one contiguous run of a dy row.
+    pixels reads one contiguous run of a dy row (zeros where the tap falls outside dy). fp32
+    panels are widened while copied; for the bf16 dot product the bits go to a16 first, then
+    each pair of k rows is interleaved into the panel.
     """
     cdef int64_t kk, k, co, tap, qh, qw, t, seg, r, c, ho, wo_first, lo, hi
-    cdef uint16_t *arow
+    cdef float *arow_f = NULL
+    cdef uint16_t *arow_h = NULL
     cdef const uint16_t *dyrow
     for kk in range(k_count):
         k = k0 + kk
@@ -172,52 +181,55 @@ cdef void _gather(const Geometry *g, const uint16_t *dy_img, const PhaseGrid *pg
         tap = tap_first + (k - co * ntaps)
         qh = (g.tap_kh[tap] * g.dh) // g.sh
         qw = (g.tap_kw[tap] * g.dw) // g.sw
-        arow = a16 + kk * g.ml0_pad
+        arow_h = a16 + kk * g.ml0_pad
+        arow_f = <float *>a + kk * g.ml0_pad
         t = t0
         while t < t0 + t_count:
             r = t // pg.cols
             c = t - r * pg.cols
             seg = _min(pg.cols - c, t0 + t_count - t)
             ho = pg.ih0 + r - qh
-            if ho < 0 or ho >= g.hout:
-                memset(arow, 0, seg * sizeof(uint16_t))
-            else:
-                dyrow = dy_img + (co * g.hout + ho) * g.wout
-                wo_first = pg.jw0 + c - qw
+            wo_first = pg.jw0 + c - qw
+            lo = 0
+            hi = 0
+            if ho >= 0 and ho < g.hout:
                 # columns j of the segment read dy column wo_first + j when inside [0, wout)
                 lo = _min(_max(-wo_first, 0), seg)
                 hi = _max(_min(g.wout - wo_first, seg), lo)
-                if lo > 0:
-                    memset(arow, 0, lo * sizeof(uint16_t))
-                if hi > lo:
-                    memcpy(arow + lo, dyrow + wo_first + lo, (hi - lo) * sizeof(uint16_t))
-                if seg > hi:
-                    memset(arow + hi, 0, (seg - hi) * sizeof(uint16_t))
-            arow += seg
+            dyrow = dy_img + (co * g.hout + ho) * g.wout + wo_first
+            if g.dot_bf16:
+                pypto_gather_run(dyrow, lo, hi, seg, arow_h)
+                arow_h += seg
+            else:
+                pypto_gather_run_f32(dyrow, lo, hi, seg, arow_f, g.dtype)
+                arow_f += seg
             t += seg
         # padding columns up to the micro-kernel width stay zero
-        memset(arow, 0, (g.ml0_pad - t_count) * sizeof(uint16_t))
+        if g.dot_bf16:
+            pypto_gather_run(NULL, 0, 0, g.ml0_pad - t_count, arow_h)
+        else:
+            pypto_gather_run_f32(NULL, 0, 0, g.ml0_pad - t_count, arow_f, g.dtype)
+    if g.dot_bf16:
+        _interleave_pairs(g, a16, k_count, <uint32_t *>a)
 
 
-cdef void _to_panel(const Geometry *g, const uint16_t *a16, int64_t k_count, void *a) noexcept nogil:
-    """Turn gathered bits into the micro-kernel's A panel: fp32 rows, or bf16 (k, k+1) pairs."""
+cdef void _interleave_pairs(const Geometry *g, const uint16_t *a16, int64_t k_count,
+                            uint32_t *pairs) noexcept nogil:
+    """pairs[kk/2][j] = (a16[kk][j], a16[kk+1][j]) as one uint32 (second half 0 past k_count)."""
     cdef int64_t kk, j
-    cdef uint32_t *pairs = <uint32_t *>a
     cdef const uint16_t *even
     cdef const uint16_t *odd
-    if not g.dot_bf16:
-        pypto_widen(a16, <float *>a, k_count * g.ml0_pad, g.dtype)
-        return
+    cdef uint32_t *out
     for kk in range(0, k_count, 2):
         even = a16 + kk * g.ml0_pad
-        pairs = <uint32_t *>a + (kk // 2) * g.ml0_pad
+        out = pairs + (kk // 2) * g.ml0_pad
         if kk + 1 < k_count:
             odd = even + g.ml0_pad
             for j in range(g.ml0_pad):
-                pairs[j] = <uint32_t>even[j] | (<uint32_t>odd[j] << 16)
+                out[j] = <uint32_t>even[j] | (<uint32_t>odd[j] << 16)
         else:
             for j in range(g.ml0_pad):
-                pairs[j] = even[j]
+                out[j] = even[j]
 
 
 cdef void _multiply(const Geometry *g, int64_t phase, int64_t ntaps, int64_t c_first,
@@ -323,8 +335,7 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
                     while k0 < k1_end:                             # K-L0
                         k_count = _min(g.kl0, k1_end - k0)
                         _gather(g, dy_img, &pg, g.tap_first[phase], ntaps, k0, k_count,
-                                t0, t_count, a16)
-                        _to_panel(g, a16, k_count, a)
+                                t0, t_count, a16, a)
                         _multiply(g, phase, ntaps, c_first, n_count1, k0, k_count, t_count,
                                   a, acc)
                         k0 += k_count
@@ -334,32 +345,44 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
 
 
 cdef void _pack_weight_block(const Geometry *g, const uint16_t *w, int64_t cb) noexcept nogil:
-    """Panels of channels cb .. cb+MR-1 for every phase: W[k][r] = w[co, cb+r, kh, kw] (0 past Cin)."""
-    cdef int64_t phase, ntaps, k_stride, co, ti, tap, r, ci, k, base
-    cdef uint16_t bits
-    cdef float *wf = <float *>g.w_packed
-    cdef uint16_t *wh = <uint16_t *>g.w_packed
-    cdef int64_t n_phases = g.sh * g.sw
-    for phase in range(n_phases):
+    """Weight panels of channels cb .. cb+MR-1 for every phase (zero rows past Cin).
+
+    fp32: panel[k][r] = w[co, cb+r, kh, kw] with k = co*ntaps + (tap's index in its phase);
+    bf16 pairs: panel[k/2][r][k%2]. For each (co, phase) the source is one contiguous
+    MR x Kh*Kw block and the destination one contiguous run: a small transpose.
+    """
+    cdef int64_t phase, ntaps, k_stride, co, ti, r, rows, first, base, k
+    cdef int64_t taps = g.kh * g.kw
+    cdef const uint16_t *src
+    cdef float *dst_f
+    cdef uint16_t *dst_h
+    cdef int64_t tap_index
+    rows = _min(PYPTO_MR, g.cin - cb)
+    for phase in range(g.sh * g.sw):
         ntaps = g.tap_count[phase]
         if ntaps == 0:
             continue
         k_stride = _k_stride(g, ntaps)
+        first = g.tap_first[phase]
         base = g.w_offset[phase] + cb * k_stride
         for co in range(g.cout):
+            src = w + (co * g.cin + cb) * taps
             for ti in range(ntaps):
-                tap = g.tap_first[phase] + ti
+                tap_index = g.tap_kh[first + ti] * g.kw + g.tap_kw[first + ti]
                 k = co * ntaps + ti
-                for r in range(PYPTO_MR):
-                    ci = cb + r
-                    bits = 0
-                    if ci < g.cin:
-                        bits = w[((co * g.cin + ci) * g.kh + g.tap_kh[tap]) * g.kw + g.tap_kw[tap]]
-                    if g.dot_bf16:   # [k/2][MR][2] bf16 pairs
-                        wh[base + ((k // 2) * PYPTO_MR + r) * 2 + (k & 1)] = bits
-                    else:            # [k][MR] fp32
-                        pypto_widen(&bits, wf + base + k * PYPTO_MR + r, 1, g.dtype)
-        # with an odd K the last pair's second weight stays 0 (the panel starts zeroed)
+                if g.dot_bf16:
+                    dst_h = <uint16_t *>g.w_packed + base + (k >> 1) * (2 * PYPTO_MR) + (k & 1)
+                    for r in range(rows):
+                        dst_h[2 * r] = src[r * taps + tap_index]
+                elif g.dtype == 1:
+                    dst_f = <float *>g.w_packed + base + k * PYPTO_MR
+                    for r in range(rows):
+                        dst_f[r] = pypto_bf16_to_float(src[r * taps + tap_index])
+                else:
+                    dst_f = <float *>g.w_packed + base + k * PYPTO_MR
+                    for r in range(rows):
+                        dst_f[r] = pypto_half_to_float(src[r * taps + tap_index])
+        # rows past Cin and, with an odd K, the last pair's second weight stay 0 (calloc)
 
 
 def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
@@ -378,6 +401,10 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = attrs
     g.dtype = dtype
     g.dot_bf16 = dtype == 1 and PYPTO_HAVE_BF16_DOT and use_bf16_dot
+    if g.dot_bf16:
+        # the dot-product instruction flushes subnormals: use it only where none can occur
+        g.dot_bf16 = (pypto_bf16_min_exponent(&dy[0, 0, 0, 0], dy.size)
+                      + pypto_bf16_min_exponent(&w[0, 0, 0, 0], w.size)) >= 142
     g.m_rows, g.m_cols, g.nl1, g.kl1, g.ml0, g.kl0, g.nl0 = tiles
     g.cout_l1 = g.kl1 // (g.kh * g.kw)
     g.vec_c, g.vec_w = vec_cw
@@ -390,56 +417,55 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     g.a16_len = _round_up(g.kl0, 2) * g.ml0_pad
     g.a_len = _round_up(g.kl0, 2) * g.ml0_pad
 
-    # taps grouped by stride phase: tap (kh, kw) feeds phase (kh*dh % sh, kw*dw % sw)
+    # taps grouped by stride phase: tap (kh, kw) feeds phase (kh*dh % sh, kw*dw % sw).
+    # Tables live in one C block (small calls: no NumPy objects to build).
     cdef int64_t n_phases = g.sh * g.sw
-    tap_first = np.zeros(n_phases, dtype=np.int64)
-    tap_count = np.zeros(n_phases, dtype=np.int64)
-    tap_kh, tap_kw = [], []
+    cdef int64_t taps = g.kh * g.kw
+    cdef int64_t cin_pad = _round_up(g.cin, PYPTO_MR)
+    cdef int64_t phase, i, j, n_taps_seen = 0, panel_elems = 0
+    cdef int64_t *tables = <int64_t *>malloc((3 * n_phases + 2 * taps) * sizeof(int64_t))
+    if tables == NULL:
+        raise MemoryError("pypto: no memory for the kernel's tap tables")
+    cdef int64_t *t_first = tables
+    cdef int64_t *t_count = tables + n_phases
+    cdef int64_t *w_off = tables + 2 * n_phases
+    cdef int64_t *t_kh = tables + 3 * n_phases
+    cdef int64_t *t_kw = t_kh + taps
     for phase in range(n_phases):
-        rh, rw = divmod(phase, g.sw)
-        tap_first[phase] = len(tap_kh)
+        t_first[phase] = n_taps_seen
         for i in range(g.kh):
             for j in range(g.kw):
-                if (i * g.dh) % g.sh == rh and (j * g.dw) % g.sw == rw:
-                    tap_kh.append(i)
-                    tap_kw.append(j)
-        tap_count[phase] = len(tap_kh) - tap_first[phase]
-    tap_kh_arr = np.asarray(tap_kh, dtype=np.int64)
-    tap_kw_arr = np.asarray(tap_kw, dtype=np.int64)
-    cin_pad = _round_up(g.cin, PYPTO_MR)
-    k_strides = []
-    for phase in range(n_phases):
-        k_strides.append(_k_stride(&g, tap_count[phase]))
-    w_offset = np.zeros(n_phases, dtype=np.int64)
-    w_offset[1:] = np.cumsum([cin_pad * k for k in k_strides])[:-1]
-    panel_elems = int(sum(cin_pad * k for k in k_strides))
-    if g.dot_bf16:
-        w_packed_arr = np.zeros(panel_elems, dtype=np.uint16)
-    else:
-        w_packed_arr = np.zeros(panel_elems, dtype=np.float32)
-
-    cdef int64_t[::1] tf = tap_first, tc = tap_count, w_off = w_offset
-    cdef int64_t[::1] tkh = tap_kh_arr if len(tap_kh) else np.zeros(1, dtype=np.int64)
-    cdef int64_t[::1] tkw = tap_kw_arr if len(tap_kw) else np.zeros(1, dtype=np.int64)
-    g.tap_first, g.tap_count, g.w_offset = &tf[0], &tc[0], &w_off[0]
-    g.tap_kh, g.tap_kw = &tkh[0], &tkw[0]
-    cdef unsigned char[::1] w_bytes = w_packed_arr.view(np.uint8)
-    g.w_packed = <const void *>&w_bytes[0]
-
+                if (i * g.dh) % g.sh == phase // g.sw and (j * g.dw) % g.sw == phase % g.sw:
+                    t_kh[n_taps_seen] = i
+                    t_kw[n_taps_seen] = j
+                    n_taps_seen += 1
+        t_count[phase] = n_taps_seen - t_first[phase]
+        w_off[phase] = panel_elems
+        panel_elems += cin_pad * _k_stride(&g, t_count[phase])
+    g.tap_first, g.tap_count, g.w_offset, g.tap_kh, g.tap_kw = t_first, t_count, w_off, t_kh, t_kw
+    cdef size_t panel_bytes = panel_elems * (sizeof(uint16_t) if g.dot_bf16 else sizeof(float))
+    cdef void *w_packed = calloc(panel_bytes, 1)
     cdef int64_t n_items = g.n_img * g.n_blocks * g.row_tiles * g.col_tiles
     cdef int threads = <int>_max(1, _min(num_threads, n_items))
-    cdef int64_t per_thread = g.acc_len + (g.a16_len + 1) // 2 + g.a_len + 16
-    scratch_arr = np.empty(threads * per_thread, dtype=np.float32)
-    cdef float[::1] scratch = scratch_arr
+    cdef int64_t per_thread = _round_up(g.acc_len + (g.a16_len + 1) // 2 + g.a_len, 16)
+    cdef float *scratch = <float *>malloc(threads * per_thread * sizeof(float))
     cdef int64_t item, cb
     cdef int64_t n_cb = cin_pad // PYPTO_MR
     cdef const uint16_t *dy_p = &dy[0, 0, 0, 0]
     cdef const uint16_t *w_p = &w[0, 0, 0, 0]
     cdef uint16_t *dx_p = &dx[0, 0, 0, 0]
-    cdef float *s_p = &scratch[0]
-    with nogil, parallel(num_threads=threads):
-        for cb in prange(n_cb, schedule="static"):
-            _pack_weight_block(&g, w_p, cb * PYPTO_MR)
-    with nogil, parallel(num_threads=threads):
-        for item in prange(n_items, schedule="dynamic"):
-            _work_item(&g, item, dy_p, dx_p, s_p + threadid() * per_thread)
+    try:
+        if w_packed == NULL or scratch == NULL:
+            raise MemoryError(f"pypto: no memory for the kernel's buffers ({panel_bytes} bytes of "
+                              f"weight panels, {threads * per_thread * 4} bytes of tile scratch)")
+        g.w_packed = w_packed
+        with nogil, parallel(num_threads=threads):
+            for cb in prange(n_cb, schedule="static"):
+                _pack_weight_block(&g, w_p, cb * PYPTO_MR)
+        with nogil, parallel(num_threads=threads):
+            for item in prange(n_items, schedule="dynamic"):
+                _work_item(&g, item, dy_p, dx_p, scratch + threadid() * per_thread)
+    finally:
+        free(scratch)
+        free(w_packed)
+        free(tables)

@@ -83,4 +83,41 @@ static inline void pypto_narrow(const float *restrict src, uint16_t *restrict ds
         for (i = 0; i < n; i++) dst[i] = pypto_float_to_half(src[i]);
 }
 
+/* Smallest biased exponent among the nonzero bf16 values (255 when all are zero; 0 when any is
+ * subnormal). With two such exponents Ed and Ew, every product of a nonzero dy and w is a
+ * multiple of 2^(Ed-127 + Ew-127 - 14), and so is every fp32 partial sum of them: when
+ * Ed + Ew >= 142 none can be a nonzero value below 2^-126, so the bf16 dot-product
+ * instruction's flush of subnormals never changes a bit. */
+static inline int pypto_bf16_min_exponent(const uint16_t *restrict x, int64_t n)
+{
+    int least = 255;
+    for (int64_t i = 0; i < n; i++) {
+        int magnitude = x[i] & 0x7fff;
+        int exponent = magnitude >> 7;
+        if (magnitude != 0 && exponent < least) least = exponent;
+    }
+    return least;
+}
+
+/* One row segment of the dgrad gather: dst[j] = src[j] for lo <= j < hi, 0 elsewhere in
+ * [0, n). Inline loops: the segments are short (a row of a tile) and libc calls cost more than
+ * the copy. The _f32 form widens while it copies. */
+static inline void pypto_gather_run(const uint16_t *restrict src, int64_t lo, int64_t hi,
+                                    int64_t n, uint16_t *restrict dst)
+{
+    int64_t j;
+    for (j = 0; j < lo; j++) dst[j] = 0;
+    for (j = lo; j < hi; j++) dst[j] = src[j];
+    for (j = hi; j < n; j++) dst[j] = 0;
+}
+
+static inline void pypto_gather_run_f32(const uint16_t *restrict src, int64_t lo, int64_t hi,
+                                        int64_t n, float *restrict dst, int dtype)
+{
+    int64_t j;
+    for (j = 0; j < lo; j++) dst[j] = 0.0f;
+    pypto_widen(src + lo, dst + lo, hi - lo, dtype);
+    for (j = hi; j < n; j++) dst[j] = 0.0f;
+}
+
 #endif

@@ -1,0 +1,726 @@
+"""Public API surface and configuration scopes (specification sections 2 and 5)."""
+
+import re
+import threading
+
+import numpy as np
+import pytest
+
+import pypto
+from pypto import pypto_impl
+from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
+
+FP16, BF16 = pypto.DT_FP16, pypto.DT_BF16
+VEC = [16, 16, 16, 16]
+
+
+def l1(m=16, k=144, n=16):
+    return ConvBpTileL1Info(m, k, n)
+
+
+def l0(m=16, k=16, n=16):
+    return ConvBpTileL0Info(m, k, n)
+
+
+def tile_values():
+    a, b = pypto.get_convbp_input_tile_shapes()
+    return (a.tileML1, a.tileKL1, a.tileNL1), (b.tileML0, b.tileKL0, b.tileNL0)
+
+
+ZERO_TILES = ((0, 0, 0), (0, 0, 0))
+UT_TILES = ((16, 144, 16), (16, 16, 16))
+
+
+@pytest.fixture(autouse=True)
+def clean_config():
+    pypto.reset_options()
+    yield
+    pypto.reset_options()
+
+
+def small_conv():
+    """A legal shape-only call (upstream fp16 UT case); needs tiles and vec tiles."""
+    go = pypto.Tensor([1, 16, 16, 16], FP16)
+    w = pypto.Tensor([16, 16, 3, 3], FP16)
+    return pypto.conv_backward_input(go, [1, 16, 16, 16], w, FP16, [1, 1], [1, 1, 1, 1], [1, 1])
+
+
+def rule_of_small_conv():
+    with pytest.raises(pypto.error.ConvBpInputError) as e:
+        small_conv()
+    return e.value.rule
+
+
+# ------------------------------------------------------------------------------------------------
+# DataType
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, value", [
+    ("DT_INT4", 0), ("DT_INT8", 1), ("DT_INT16", 2), ("DT_INT32", 3), ("DT_INT64", 4),
+    ("DT_FP8", 5), ("DT_FP16", 6), ("DT_FP32", 7), ("DT_BF16", 8), ("DT_BOOL", 15),
+    ("DT_DOUBLE", 16),
+])
+def test_datatype_values(name, value):
+    member = getattr(pypto, name)
+    assert member is pypto.DataType[name]
+    assert int(member) == value
+    assert pypto.DataType(value) is member
+
+
+def test_datatype_repr_and_str():
+    assert repr(pypto.DT_FP16) == "DataType.DT_FP16"
+    assert str(pypto.DT_FP16) == "DataType.DT_FP16"
+    assert str(pypto.DT_BF16) == "DataType.DT_BF16"
+    assert f"{pypto.DT_INT8}" == "DataType.DT_INT8"
+    assert pypto.pypto_impl.DataType is pypto.DataType
+
+
+# ------------------------------------------------------------------------------------------------
+# Tensor
+# ------------------------------------------------------------------------------------------------
+def test_tensor_alias():
+    assert pypto.tensor is pypto.Tensor
+
+
+def test_tensor_properties():
+    t = pypto.Tensor((1, 16, 7, 5), FP16, "dy")
+    assert type(t.shape) is list
+    assert t.shape == [1, 16, 7, 5]
+    assert t.dim == 4
+    assert t.dtype is FP16
+    assert t.name == "dy"
+    t.name = "grad_output"
+    assert t.name == "grad_output"
+    shape = t.shape
+    shape[0] = 99
+    assert t.shape == [1, 16, 7, 5]          # .shape is a copy
+
+
+def test_tensor_defaults():
+    t = pypto.Tensor([2, 3])
+    assert t.dtype is pypto.DT_FP32
+    assert t.name == ""
+    assert pypto.Tensor([]).dim == 0
+
+
+def test_tensor_shape_accepts_numpy_ints():
+    t = pypto.Tensor((np.int64(1), np.int32(16), np.uint8(7), 5), BF16)
+    assert t.shape == [1, 16, 7, 5]
+    assert all(type(v) is int for v in t.shape)
+
+
+@pytest.mark.parametrize("shape, dtype", [([[1, 2]], FP16), ([1.0, 2], FP16), ([True, 2], FP16),
+                                          ("12", FP16), (3, FP16), ([1, 2], "fp16"),
+                                          ([1, 2], np.float16)])
+def test_tensor_junk_raises_pypto_error(shape, dtype):
+    with pytest.raises(pypto.PyptoError):
+        pypto.Tensor(shape, dtype)
+
+
+def test_tensor_name_must_be_a_string():
+    t = pypto.Tensor([1], FP16)
+    with pytest.raises(pypto.PyptoError):
+        t.name = 3
+
+
+@pytest.mark.parametrize("other", [3, None, "x", np.zeros((1, 16, 16, 16), np.float16)])
+def test_tensor_move_rejects_non_tensor(other):
+    t = pypto.Tensor([1, 16, 16, 16], FP16)
+    with pytest.raises(pypto.PyptoError) as e:
+        t.move(other)
+    assert "type cannot be moved to Tensor" in str(e.value)
+    assert str(e.value) == (f"ErrCode: F00001, TypeError: '{type(other).__name__}' type cannot "
+                            "be moved to Tensor")
+
+
+def test_tensor_move_binds_a_result():
+    pypto.set_convbp_input_tile_shapes(l1(), l0())
+    pypto.set_vec_tile_shapes(*VEC)
+    out = pypto.Tensor([1], FP16, "out")
+    out.move(small_conv())
+    assert out.shape == [1, 16, 16, 16]
+    assert out.dtype is FP16
+    assert out.name == "out"
+
+
+def test_op_result_is_a_pypto_tensor():
+    pypto.set_convbp_input_tile_shapes(l1(), l0())
+    pypto.set_vec_tile_shapes(*VEC)
+    result = small_conv()
+    assert isinstance(result, pypto.tensor)
+    assert result.shape == [1, 16, 16, 16]
+
+
+# ------------------------------------------------------------------------------------------------
+# Tile records
+# ------------------------------------------------------------------------------------------------
+def test_tile_infos_positional_order_is_m_k_n():
+    a = ConvBpTileL1Info(1, 2, 3)
+    assert (a.tileML1, a.tileKL1, a.tileNL1) == (1, 2, 3)
+    b = ConvBpTileL0Info(4, 5, 6)
+    assert (b.tileML0, b.tileKL0, b.tileNL0) == (4, 5, 6)
+
+
+def test_tile_infos_keywords():
+    a = ConvBpTileL1Info(tileML1=16, tileNL1=32, tileKL1=144)
+    assert (a.tileML1, a.tileKL1, a.tileNL1) == (16, 144, 32)
+    b = ConvBpTileL0Info(tileNL0=48, tileML0=16, tileKL0=32)
+    assert (b.tileML0, b.tileKL0, b.tileNL0) == (16, 32, 48)
+
+
+def test_tile_infos_default_to_zero():
+    a, b = ConvBpTileL1Info(), ConvBpTileL0Info()
+    assert (a.tileML1, a.tileKL1, a.tileNL1) == (0, 0, 0)
+    assert (b.tileML0, b.tileKL0, b.tileNL0) == (0, 0, 0)
+
+
+def test_tile_infos_are_writable():
+    a, b = ConvBpTileL1Info(), ConvBpTileL0Info()
+    a.tileML1, a.tileKL1, a.tileNL1 = 32, 288, 64
+    b.tileML0, b.tileKL0, b.tileNL0 = 16, 32, 48
+    assert (a.tileML1, a.tileKL1, a.tileNL1) == (32, 288, 64)
+    assert (b.tileML0, b.tileKL0, b.tileNL0) == (16, 32, 48)
+
+
+def test_tile_infos_reject_bad_construction():
+    with pytest.raises(TypeError):
+        ConvBpTileL1Info(1, 2, 3, 4)
+    with pytest.raises(TypeError):
+        ConvBpTileL0Info(tileML1=16)
+    with pytest.raises(TypeError):
+        ConvBpTileL1Info(16, tileML1=16)
+
+
+def test_convbp_tile_repr():
+    tile = pypto_impl.ConvBpTile(ConvBpTileL1Info(16, 144, 16), ConvBpTileL0Info(16, 16, 16))
+    text = ("ConvBpTile: {tileL1Info: {tileML1: 16, tileKL1: 144, tileNL1: 16}, "
+            "tileL0Info: {tileML0: 16, tileKL0: 16, tileNL0: 16}};")
+    assert repr(tile) == text
+    assert str(tile) == text
+    assert tile.ToString() == text
+    assert repr(pypto.ConvBpTile(ConvBpTileL1Info(16, 144, 16), ConvBpTileL0Info(16, 16, 16))) \
+        == text
+
+
+def test_convbp_tile_default_and_valid():
+    assert repr(pypto_impl.ConvBpTile()) == (
+        "ConvBpTile: {tileL1Info: {tileML1: 0, tileKL1: 0, tileNL1: 0}, "
+        "tileL0Info: {tileML0: 0, tileKL0: 0, tileNL0: 0}};")
+    assert not pypto_impl.ConvBpTile().valid()
+    assert pypto_impl.ConvBpTile(l1(), l0()).valid()
+    assert not pypto_impl.ConvBpTile(l1(), l0(32, 16, 16)).valid()
+
+
+# ------------------------------------------------------------------------------------------------
+# set / get
+# ------------------------------------------------------------------------------------------------
+def test_tile_shapes_default_is_zero():
+    assert tile_values() == ZERO_TILES
+    a, b = pypto.get_convbp_input_tile_shapes()
+    assert isinstance(a, ConvBpTileL1Info) and isinstance(b, ConvBpTileL0Info)
+
+
+def test_tile_shapes_round_trip():
+    pypto.set_convbp_input_tile_shapes(ConvBpTileL1Info(32, 288, 48), ConvBpTileL0Info(16, 32, 48))
+    assert tile_values() == ((32, 288, 48), (16, 32, 48))
+
+
+def test_tile_shapes_keyword_arguments():
+    pypto.set_convbp_input_tile_shapes(tile_l1_info=l1(), tile_l0_info=l0())
+    assert tile_values() == UT_TILES
+
+
+def test_tile_shapes_are_stored_by_value():
+    a, b = l1(), l0()
+    pypto.set_convbp_input_tile_shapes(a, b)
+    a.tileML1, b.tileKL0 = 999, 999           # edits after setting do not reach the config
+    assert tile_values() == UT_TILES
+    got_a, got_b = pypto.get_convbp_input_tile_shapes()
+    got_a.tileNL1, got_b.tileNL0 = 777, 777   # nor edits of what the getter returned
+    assert tile_values() == UT_TILES
+    assert pypto.get_convbp_input_tile_shapes()[0] is not pypto.get_convbp_input_tile_shapes()[0]
+
+
+@pytest.mark.parametrize("a, b", [(None, l0()), (l1(), None), ((16, 144, 16), l0()),
+                                  (l0(), l1()), ("l1", "l0")])
+def test_tile_shapes_reject_wrong_types(a, b):
+    with pytest.raises(pypto.PyptoError):
+        pypto.set_convbp_input_tile_shapes(a, b)
+    assert tile_values() == ZERO_TILES
+
+
+def test_vec_tile_shapes_default_and_round_trip():
+    assert pypto.get_vec_tile_shapes() == []
+    pypto.set_vec_tile_shapes(16, 16, 1, 16, 16)
+    assert pypto.get_vec_tile_shapes() == [16, 16, 1, 16, 16]
+    got = pypto.get_vec_tile_shapes()
+    got.append(5)
+    assert pypto.get_vec_tile_shapes() == [16, 16, 1, 16, 16]
+
+
+def test_vec_tile_shapes_numpy_ints_become_ints():
+    pypto.set_vec_tile_shapes(np.int64(16), np.int32(16), 16, np.uint8(16))
+    got = pypto.get_vec_tile_shapes()
+    assert got == VEC
+    assert all(type(v) is int for v in got)
+
+
+@pytest.mark.parametrize("bad", [(16.0, 16, 16, 16), ("16", 16, 16, 16), (True, 16, 16, 16),
+                                 ([16, 16, 16, 16],), (None,)])
+def test_vec_tile_shapes_reject_non_ints(bad):
+    with pytest.raises(pypto.PyptoError):
+        pypto.set_vec_tile_shapes(*bad)
+    assert pypto.get_vec_tile_shapes() == []
+
+
+def test_options_setters_and_getter():
+    pypto.set_options(vec_tile_shapes=VEC, convbp_tile_shapes=(l1(), l0()))
+    opts = pypto.get_options()
+    assert opts["vec_tile_shapes"] == VEC
+    assert repr(opts["convbp_tile_shapes"]) == repr(pypto_impl.ConvBpTile(l1(), l0()))
+    with pytest.raises(pypto.PyptoError):
+        pypto.set_options(no_such_option=1)
+
+
+def test_options_accept_a_convbp_tile():
+    pypto.set_options(convbp_tile_shapes=pypto.ConvBpTile(l1(32, 288, 32), l0()))
+    assert tile_values() == ((32, 288, 32), (16, 16, 16))
+    pypto.set_options(convbp_tile_shapes=pypto_impl.ConvBpTile(l1(), l0()))
+    assert tile_values() == UT_TILES
+
+
+# ------------------------------------------------------------------------------------------------
+# Scopes
+# ------------------------------------------------------------------------------------------------
+def test_top_level_value_persists():
+    pypto.set_convbp_input_tile_shapes(l1(), l0())
+    pypto.set_vec_tile_shapes(*VEC)
+    assert tile_values() == UT_TILES
+    with pypto.function("F"):
+        assert tile_values() == UT_TILES            # visible inside scopes
+        assert pypto.get_vec_tile_shapes() == VEC
+    with pypto.options():
+        pass
+    assert tile_values() == UT_TILES
+    assert pypto.get_vec_tile_shapes() == VEC
+    assert small_conv().shape == [1, 16, 16, 16]
+
+
+def test_function_scope_values_disappear():
+    with pypto.function("F", pypto.Tensor([1], FP16)):
+        pypto.set_convbp_input_tile_shapes(l1(), l0())
+        pypto.set_vec_tile_shapes(*VEC)
+        assert tile_values() == UT_TILES
+        assert small_conv().shape == [1, 16, 16, 16]
+    assert tile_values() == ZERO_TILES
+    assert pypto.get_vec_tile_shapes() == []
+    assert rule_of_small_conv() == "TS0"
+
+
+def test_function_scope_shadows_and_restores_top_level():
+    pypto.set_vec_tile_shapes(1, 1, 1, 16)
+    with pypto.function("F"):
+        pypto.set_vec_tile_shapes(*VEC)
+        assert pypto.get_vec_tile_shapes() == VEC
+    assert pypto.get_vec_tile_shapes() == [1, 1, 1, 16]
+
+
+def test_function_scope_values_disappear_when_the_block_raises():
+    with pytest.raises(pypto.PyptoError):
+        with pypto.function("F"):
+            pypto.set_vec_tile_shapes(*VEC)
+            raise ValueError("boom")
+    assert pypto.get_vec_tile_shapes() == []
+
+
+def test_function_yields_name_and_tensor_arguments():
+    a, b = pypto.Tensor([1], FP16), pypto.Tensor([2], FP16)
+    with pypto.function("CONV_BP", a, 3, "x", b) as f:
+        assert f.name == "CONV_BP"
+        assert f.tensors == [a, b]
+
+
+def test_nested_function_is_an_error():
+    with pytest.raises(pypto.PyptoError) as e:
+        with pypto.function("OUTER"):
+            with pypto.function("INNER"):
+                pass
+    assert "function nested is not allowed" in str(e.value)
+    assert str(e.value) == "ErrCode: F00003, RuntimeError: function nested is not allowed"
+    with pypto.function("AGAIN"):                   # the failed nesting left nothing behind
+        pass
+
+
+def test_non_pypto_exception_inside_function_is_wrapped():
+    original = KeyError("missing")
+    with pytest.raises(pypto.error.FeError) as e:
+        with pypto.function("F"):
+            raise original
+    assert isinstance(e.value, pypto.PyptoError)
+    assert e.value.__cause__ is original
+    assert str(e.value) == "ErrCode: F00006, KeyError: 'missing'"
+    with pytest.raises(pypto.error.FeError) as e:
+        with pypto.function("F"):
+            raise ValueError("bad value")
+    assert str(e.value) == "ErrCode: F00002, ValueError: bad value"
+
+
+def test_pypto_exception_inside_function_is_not_rewrapped():
+    original = pypto.error.FeError(TypeError("already wrapped"))
+    with pytest.raises(pypto.PyptoError) as e:
+        with pypto.function("F"):
+            raise original
+    assert e.value is original
+
+
+def test_jit_scope_values_disappear():
+    @pypto.jit
+    def kernel():
+        pypto.set_convbp_input_tile_shapes(l1(), l0())
+        pypto.set_vec_tile_shapes(*VEC)
+        return tile_values(), pypto.get_vec_tile_shapes()
+
+    assert kernel() == (UT_TILES, VEC)
+    assert tile_values() == ZERO_TILES
+    assert pypto.get_vec_tile_shapes() == []
+
+
+def test_jit_scope_values_disappear_when_the_body_raises():
+    @pypto.frontend.jit
+    def kernel():
+        pypto.set_vec_tile_shapes(*VEC)
+        raise RuntimeError("kernel failed")
+
+    with pytest.raises(Exception, match="kernel failed"):
+        kernel()
+    assert pypto.get_vec_tile_shapes() == []
+
+
+def test_options_context_manager():
+    with pypto.options(vec_tile_shapes=VEC, convbp_tile_shapes=(l1(), l0())):
+        assert pypto.get_vec_tile_shapes() == VEC
+        assert tile_values() == UT_TILES
+        pypto.set_vec_tile_shapes(1, 1, 1, 32)
+        assert pypto.get_vec_tile_shapes() == [1, 1, 1, 32]
+    assert pypto.get_vec_tile_shapes() == []
+    assert tile_values() == ZERO_TILES
+
+
+def test_options_context_manager_values_disappear_when_the_block_raises():
+    with pytest.raises(ZeroDivisionError):
+        with pypto.options():
+            pypto.set_convbp_input_tile_shapes(l1(), l0())
+            1 / 0
+    assert tile_values() == ZERO_TILES
+
+
+def test_options_decorator():
+    @pypto.options(vec_tile_shapes=VEC)
+    def body(set_tiles):
+        if set_tiles:
+            pypto.set_convbp_input_tile_shapes(l1(), l0())
+        return pypto.get_vec_tile_shapes(), tile_values()
+
+    assert body(True) == (VEC, UT_TILES)
+    assert pypto.get_vec_tile_shapes() == []
+    assert tile_values() == ZERO_TILES
+    assert body(False) == (VEC, ZERO_TILES)        # nothing left over from the first call
+
+
+def test_options_decorator_values_disappear_when_the_function_raises():
+    @pypto.options()
+    def body():
+        pypto.set_vec_tile_shapes(*VEC)
+        raise ValueError("body failed")
+
+    with pytest.raises(ValueError, match="body failed"):
+        body()
+    assert pypto.get_vec_tile_shapes() == []
+
+
+def test_options_decorator_recursion():
+    @pypto.options()
+    def body(depth):
+        pypto.set_num_threads(depth)
+        if depth < 3:
+            body(depth + 1)
+        return pypto.get_num_threads()
+
+    assert body(1) == 1
+    pypto.set_num_threads(7)
+    assert body(1) == 1
+    assert pypto.get_num_threads() == 7
+
+
+def test_nested_options_scopes():
+    with pypto.options(vec_tile_shapes=VEC):
+        with pypto.options(vec_tile_shapes=[1, 1, 1, 16]):
+            assert pypto.get_vec_tile_shapes() == [1, 1, 1, 16]
+        assert pypto.get_vec_tile_shapes() == VEC
+    assert pypto.get_vec_tile_shapes() == []
+
+
+def test_reset_options_at_top_level_restores_defaults():
+    pypto.set_convbp_input_tile_shapes(l1(), l0())
+    pypto.set_vec_tile_shapes(*VEC)
+    pypto.set_num_threads(2)
+    assert small_conv().shape == [1, 16, 16, 16]
+    pypto.reset_options()
+    assert tile_values() == ZERO_TILES
+    assert pypto.get_vec_tile_shapes() == []
+    assert rule_of_small_conv() == "TS0"
+
+
+def test_reset_options_inside_a_scope_clears_only_that_scope():
+    pypto.set_convbp_input_tile_shapes(l1(), l0())
+    pypto.set_vec_tile_shapes(*VEC)
+    with pypto.options():
+        pypto.set_vec_tile_shapes(1, 1, 1, 32)
+        pypto.set_convbp_input_tile_shapes(l1(32, 288, 32), l0(32, 32, 32))
+        pypto.reset_options()
+        assert pypto.get_vec_tile_shapes() == VEC       # top-level values show again
+        assert tile_values() == UT_TILES
+    assert pypto.get_vec_tile_shapes() == VEC
+    assert tile_values() == UT_TILES
+    with pypto.function("F"):
+        pypto.reset_options()
+        assert pypto.get_vec_tile_shapes() == VEC
+        assert small_conv().shape == [1, 16, 16, 16]
+
+
+# ------------------------------------------------------------------------------------------------
+# Threads
+# ------------------------------------------------------------------------------------------------
+def run_threads(*targets):
+    errors = []
+
+    def wrap(target):
+        def run():
+            try:
+                target()
+            except BaseException as exc:  # reported in the main thread
+                errors.append(exc)
+        return run
+
+    threads = [threading.Thread(target=wrap(t)) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads)
+    if errors:
+        raise errors[0]
+
+
+def test_thread_scopes_are_private():
+    pypto.set_vec_tile_shapes(1, 1, 1, 16)               # top level: shared by every thread
+    barrier = threading.Barrier(2, timeout=5)
+    seen = {}
+
+    def a():
+        with pypto.options():
+            pypto.set_vec_tile_shapes(*VEC)
+            barrier.wait()                              # 1: A has set its scoped value
+            barrier.wait()                              # 2: B has read and set its own
+            seen["a_end"] = pypto.get_vec_tile_shapes()
+        seen["a_after"] = pypto.get_vec_tile_shapes()
+
+    def b():
+        with pypto.options():
+            barrier.wait()                              # 1
+            seen["b_start"] = pypto.get_vec_tile_shapes()
+            pypto.set_vec_tile_shapes(2, 2, 2, 48)
+            seen["b_own"] = pypto.get_vec_tile_shapes()
+            barrier.wait()                              # 2
+
+    run_threads(a, b)
+    assert seen["b_start"] == [1, 1, 1, 16]                # not A's scoped value
+    assert seen["b_own"] == [2, 2, 2, 48]
+    assert seen["a_end"] == VEC                         # not B's scoped value
+    assert seen["a_after"] == [1, 1, 1, 16]
+    assert pypto.get_vec_tile_shapes() == [1, 1, 1, 16]
+
+
+def test_thread_top_level_values_are_shared():
+    barrier = threading.Barrier(2, timeout=5)
+    seen = {}
+
+    def writer():
+        pypto.set_convbp_input_tile_shapes(l1(), l0())  # top level in this thread
+        barrier.wait()                                  # 1: written
+        barrier.wait()                                  # 2: reader has read
+
+    def reader():
+        seen["before"] = tile_values()
+        barrier.wait()                                  # 1
+        seen["after"] = tile_values()
+        barrier.wait()                                  # 2
+
+    run_threads(writer, reader)
+    assert seen["after"] == UT_TILES
+    assert tile_values() == UT_TILES                    # and the main thread sees it too
+
+
+def test_function_scopes_in_two_threads_are_not_nested():
+    barrier = threading.Barrier(2, timeout=5)
+    seen = {}
+
+    def worker(name, vec):
+        def run():
+            with pypto.function(name):
+                pypto.set_vec_tile_shapes(*vec)
+                barrier.wait()                          # both threads inside a function
+                seen[name] = pypto.get_vec_tile_shapes()
+                barrier.wait()
+            seen[name + "_after"] = pypto.get_vec_tile_shapes()
+        return run
+
+    run_threads(worker("A", VEC), worker("B", [1, 1, 1, 32]))
+    assert seen == {"A": VEC, "B": [1, 1, 1, 32], "A_after": [], "B_after": []}
+
+
+def test_op_in_threads_uses_each_threads_scope():
+    barrier = threading.Barrier(2, timeout=5)
+    rules = {}
+
+    def with_tiles():
+        with pypto.options(vec_tile_shapes=VEC, convbp_tile_shapes=(l1(), l0())):
+            barrier.wait()
+            rules["with"] = small_conv().shape
+
+    def without_tiles():
+        with pypto.options():
+            barrier.wait()
+            try:
+                small_conv()
+            except pypto.error.ConvBpInputError as exc:
+                rules["without"] = exc.rule
+
+    run_threads(with_tiles, without_tiles)
+    assert rules == {"with": [1, 16, 16, 16], "without": "TS0"}
+
+
+# ------------------------------------------------------------------------------------------------
+# jit
+# ------------------------------------------------------------------------------------------------
+def test_jit_alias():
+    assert pypto.jit is pypto.frontend.jit
+
+
+def test_jit_bare_and_with_options():
+    @pypto.jit
+    def bare(x):
+        return x + 1
+
+    @pypto.frontend.jit(debug_options={"runtime_debug_mode": 0, "compile_debug_mode": 0})
+    def configured(x):
+        return x * 2
+
+    assert bare(1) == 2
+    assert configured(3) == 6
+    assert bare.__name__ == "bare"
+    assert configured.options["debug_options"] == {"runtime_debug_mode": 0,
+                                                   "compile_debug_mode": 0}
+
+
+def make_annotated_kernel():
+    @pypto.jit
+    def kernel(x: pypto.Tensor([2, 3], pypto.DT_FP32), y: pypto.Tensor([4], FP16)):
+        return x.shape, y.dtype
+    return kernel
+
+
+def test_jit_accepts_matching_arrays():
+    kernel = make_annotated_kernel()
+    assert kernel(np.zeros((2, 3), np.float32), np.zeros(4, np.float16)) == ([2, 3], FP16)
+    assert kernel(pypto.Tensor([2, 3]), pypto.Tensor([4], FP16)) == ([2, 3], FP16)
+
+
+@pytest.mark.parametrize("x, y, text", [
+    (np.zeros((3, 2), np.float32), np.zeros(4, np.float16),
+     "argument 'x' has shape [3, 2], but the kernel declares [2, 3]"),
+    (np.zeros((2, 3, 1), np.float32), np.zeros(4, np.float16),
+     "argument 'x' has shape [2, 3, 1], but the kernel declares [2, 3]"),
+    (np.zeros((2, 3), np.float16), np.zeros(4, np.float16),
+     "argument 'x' has dtype DataType.DT_FP16, but the kernel declares DataType.DT_FP32"),
+    (np.zeros((2, 3), np.float32), np.zeros(4, np.float32),
+     "argument 'y' has dtype DataType.DT_FP32, but the kernel declares DataType.DT_FP16"),
+])
+def test_jit_rejects_wrong_shape_or_dtype(x, y, text):
+    kernel = make_annotated_kernel()
+    with pytest.raises(pypto.PyptoError, match=re.escape(text)):
+        kernel(x, y)
+
+
+def test_jit_rejects_non_arrays_and_wrong_arity():
+    kernel = make_annotated_kernel()
+    with pytest.raises(pypto.PyptoError):
+        kernel([[0, 0, 0], [0, 0, 0]], np.zeros(4, np.float16))
+    with pytest.raises(pypto.PyptoError):
+        kernel(np.zeros((2, 3), np.float32))
+
+
+def _dgrad_reference(dy, w, size, s, p, d):
+    """dx by the specification's formula, accumulated in float64."""
+    n, cin, hin, win = size
+    dx = np.zeros(size, np.float64)
+    _, _, hout, wout = dy.shape
+    _, _, kh, kw = w.shape
+    dy, w = dy.astype(np.float64), w.astype(np.float64)
+    for i in range(kh):
+        for j in range(kw):
+            for ho in range(hout):
+                hi = ho * s[0] - p[0] + i * d[0]
+                if not 0 <= hi < hin:
+                    continue
+                for wo in range(wout):
+                    wi = wo * s[1] - p[2] + j * d[1]
+                    if 0 <= wi < win:
+                        dx[:, :, hi, wi] += dy[:, :, ho, wo] @ w[:, :, i, j]
+    return dx
+
+
+def test_jit_kernel_upstream_st_style_moves_result_into_the_callers_array():
+    # test_convbp_2d_fp16_stride: 13x13 input, 3x3 kernel, stride 2, pad 1 -> dy 7x7
+    shape_dy, shape_w, size = [1, 16, 7, 7], [16, 16, 3, 3], [1, 16, 13, 13]
+
+    @pypto.frontend.jit(debug_options={"runtime_debug_mode": 0, "compile_debug_mode": 0})
+    def conv_bp(grad_output: pypto.Tensor(shape_dy, FP16), weight: pypto.Tensor(shape_w, FP16),
+                input_grad: pypto.Tensor(size, FP16)):
+        pypto.set_convbp_input_tile_shapes(ConvBpTileL1Info(13, 144, 16),
+                                           ConvBpTileL0Info(16, 16, 16))
+        pypto.set_vec_tile_shapes(16, 16, 1, 16, 16)
+        output = pypto.conv_backward_input(grad_output, size, weight, FP16, [2, 2], [1, 1, 1, 1],
+                                           [1, 1], groups=1)
+        input_grad.move(output)
+
+    rng = np.random.default_rng(0)
+    dy = rng.random(shape_dy).astype(np.float16)
+    w = rng.random(shape_w).astype(np.float16)
+    out = np.zeros(size, np.float16)
+    conv_bp(dy, w, out)
+    ref = _dgrad_reference(dy, w, size, [2, 2], [1, 1, 1, 1], [1, 1])
+    np.testing.assert_allclose(out.astype(np.float32), ref, rtol=1e-2, atol=1e-2)
+    assert np.count_nonzero(out) > 0
+    assert tile_values() == ZERO_TILES                  # the kernel's tiles stayed in its scope
+
+
+# ------------------------------------------------------------------------------------------------
+# Threads setting for the CPU kernel
+# ------------------------------------------------------------------------------------------------
+def test_set_num_threads_round_trip_and_scope():
+    pypto.set_num_threads(3)
+    assert pypto.get_num_threads() == 3
+    with pypto.options(num_threads=1):
+        assert pypto.get_num_threads() == 1
+    assert pypto.get_num_threads() == 3
+    pypto.set_num_threads(None)
+    assert pypto.get_num_threads() >= 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2", [2]])
+def test_set_num_threads_rejects_bad_values(bad):
+    pypto.set_num_threads(2)
+    with pytest.raises(pypto.PyptoError) as e:
+        pypto.set_num_threads(bad)
+    assert "num_threads" in str(e.value)
+    assert pypto.get_num_threads() == 2

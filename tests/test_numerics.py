@@ -1,0 +1,738 @@
+"""Numeric tests of pypto.conv_backward_input (dgrad) on the CPU kernel.
+
+What the specification promises (section 1): fp16/bf16 inputs, products and sums in fp32, the
+accumulated value rounded once, round-to-nearest-even, to the output dtype. Every test here
+holds the kernel to that, against an independent float64 oracle (tests/_reference.py), against
+PyTorch's own convolution_backward in float64, and against the adjoint identity of the forward
+convolution, which needs no dgrad oracle at all.
+
+The error bound used everywhere (``check_accuracy``)
+----------------------------------------------------
+Let ref = the exact dx element (float64 is exact enough: see below), s = the fp32 value the
+kernel accumulates, out = s rounded once to fp16/bf16, u = 2**-24 (fp32 unit roundoff) and
+K = Cout*Kh*Kw, the length of the GEMM's K dimension.
+
+* Products: fp16 x fp16 has at most 11 + 11 = 22 significant bits and bf16 x bf16 8 + 8 = 16,
+  so every product is exact in fp32 (24 bits; the exponents of our O(1) data stay far from
+  fp32's range limits). Adding a zero term (a tap that hits no dy pixel) is exact too.
+* Summation: recursive fp32 summation of at most K terms has
+  |s - ref| <= gamma_{K-1} * sum|terms| <= K*u * abs_ref, where abs_ref = sum |dy*w| over the
+  element's terms (Higham, Accuracy and Stability, eq. 4.4; gamma_n = n*u/(1-n*u) <= (n+1)*u
+  while n*(n+1)*u <= 1, i.e. for K < 4096 — every case here).
+* One final rounding: |out - s| <= ulp(out)/2. (If 2**e <= |s| < 2**(e+1), rounding is monotone
+  and 2**e is on the grid, so |out| >= 2**e and ulp(out) >= the step of s's binade.)
+
+So |out - ref| <= ulp/2 + K*u*abs_ref. We take ulp = max(ulp(round_once(ref)), ulp(out)): the
+first is the textbook "half an ulp of the correctly rounded value", the second covers s falling
+into the binade above ref's. float64's own error in the oracle (about K * 2**-53 * abs_ref) is
+2**-29 of the fp32 term, far inside the slack.
+
+The bound alone would let a kernel that always misrounds by half an ulp pass, so we also count
+the elements that differ from round_once(ref) — the correctly rounded float64 value. With fp32
+accumulation that happens only when ref lies within the fp32 error of a rounding boundary:
+at most about sqrt(K)/4096 of random fp16 elements (0.2% measured at K = 576), far fewer for
+bf16. We require at most 2% (+1 element, for tiny outputs).
+"""
+
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import pypto
+from pypto import pypto_impl
+
+from _reference import (
+    conv2d_forward_reference,
+    dgrad_abs_reference,
+    dgrad_reference,
+    round_once,
+    round_once_f64,
+    ulp,
+)
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+FP16 = np.dtype(np.float16)
+U32 = 2.0 ** -24  # fp32 unit roundoff
+MAX_DIFF_FRACTION = 0.02
+
+DTYPES = {"fp16": (FP16, pypto.DT_FP16), "bf16": (BF16, pypto.DT_BF16)}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_options():
+    """Every test sets its own tiles and threads; put the defaults back afterwards."""
+    pypto.reset_options()
+    yield
+    pypto.reset_options()
+
+
+# ---------------------------------------------------------------------------------------------
+# Problems, tiles and running the op
+# ---------------------------------------------------------------------------------------------
+def ceil16(v):
+    return -(-v // 16) * 16
+
+
+def tiles_legal(prob, l1, l0, dtype_size=2):
+    """Rules TS1-TS6 of the specification, written out independently of pypto._validation."""
+    ml1, kl1, nl1 = l1
+    ml0, kl0, nl0 = l0
+    taps = prob["kh"] * prob["kw"]
+    win = prob["win"]
+    if not (ml1 >= 1 and (ml1 <= win or ml1 % win == 0)):
+        return False                                                        # TS1
+    if not (nl1 >= 1 and nl1 % 16 == 0):
+        return False                                                        # TS2
+    if not (kl1 >= 1 and kl1 % (16 * taps) == 0):
+        return False                                                        # TS3
+    if any(v < 16 or v % 16 for v in (ml0, kl0, nl0)):
+        return False                                                        # TS4
+    if ml0 > ceil16(ml1) or kl0 > kl1 or nl0 > nl1:
+        return False
+    if ml0 * kl0 * dtype_size > 65536 or kl0 * nl0 * dtype_size > 65536:
+        return False                                                        # TS5
+    if ml0 * nl0 * 4 > 131072:
+        return False
+    hout_l1 = min(-(-ml1 // win) + (prob["kh"] - 1) * prob["dh"],
+                  (prob["hout"] - 1) * prob["sh"] + 1)
+    wout_l1 = min(min(ml1, win) + (prob["kw"] - 1) * prob["dw"],
+                  (prob["wout"] - 1) * prob["sw"] + 1)
+    cout_l1 = kl1 // taps
+    return (kl1 * nl1 + hout_l1 * wout_l1 * cout_l1) * dtype_size <= 524288  # TS6
+
+
+def auto_tiles(prob):
+    """A legal, moderately sized tile set for a problem."""
+    win, taps = prob["win"], prob["kh"] * prob["kw"]
+    ml1 = win * max(1, 64 // win) if win <= 64 else 64
+    ml0 = min(64, ceil16(ml1))
+    nl1 = min(64, ceil16(prob["cin"]))
+    nl0 = min(nl1, 32)
+    for j in range(min(4, -(-prob["cout"] // 16)), 0, -1):
+        kl1 = 16 * taps * j
+        kl0 = min(kl1, 64)
+        l1, l0 = (ml1, kl1, nl1), (ml0, kl0, nl0)
+        if tiles_legal(prob, l1, l0):
+            return l1, l0
+    raise AssertionError(f"no legal auto tiles for {prob}")
+
+
+def make_problem(n, cin, cout, hout, wout, kh, kw, strides=(1, 1), pads=(0, 0), dil=(1, 1),
+                 hin="min", win="min"):
+    """A problem dict; Hin/Win picked from pypto.conv_backward_input_size_range ('min'/'max')."""
+    sh, sw = strides
+    ph, pw = pads
+    dh, dw = dil
+    (hlo, hhi), (wlo, whi) = pypto.conv_backward_input_size_range(
+        [n, cout, hout, wout], [cout, cin, kh, kw], [sh, sw], [ph, ph, pw, pw], [dh, dw])
+    # the same range from the specification's formula (section 3)
+    hmin = (hout - 1) * sh - 2 * ph + (kh - 1) * dh + 1
+    wmin = (wout - 1) * sw - 2 * pw + (kw - 1) * dw + 1
+    assert (hlo, hhi) == (max(hmin, 1), hmin + sh - 1)
+    assert (wlo, whi) == (max(wmin, 1), wmin + sw - 1)
+    pick = {"min": lambda lo, hi: lo, "max": lambda lo, hi: hi}
+    hin = pick[hin](hlo, hhi) if isinstance(hin, str) else hin
+    win = pick[win](wlo, whi) if isinstance(win, str) else win
+    return dict(n=n, cin=cin, cout=cout, hout=hout, wout=wout, kh=kh, kw=kw, sh=sh, sw=sw,
+                ph=ph, pw=pw, dh=dh, dw=dw, hin=hin, win=win)
+
+
+def make_data(prob, dtype, rng, dist="normal"):
+    shape_dy = (prob["n"], prob["cout"], prob["hout"], prob["wout"])
+    shape_w = (prob["cout"], prob["cin"], prob["kh"], prob["kw"])
+    if dist == "uniform":  # what upstream's system tests use (torch.rand)
+        dy, w = rng.random(shape_dy), rng.random(shape_w)
+    else:
+        dy, w = rng.standard_normal(shape_dy), rng.standard_normal(shape_w)
+    return dy.astype(dtype), w.astype(dtype)
+
+
+def set_tiles(l1, l0, vec=(16, 16, 16, 16)):
+    pypto.set_convbp_input_tile_shapes(pypto_impl.ConvBpTileL1Info(*l1),
+                                       pypto_impl.ConvBpTileL0Info(*l0))
+    pypto.set_vec_tile_shapes(*vec)
+
+
+def run_op(prob, dy, w, tiles=None, vec=(16, 16, 16, 16)):
+    l1, l0 = tiles if tiles is not None else auto_tiles(prob)
+    set_tiles(l1, l0, vec)
+    pdt = pypto.DT_FP16 if dy.dtype == FP16 else pypto.DT_BF16
+    out = pypto.conv_backward_input(
+        pypto.from_numpy(dy), [prob["n"], prob["cin"], prob["hin"], prob["win"]],
+        pypto.from_numpy(w), pdt, [prob["sh"], prob["sw"]],
+        [prob["ph"], prob["ph"], prob["pw"], prob["pw"]], [prob["dh"], prob["dw"]])
+    res = out.numpy()
+    assert res.dtype == dy.dtype
+    assert res.shape == (prob["n"], prob["cin"], prob["hin"], prob["win"])
+    return res
+
+
+def geometry(prob):
+    return ((prob["hin"], prob["win"]), (prob["sh"], prob["sw"]), (prob["ph"], prob["pw"]),
+            (prob["dh"], prob["dw"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# The accuracy check
+# ---------------------------------------------------------------------------------------------
+def check_against(out, ref, abs_ref, k_len, label=""):
+    """Assert the bound of the module docstring element-wise; count elements != round_once(ref).
+
+    Returns a dict of statistics (max error in ulps, number of elements that differ).
+    """
+    dtype = out.dtype
+    o = out.astype(np.float64)
+    assert o.shape == ref.shape
+    assert np.isfinite(o).all(), f"{label}: non-finite output"
+    r1 = round_once_f64(ref, dtype)
+    u = np.maximum(ulp(r1, dtype), ulp(o, dtype))
+    bound = 0.5 * u + k_len * U32 * abs_ref
+    err = np.abs(o - ref)
+    bad = err > bound
+    if bad.any():
+        idx = np.unravel_index(np.argmax(err - bound), err.shape)
+        raise AssertionError(
+            f"{label}: {int(bad.sum())} of {o.size} elements outside the fp32-accumulation bound; "
+            f"worst at {idx}: out={o[idx]!r} ref={ref[idx]!r} |err|={err[idx]:.3g} "
+            f"bound={bound[idx]:.3g} abs_ref={abs_ref[idx]:.3g}")
+    # positions that no window reaches (no term at all) are exactly zero
+    no_terms = abs_ref == 0
+    assert (o[no_terms] == 0).all(), f"{label}: nonzero output where no dy pixel contributes"
+    u_r1 = ulp(r1, dtype)
+    n_diff = int((o != r1).sum())
+    stats = {
+        "label": label,
+        "elements": o.size,
+        "max_err_ulp_vs_ref64": float((err / u_r1).max()),
+        "max_err_ulp_vs_rounded": float((np.abs(o - r1) / u_r1).max()),
+        "n_differ_from_round_once": n_diff,
+        "fraction_differ": n_diff / o.size,
+    }
+    print(f"[numerics] {stats}")
+    assert n_diff <= MAX_DIFF_FRACTION * o.size + 1, (
+        f"{label}: {n_diff} of {o.size} elements differ from the once-rounded float64 value "
+        f"(allowed {MAX_DIFF_FRACTION:.0%})")
+    return stats
+
+
+def check_accuracy(out, prob, dy, w, label=""):
+    hw, s, p, d = geometry(prob)
+    ref = dgrad_reference(dy, w, hw, s, p, d)
+    abs_ref = dgrad_abs_reference(dy, w, hw, s, p, d)
+    return check_against(out, ref, abs_ref, prob["cout"] * prob["kh"] * prob["kw"], label)
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference itself: a sanity check against a brute-force loop and the exact roundings
+# ---------------------------------------------------------------------------------------------
+def _brute_force_dgrad(dy, w, hw, s, p, d):
+    n, cout, hout, wout = dy.shape
+    _, cin, kh_n, kw_n = w.shape
+    dx = np.zeros((n, cin) + tuple(hw))
+    for ho in range(hout):
+        for wo in range(wout):
+            for kh in range(kh_n):
+                for kw in range(kw_n):
+                    hi, wi = ho * s[0] - p[0] + kh * d[0], wo * s[1] - p[1] + kw * d[1]
+                    if 0 <= hi < hw[0] and 0 <= wi < hw[1]:
+                        dx[:, :, hi, wi] += dy[:, :, ho, wo] @ w[:, :, kh, kw]
+    return dx
+
+
+@pytest.mark.parametrize("geom", [
+    ((2, 1), (1, 0), (1, 2), (3, 2), "max"),
+    ((3, 3), (0, 2), (2, 1), (1, 5), "max"),
+    ((1, 2), (1, 1), (1, 1), (3, 3), "min"),
+    ((3, 1), (0, 0), (1, 1), (1, 1), "max"),
+])
+def test_reference_matches_brute_force(geom):
+    s, p, d, k, which = geom
+    rng = np.random.default_rng(1)
+    prob = make_problem(2, 3, 4, 4, 5, k[0], k[1], s, p, d, which, which)
+    dy = rng.standard_normal((2, 4, 4, 5))
+    w = rng.standard_normal((4, 3) + k)
+    hw = (prob["hin"], prob["win"])
+    np.testing.assert_allclose(dgrad_reference(dy, w, hw, s, p, d),
+                               _brute_force_dgrad(dy, w, hw, s, p, d), rtol=0, atol=1e-12)
+
+
+def test_round_once_matches_numpy_and_ml_dtypes():
+    rng = np.random.default_rng(2)
+    v = rng.standard_normal(200000) * np.exp2(rng.uniform(-150, 130, 200000))
+    # exact ties and the overflow thresholds
+    v = np.concatenate([v, [65504.0, 65519.999, 65520.0, -65520.0, 2.0 ** -25, 3 * 2.0 ** -25,
+                            1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8,
+                            (2 - 2.0 ** -8) * 2.0 ** 127, 2.0 ** -134, 3 * 2.0 ** -134, 0.0]])
+    with np.errstate(over="ignore"):
+        assert np.array_equal(round_once(v, FP16).view(np.uint16), v.astype(FP16).view(np.uint16))
+        # ml_dtypes casts float64 -> bf16 with one rounding (1 + 2**-8 + 2**-30 -> 1 + 2**-7;
+        # going through fp32 would give 1.0); our own rounding must agree bit for bit.
+        assert np.array_equal(round_once(v, BF16).view(np.uint16), v.astype(BF16).view(np.uint16))
+    assert float(round_once([1 + 2.0 ** -8 + 2.0 ** -30], BF16)[0]) == 1 + 2.0 ** -7
+    assert float(np.array([1 + 2.0 ** -8 + 2.0 ** -30]).astype(BF16)[0]) == 1 + 2.0 ** -7
+
+
+def test_ulp_helper():
+    assert list(ulp([0.0, 1.0, 1.5, 2.0 ** -14, 1e-6, 65504.0, 65510.0], FP16)) == [
+        2.0 ** -24, 2.0 ** -10, 2.0 ** -10, 2.0 ** -24, 2.0 ** -24, 32.0, 32.0]
+    assert list(ulp([0.0, 1.0, 3.0, 2.0 ** -126, 1e-40, 3e38], BF16)) == [
+        2.0 ** -133, 2.0 ** -7, 2.0 ** -6, 2.0 ** -133, 2.0 ** -133, 2.0 ** 120]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases against the oracle
+# ---------------------------------------------------------------------------------------------
+# (id, problem kwargs, tiles or None, data distribution, slow)
+CASES = [
+    ("spec_example", dict(n=1, cin=16, cout=16, hout=5, wout=32, kh=3, kw=3, pads=(1, 1)),
+     ((16, 144, 16), (16, 16, 16)), "normal"),
+    ("st_stride2_13x13", dict(n=1, cin=16, cout=16, hout=7, wout=7, kh=3, kw=3, strides=(2, 2),
+                              pads=(1, 1)), ((13, 144, 16), (16, 16, 16)), "uniform"),
+    ("st_batch2_8x8", dict(n=2, cin=16, cout=16, hout=8, wout=8, kh=3, kw=3, pads=(1, 1)),
+     ((16, 144, 16), (16, 16, 16)), "uniform"),
+    ("dilation2", dict(n=1, cin=16, cout=32, hout=10, wout=12, kh=3, kw=3, pads=(2, 2),
+                       dil=(2, 2)), None, "normal"),
+    ("no_padding", dict(n=1, cin=32, cout=16, hout=6, wout=9, kh=3, kw=3), None, "normal"),
+    ("stride3_dil2", dict(n=1, cin=16, cout=16, hout=5, wout=6, kh=3, kw=3, strides=(3, 3),
+                          pads=(1, 1), dil=(2, 2), hin="max", win="max"), None, "normal"),
+    ("stride_2x1", dict(n=1, cin=16, cout=16, hout=6, wout=7, kh=3, kw=3, strides=(2, 1),
+                        pads=(1, 1), hin="max"), None, "normal"),
+    ("stride_1x3", dict(n=1, cin=16, cout=16, hout=6, wout=5, kh=3, kw=3, strides=(1, 3),
+                        pads=(1, 1), win="max"), None, "normal"),
+    ("kernel_1x1", dict(n=1, cin=32, cout=48, hout=9, wout=10, kh=1, kw=1), None, "normal"),
+    ("k7x7_s2_p3_cin3", dict(n=1, cin=3, cout=16, hout=8, wout=8, kh=7, kw=7, strides=(2, 2),
+                             pads=(3, 3), hin="max", win="max"), None, "normal"),
+    ("kernel_5x1", dict(n=1, cin=16, cout=16, hout=7, wout=6, kh=5, kw=1, pads=(2, 0)),
+     None, "normal"),
+    ("kernel_1x5", dict(n=1, cin=16, cout=16, hout=6, wout=7, kh=1, kw=5, pads=(0, 2)),
+     None, "normal"),
+    ("cout20", dict(n=1, cin=16, cout=20, hout=6, wout=6, kh=3, kw=3, pads=(1, 1)),
+     None, "normal"),
+    ("cin3", dict(n=1, cin=3, cout=16, hout=6, wout=6, kh=3, kw=3, pads=(1, 1)), None, "normal"),
+    ("cin24_cout20", dict(n=2, cin=24, cout=20, hout=5, wout=7, kh=3, kw=3, strides=(2, 2),
+                          pads=(1, 1)), ((26, 144 * 2, 32), (16, 48, 16)), "normal"),
+    # HinMax/WinMax with no padding: the last sh-1 rows / sw-1 columns get no term: zeros
+    ("hin_max_zero_edge", dict(n=1, cin=16, cout=16, hout=5, wout=6, kh=3, kw=3, strides=(3, 3),
+                               hin="max", win="max"), None, "normal"),
+    # stride larger than the (dilated) kernel: rows/cols between windows are exactly 0
+    ("stride_gt_kernel", dict(n=1, cin=16, cout=16, hout=5, wout=6, kh=1, kw=2, strides=(3, 3),
+                              hin="max", win="max"), None, "normal"),
+    # tileML1 < Win, not dividing it: M tiles split rows, last column tile partial; the
+    # 24-pixel L1 tile is two L0 blocks (16 + 8)
+    ("m_tiles_split_rows", dict(n=1, cin=16, cout=16, hout=6, wout=40, kh=3, kw=3, pads=(1, 1)),
+     ((24, 144, 16), (16, 16, 16)), "normal"),
+    ("m_tile_7_cols", dict(n=1, cin=20, cout=16, hout=5, wout=19, kh=3, kw=3, strides=(1, 2),
+                           pads=(1, 1)), ((7, 144, 32), (16, 144, 16)), "normal"),
+]
+
+RESNET = ("resnet_2x64x28x28", dict(n=2, cin=64, cout=64, hout=28, wout=28, kh=3, kw=3,
+                                    pads=(1, 1)), ((112, 576, 64), (112, 144, 64)), "normal")
+
+
+def _run_case(case, dtype_name, seed=0):
+    name, kwargs, tiles, dist = case
+    dtype, _ = DTYPES[dtype_name]
+    prob = make_problem(**kwargs)
+    if tiles is not None:
+        assert tiles_legal(prob, *tiles), (name, tiles)
+    rng = np.random.default_rng(seed)
+    dy, w = make_data(prob, dtype, rng, dist)
+    out = run_op(prob, dy, w, tiles)
+    return prob, dy, w, out, check_accuracy(out, prob, dy, w, f"{name}/{dtype_name}")
+
+
+@pytest.mark.parametrize("dtype_name", ["fp16", "bf16"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_against_oracle(case, dtype_name):
+    prob, dy, w, out, _ = _run_case(case, dtype_name)
+    o = out.astype(np.float64)
+    name = case[0]
+    if name == "hin_max_zero_edge":
+        # rows >= HinMin (and cols >= WinMin) are beyond every window: exactly 0
+        hmin = (prob["hout"] - 1) * prob["sh"] + (prob["kh"] - 1) * prob["dh"] + 1
+        wmin = (prob["wout"] - 1) * prob["sw"] + (prob["kw"] - 1) * prob["dw"] + 1
+        assert prob["hin"] > hmin and prob["win"] > wmin
+        assert (o[:, :, hmin:, :] == 0).all() and (o[:, :, :, wmin:] == 0).all()
+        assert (o[:, :, :hmin, :wmin] != 0).mean() > 0.9
+    if name == "stride_gt_kernel":
+        # Kh=1: only rows hi = 3*ho are reached; Kw=2: cols 3*wo and 3*wo+1
+        rows = np.arange(prob["hin"])
+        cols = np.arange(prob["win"])
+        assert (o[:, :, rows % 3 != 0, :] == 0).all()
+        assert (o[:, :, :, cols % 3 == 2] == 0).all()
+        assert (o[:, :, ::3, :][:, :, :, cols % 3 != 2] != 0).mean() > 0.9
+
+
+@pytest.mark.parametrize("dtype_name", ["fp16", "bf16"])
+def test_resnet_size(dtype_name):
+    # Not asserted in ulps: near-zero results of heavy cancellation are legitimately several
+    # fp16 ulps off (the fp32 error scales with sum|dy*w|, not with |dx|); the bound covers it.
+    _run_case(RESNET, dtype_name)
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch cross-check (float64 convolution_backward on the same fp16/bf16 data)
+# ---------------------------------------------------------------------------------------------
+TORCH_CASES = [c for c in CASES if c[0] in {
+    "spec_example", "st_stride2_13x13", "st_batch2_8x8", "dilation2", "stride3_dil2",
+    "stride_2x1", "stride_1x3", "k7x7_s2_p3_cin3", "cin24_cout20", "hin_max_zero_edge",
+    "stride_gt_kernel", "m_tiles_split_rows"}] + [RESNET]
+
+
+def torch_dgrad64(prob, dy, w):
+    torch = pytest.importorskip("torch")
+    dy_t = torch.from_numpy(dy.astype(np.float64))
+    w_t = torch.from_numpy(w.astype(np.float64))
+    x0 = torch.zeros((prob["n"], prob["cin"], prob["hin"], prob["win"]), dtype=torch.float64)
+    dx = torch.ops.aten.convolution_backward(
+        dy_t, x0, w_t, None, [prob["sh"], prob["sw"]], [prob["ph"], prob["pw"]],
+        [prob["dh"], prob["dw"]], False, [0, 0], 1, [True, False, False])[0]
+    return dx.numpy()
+
+
+@pytest.mark.parametrize("dtype_name", ["fp16", "bf16"])
+@pytest.mark.parametrize("case", TORCH_CASES, ids=[c[0] for c in TORCH_CASES])
+def test_against_torch(case, dtype_name):
+    pytest.importorskip("torch")
+    name, kwargs, tiles, dist = case
+    dtype, _ = DTYPES[dtype_name]
+    prob = make_problem(**kwargs)
+    dy, w = make_data(prob, dtype, np.random.default_rng(3), dist)
+    out = run_op(prob, dy, w, tiles)
+    golden = torch_dgrad64(prob, dy, w)
+    hw, s, p, d = geometry(prob)
+    abs_ref = dgrad_abs_reference(dy, w, hw, s, p, d)
+    # torch's float64 result itself agrees with the oracle to float64 accuracy
+    ref = dgrad_reference(dy, w, hw, s, p, d)
+    assert (np.abs(golden - ref) <= 1e-12 * abs_ref + 1e-300).all()
+    check_against(out, golden, abs_ref, prob["cout"] * prob["kh"] * prob["kw"],
+                  f"torch:{name}/{dtype_name}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Adjoint identity: <conv2d(x, w), dy> == <x, dgrad(dy, w)>, with no dgrad oracle involved
+# ---------------------------------------------------------------------------------------------
+ADJOINT_CASES = [
+    dict(n=1, cin=16, cout=16, hout=5, wout=32, kh=3, kw=3, pads=(1, 1)),
+    dict(n=2, cin=8, cout=24, hout=6, wout=5, kh=3, kw=3, strides=(2, 2), pads=(1, 1),
+         hin="max", win="max"),
+    dict(n=1, cin=5, cout=16, hout=4, wout=7, kh=3, kw=2, strides=(3, 1), pads=(2, 1),
+         dil=(2, 1), hin="max"),
+    dict(n=1, cin=16, cout=7, hout=6, wout=4, kh=2, kw=4, strides=(1, 3), pads=(0, 3),
+         dil=(3, 2), win="max"),
+    dict(n=1, cin=3, cout=16, hout=5, wout=5, kh=7, kw=7, strides=(2, 2), pads=(3, 3),
+         hin="max", win="max"),
+    dict(n=1, cin=16, cout=16, hout=4, wout=4, kh=1, kw=1, strides=(3, 3), hin="max",
+         win="max"),
+]
+
+
+@pytest.mark.parametrize("dtype_name", ["fp16", "bf16"])
+@pytest.mark.parametrize("kwargs", ADJOINT_CASES,
+                         ids=[f"adj{i}" for i in range(len(ADJOINT_CASES))])
+def test_adjoint_identity(kwargs, dtype_name):
+    dtype, _ = DTYPES[dtype_name]
+    prob = make_problem(**kwargs)
+    rng = np.random.default_rng(4)
+    dy, w = make_data(prob, dtype, rng)
+    out = run_op(prob, dy, w).astype(np.float64)
+    hw, s, p, d = geometry(prob)
+    x = rng.standard_normal((prob["n"], prob["cin"]) + hw)
+    y = conv2d_forward_reference(x, w, s, p, d)
+    assert y.shape == dy.shape  # Hin in [HinMin, HinMax] gives back Hout
+    lhs = float(np.vdot(y, dy.astype(np.float64)))
+    # sum_i |x_i| * abs_ref_i = <conv2d(|x|, |w|), |dy|> by the same identity on |.|
+    scale = float(np.vdot(conv2d_forward_reference(np.abs(x), np.abs(w.astype(np.float64)),
+                                                   s, p, d), np.abs(dy.astype(np.float64))))
+    k_len = prob["cout"] * prob["kh"] * prob["kw"]
+    # per element |out - dx| <= ulp(out)/2 + K*u*abs_ref (module docstring), weighted by |x|
+    tol = 0.5 * float(np.vdot(np.abs(x), ulp(out, dtype))) + k_len * U32 * scale + 1e-12 * scale
+    rhs = float(np.vdot(x, out))
+    assert abs(lhs - rhs) <= tol, (lhs, rhs, tol)
+    # the oracle satisfies the identity to float64 accuracy
+    rhs_ref = float(np.vdot(x, dgrad_reference(dy, w, hw, s, p, d)))
+    assert abs(lhs - rhs_ref) <= 1e-12 * scale, (lhs, rhs_ref, scale)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tile and thread agnosticism
+# ---------------------------------------------------------------------------------------------
+AGNOSTIC_PROB = dict(n=2, cin=40, cout=36, hout=12, wout=20, kh=3, kw=3, pads=(1, 1))
+AGNOSTIC_TILES = [  # (L1 (M, K, N), L0 (M, K, N), vec tile)
+    ((16, 144, 16), (16, 16, 16), (16, 16, 16, 16)),         # the smallest 16s
+    ((7, 288, 32), (16, 32, 16), (1, 3, 1, 16)),              # tileML1 < Win, not dividing it
+    ((20, 144, 32), (32, 144, 32), (1, 16, 1, 1, 32)),        # tileML1 == Win, whole K-L1 in L0
+    ((40, 432, 48), (32, 48, 48), (2, 5, 2, 16)),             # two rows per M tile
+    ((240, 576, 64), (128, 128, 64), (1, 64, 12, 64)),        # a whole image per M tile
+    ((320, 864, 128), (64, 256, 128), (1, 7, 3, 48)),         # every tile larger than the problem
+]
+
+
+@pytest.mark.parametrize("dtype_name", ["fp16", "bf16"])
+def test_tile_agnosticism(dtype_name):
+    dtype, _ = DTYPES[dtype_name]
+    prob = make_problem(**AGNOSTIC_PROB)
+    dy, w = make_data(prob, dtype, np.random.default_rng(5))
+    outs = []
+    for l1, l0, vec in AGNOSTIC_TILES:
+        assert tiles_legal(prob, l1, l0), (l1, l0)
+        out = run_op(prob, dy, w, (l1, l0), vec)
+        check_accuracy(out, prob, dy, w, f"tiles {l1} {l0}/{dtype_name}")
+        outs.append(out)
+    base = outs[0].astype(np.float64)
+    bitwise = []
+    for (l1, l0, _), out in zip(AGNOSTIC_TILES[1:], outs[1:]):
+        o = out.astype(np.float64)
+        # within one ulp of each other
+        assert (np.abs(o - base) <= ulp(np.maximum(np.abs(o), np.abs(base)), dtype)).all(), (l1, l0)
+        bitwise.append(np.array_equal(out.view(np.uint16), outs[0].view(np.uint16)))
+    print(f"[numerics] tile sets bitwise equal ({dtype_name}): {bitwise}")
+
+
+@pytest.mark.parametrize("dtype_name", ["fp16", "bf16"])
+def test_thread_count_bitwise(dtype_name):
+    dtype, _ = DTYPES[dtype_name]
+    prob = make_problem(n=2, cin=48, cout=20, hout=9, wout=11, kh=3, kw=3, strides=(2, 1),
+                        pads=(1, 1))
+    dy, w = make_data(prob, dtype, np.random.default_rng(6))
+    tiles = ((11, 144 * 2, 16), (16, 32, 16))  # 2 images x 3 Cin blocks x 17 rows = 102 items
+    outs = []
+    for threads in (1, 2, 3):
+        pypto.set_num_threads(threads)
+        assert pypto.get_num_threads() == threads
+        outs.append(run_op(prob, dy, w, tiles))
+    for out in outs[1:]:
+        assert np.array_equal(out.view(np.uint16), outs[0].view(np.uint16))
+    check_accuracy(outs[0], prob, dy, w, f"threads/{dtype_name}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact rounding: single products, so dx = round(fp32(dy * w)) exactly
+# ---------------------------------------------------------------------------------------------
+def _normal_product_pools(dtype_name):
+    """(dy values, w values) whose pairwise products include RNE ties rounded both ways and the
+    overflow threshold, all in the normal range of fp32 and of the output type."""
+    if dtype_name == "fp16":
+        # m*2**-10 (m odd, 11 bits) times 3: 3m has 12 bits and is odd -> exactly half an ulp;
+        # consecutive odd m alternate the parity of (3m-1)/2, so ties go up and down
+        ties = np.arange(1025, 1197, 2) * 2.0 ** -10
+        # 152*431 = 65512, 44*1489 = 65516, 1598*41 = 65518 -> 65504 (below the 65520 tie);
+        # 63*1040 = 65520 (the tie: even is 2**16) and 362*181 = 65522 -> inf; 2047*32 = 65504
+        big = np.array([152, 44, 1598, 63, 362, 2047, -63, -362, 65504])
+        wv = np.array([3.0, -3.0, 431, 1489, 41, 1040, 181, 32, 1.0, 1.5, -1.25, 0.099975586,
+                       7.0, 2.0 ** -10, 0.5, -0.5])
+    else:
+        ties = np.arange(129, 170, 2) * 2.0 ** -7  # x3: 9-bit odd products -> ties
+        # (7*2**60)*(73*2**59) = 511*2**119 = the bf16 overflow tie -> inf;
+        # (15*2**60)*(17*2**60) = 255*2**120 = bf16 max; (13*2**58)*(157*2**59) = 2041*2**117
+        # and (9*2**58)*(227*2**59) = 2043*2**117 -> max; (66*2**58)*(31*2**59) = 2046*2**117
+        # -> inf; some cross products exceed fp32's range: inf already in fp32
+        big = np.array([7 * 2.0 ** 60, 15 * 2.0 ** 60, 13 * 2.0 ** 58, 9 * 2.0 ** 58,
+                        66 * 2.0 ** 58, -7 * 2.0 ** 60])
+        wv = np.array([3.0, -3.0, 73 * 2.0 ** 59, 17 * 2.0 ** 60, 157 * 2.0 ** 59,
+                       227 * 2.0 ** 59, 31 * 2.0 ** 59, 1.0, 1.5, -1.25, 0.1, 7.0, 0.5, -0.5])
+    rng = np.random.default_rng(7)
+    dyv = np.concatenate([ties, -ties, big])
+    return np.concatenate([dyv, rng.standard_normal(256 - dyv.size) * 4]), wv
+
+
+def _subnormal_product_pools(dtype_name):
+    """(dy values, w values) whose products are subnormal in the output type (fp16), or in
+    fp32 itself (bf16), including exact ties of the subnormal grid."""
+    p, emin = (11, -14) if dtype_name == "fp16" else (8, -126)
+    # 2**emin * (1 + k*2**(1-p)), k odd, times 0.5: exactly half a subnormal step above a grid
+    # point, alternating parity -> ties both ways
+    sub_ties = 2.0 ** emin * (1 + np.arange(1, 81, 2) * 2.0 ** (1 - p))
+    step = 2.0 ** (emin + 1 - p)
+    tiny = np.arange(1, 21) * step  # subnormal inputs themselves
+    dyv = np.concatenate([sub_ties, -sub_ties, tiny, -tiny])
+    rng = np.random.default_rng(9)
+    rest = rng.integers(1, 2 ** (p + 1), 256 - dyv.size) * step  # up to twice the smallest normal
+    dyv = np.concatenate([dyv, rest * rng.choice([-1.0, 1.0], rest.size)])
+    wv = np.array([0.5, -0.5, 1.0, 0.25, 0.75, 1.5, 2.0 ** -3, 3.0, 0.375, -1.0, 0.625, 0.125,
+                   0.1, 2.0, 0.9, 1.25])
+    return dyv, wv
+
+
+def _single_products(dtype_name, dyv, wv):
+    """Run a dgrad in which every dx element is at most ONE product dy*w; return
+    (exact products p32 as fp32 forms them, the expected fp16/bf16 array, the kernel's values).
+
+    3x3 kernel, stride 2, pad 1: only tap (kh0, kw0) of Cout channel co0 has nonzero weights,
+    so dx[ci, 2*ho - 1 + kh0, 2*wo - 1 + kw0] = dy[co0, ho, wo] * w[co0, ci, kh0, kw0]; the
+    other dy channels meet only zero weights and every other dx pixel must be exactly 0.
+    """
+    dtype, _ = DTYPES[dtype_name]
+    dyv = dyv.astype(dtype)
+    wv = wv.astype(dtype)
+    assert dyv.size == 256 and (dyv.astype(np.float64) != 0).all()
+    prob = make_problem(1, wv.size, 3, 16, 16, 3, 3, (2, 2), (1, 1), hin="max", win="max")
+    co0, kh0, kw0 = 1, 2, 1
+    dy = np.random.default_rng(8).standard_normal((1, 3, 16, 16)).astype(dtype)
+    dy[0, co0] = dyv.reshape(16, 16)
+    w = np.zeros((3, wv.size, 3, 3), dtype=dtype)
+    w[co0, :, kh0, kw0] = wv
+    out = run_op(prob, dy, w, ((32, 432, 16), (32, 48, 16)))
+    o = out.astype(np.float64)
+    mask = np.zeros(o.shape, dtype=bool)
+    mask[0][:, kh0 - 1::2, kw0 - 1::2] = True
+    assert (o[~mask] == 0).all(), "nonzero dx where no nonzero product lands"
+    hit = out[0][:, kh0 - 1::2, kw0 - 1::2]
+    # products in float64 are exact; the kernel forms them in fp32: exact for fp16 x fp16, and
+    # for bf16 x bf16 unless below fp32's normal range (fp32 subnormal rounding) or above it
+    p64 = dyv.astype(np.float64).reshape(1, 16, 16) * wv.astype(np.float64)[:, None, None]
+    with np.errstate(over="ignore"):
+        p32 = p64.astype(np.float32).astype(np.float64)
+    expected = round_once(p32, dtype)
+    assert hit.shape == expected.shape
+    return p32, expected, hit
+
+
+def _assert_bitwise(p32, expected, hit, label):
+    wrong = np.argwhere(expected.view(np.uint16) != hit.view(np.uint16))
+    assert wrong.size == 0, (
+        f"{label}: {len(wrong)} of {hit.size} single products not rounded once (RNE); "
+        "first (exact product, expected, got): "
+        + str([(float(p32[tuple(i)]), float(expected[tuple(i)]), float(hit[tuple(i)]))
+               for i in wrong[:6]]))
+
+
+def _ties(p32, expected, dtype):
+    step = ulp(p32, dtype)
+    with np.errstate(invalid="ignore"):  # inf / inf for the overflowed products
+        frac = np.abs(p32) / step - np.floor(np.abs(p32) / step)
+    e = np.abs(expected.astype(np.float64))
+    tie = (frac == 0.5) & np.isfinite(e)
+    return tie & (e > np.abs(p32)), tie & (e < np.abs(p32))
+
+
+@pytest.mark.parametrize("dtype_name", ["fp16", "bf16"])
+def test_exact_rounding_of_single_products(dtype_name):
+    dtype, _ = DTYPES[dtype_name]
+    p32, expected, hit = _single_products(dtype_name, *_normal_product_pools(dtype_name))
+    up, down = _ties(p32, expected, dtype)
+    e = expected.astype(np.float64)
+    print(f"[numerics] exact products {dtype_name}: ties {up.sum()} up / {down.sum()} down, "
+          f"{np.isinf(e).sum()} overflows")
+    # the data did exercise what it is meant to
+    assert up.sum() >= 20 and down.sum() >= 20
+    assert np.isposinf(e).any() and np.isneginf(e).any()
+    top = float(np.finfo(np.float16).max if dtype_name == "fp16" else ml_dtypes.finfo(BF16).max)
+    assert ((e == top) & (p32 > top)).any()  # rounded down onto the largest finite value
+    if dtype_name == "fp16":
+        assert (p32 == 65520.0).any() and np.isposinf(e[p32 == 65520.0]).all()
+    else:
+        assert (p32 == 511 * 2.0 ** 119).any() and np.isposinf(e[p32 == 511 * 2.0 ** 119]).all()
+    _assert_bitwise(p32, expected, hit, f"normal-range products/{dtype_name}")
+
+
+@pytest.mark.parametrize("dtype_name", ["fp16", "bf16"])
+def test_subnormal_products_round_once(dtype_name):
+    """fp16: products subnormal in fp16 (the narrowing's subnormal path). bf16: subnormal bf16
+    inputs and products subnormal in fp32 itself: IEEE fp32 arithmetic keeps them (the spec's
+    fp32 accumulation has no flush-to-zero)."""
+    dtype, _ = DTYPES[dtype_name]
+    p32, expected, hit = _single_products(dtype_name, *_subnormal_product_pools(dtype_name))
+    up, down = _ties(p32, expected, dtype)
+    smallest_normal = 2.0 ** -14 if dtype_name == "fp16" else 2.0 ** -126
+    sub = np.abs(p32) < smallest_normal
+    assert (up & sub).sum() >= 10 and (down & sub).sum() >= 10
+    assert (sub & (expected.astype(np.float64) != 0)).sum() >= 1000
+    _assert_bitwise(p32, expected, hit, f"subnormal products/{dtype_name}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversion exactness: dx == dy for a 1x1, one-channel, w = 1 convolution, on every pattern
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype_name", ["fp16", "bf16"])
+def test_every_bit_pattern_round_trips(dtype_name):
+    dtype, _ = DTYPES[dtype_name]
+    bits = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    dy = bits.view(dtype).reshape(1, 1, 256, 256)
+    w = np.ones((1, 1, 1, 1), dtype=dtype)
+    prob = make_problem(1, 1, 1, 256, 256, 1, 1)
+    out = run_op(prob, dy, w, ((256, 16, 16), (256, 16, 16)), vec=(1, 1, 16, 64))
+    ob = out.view(np.uint16).ravel()
+    with np.errstate(invalid="ignore"):
+        v = dy.ravel().astype(np.float64)
+    nan = np.isnan(v)
+    assert nan.sum() == (2046 if dtype_name == "fp16" else 254)
+    # NaN in, NaN out
+    assert np.isnan(out.ravel()[nan].astype(np.float64)).all()
+    # -0: the fp32 accumulator starts at +0 and +0 + (-0) = +0, so -0 comes back as +0
+    # (PyTorch's convolution_backward gives +0 too). Every other pattern, inf included, is
+    # returned bit for bit: widening to fp32 and the one RNE narrowing are exact inverses.
+    neg_zero = bits == 0x8000
+    assert v[neg_zero][0] == 0 and out.ravel()[neg_zero].astype(np.float64)[0] == 0
+    print(f"[numerics] {dtype_name}: -0 comes back as bits {ob[neg_zero][0]:#06x}")
+    keep = ~nan & ~neg_zero
+    wrong = np.nonzero(keep & (ob != bits))[0]
+    smallest_normal = 2.0 ** -14 if dtype_name == "fp16" else 2.0 ** -126
+    subnormal = keep & ((bits & 0x7FFF) != 0) & (np.abs(v) < smallest_normal)
+    assert wrong.size == 0, (
+        f"{dtype_name}: {wrong.size} bit patterns not returned unchanged "
+        f"({np.isin(wrong, np.nonzero(subnormal)[0]).sum()} of them subnormal); "
+        f"first (in, out): {[(hex(bits[i]), hex(ob[i])) for i in wrong[:8]]}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Property test: random problems, random legal tiles, against the oracle
+# ---------------------------------------------------------------------------------------------
+@st.composite
+def problems_and_tiles(draw):
+    n = draw(st.integers(1, 2))
+    cin = draw(st.integers(1, 40))
+    cout = draw(st.integers(1, 40))
+    kh, kw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    dh, dw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    ph = draw(st.integers(0, (kh - 1) * dh))
+    pw = draw(st.integers(0, (kw - 1) * dw))
+    hout, wout = draw(st.integers(1, 8)), draw(st.integers(1, 8))
+    hmin = (hout - 1) * sh - 2 * ph + (kh - 1) * dh + 1
+    wmin = (wout - 1) * sw - 2 * pw + (kw - 1) * dw + 1
+    assume(hmin + sh - 1 >= 1 and wmin + sw - 1 >= 1)  # else no input size is valid
+    hin = draw(st.integers(max(hmin, 1), hmin + sh - 1))
+    win = draw(st.integers(max(wmin, 1), wmin + sw - 1))
+    prob = dict(n=n, cin=cin, cout=cout, hout=hout, wout=wout, kh=kh, kw=kw, sh=sh, sw=sw,
+                ph=ph, pw=pw, dh=dh, dw=dw, hin=hin, win=win)
+    taps = kh * kw
+    # tiles derived from the problem, sometimes larger than it
+    if draw(st.booleans()):
+        ml1 = draw(st.integers(1, win))
+    else:
+        ml1 = win * draw(st.integers(1, hin + 1))
+    nl1 = 16 * draw(st.integers(1, -(-cin // 16) + 1))
+    kl1 = 16 * taps * draw(st.integers(1, -(-cout // 16) + 1))
+    ml0 = 16 * draw(st.integers(1, min(ceil16(ml1) // 16, 8)))
+    kl0 = 16 * draw(st.integers(1, min(kl1 // 16, 32)))
+    nl0 = 16 * draw(st.integers(1, nl1 // 16))
+    l1, l0 = (ml1, kl1, nl1), (ml0, kl0, nl0)
+    assume(tiles_legal(prob, l1, l0))  # drops the TS5/TS6 failures
+    vec = [draw(st.integers(1, 4)), draw(st.integers(1, 40)), draw(st.integers(1, 8)),
+           16 * draw(st.integers(1, 4))]
+    if draw(st.booleans()):
+        vec.insert(2, 1)  # NCDHW form with D = 1
+    dtype_name = draw(st.sampled_from(["fp16", "bf16"]))
+    seed = draw(st.integers(0, 2 ** 32 - 1))
+    return prob, (l1, l0), tuple(vec), dtype_name, seed
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much,
+                                                                  HealthCheck.too_slow])
+@given(problems_and_tiles())
+def test_property_random_problems(case):
+    prob, tiles, vec, dtype_name, seed = case
+    pypto.reset_options()
+    (hlo, hhi), (wlo, whi) = pypto.conv_backward_input_size_range(
+        [prob["n"], prob["cout"], prob["hout"], prob["wout"]],
+        [prob["cout"], prob["cin"], prob["kh"], prob["kw"]], [prob["sh"], prob["sw"]],
+        [prob["ph"]] * 2 + [prob["pw"]] * 2, [prob["dh"], prob["dw"]])
+    assert hlo <= prob["hin"] <= hhi and wlo <= prob["win"] <= whi
+    dtype, _ = DTYPES[dtype_name]
+    dy, w = make_data(prob, dtype, np.random.default_rng(seed))
+    out = run_op(prob, dy, w, tiles, vec)
+    check_accuracy(out, prob, dy, w, f"hypothesis {prob} {tiles} {vec} {dtype_name}")
