@@ -27,6 +27,7 @@ _DEFAULTS = {
     "num_threads": None,
 }
 
+_MISSING = object()
 _global_scope = {}
 _global_lock = threading.Lock()
 _thread = threading.local()
@@ -49,10 +50,9 @@ def _get(key):
     for scope in reversed(_stack()):
         if key in scope:
             return scope[key]
-    with _global_lock:
-        if key in _global_scope:
-            return _global_scope[key]
-    return _DEFAULTS[key]
+    # A dict lookup is atomic; writers replace values whole, so readers need no lock.
+    value = _global_scope.get(key, _MISSING)
+    return _DEFAULTS[key] if value is _MISSING else value
 
 
 def _set(key, value):
@@ -207,9 +207,12 @@ def get_num_threads():
     n = _get("num_threads")
     if n is None:
         n = _env_threads(os.environ.get("OMP_NUM_THREADS"))
-    if n is None:
-        try:
-            n = len(os.sched_getaffinity(0))
-        except AttributeError:  # not Linux
-            n = os.cpu_count() or 1
-    return n
+    return _available_cpus() if n is None else n
+
+
+@functools.lru_cache(maxsize=1)
+def _available_cpus():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

@@ -8,7 +8,7 @@ formulas below are the NPU's (Atlas A2/A3, per AI core); the CPU kernel sizes it
 the same tiles.
 """
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["ConvProblem", "Tiling", "BUFFER_BYTES", "C0", "MAX_L0_LOOPS", "ceil_div", "ceil_align"]
 
@@ -26,8 +26,7 @@ def ceil_align(a, b):
     return ceil_div(a, b) * b
 
 
-@dataclass(frozen=True)
-class ConvProblem:
+class ConvProblem(NamedTuple):
     """A validated dgrad problem: NCHW dy [n, cout, hout, wout], weight [cout, cin, kh, kw]."""
 
     n: int
@@ -71,9 +70,10 @@ class ConvProblem:
         return 2 * self.n * self.cin * self.cout * self.taps * self.hout * self.wout
 
 
-@dataclass(frozen=True)
-class Tiling:
+class Tiling(NamedTuple):
     """L1 and L0 tiles (M, K, N), as the user set them."""
+
+    UPSTREAM_NAMES = ("tileML1", "tileKL1", "tileNL1", "tileML0", "tileKL0", "tileNL0")
 
     ml1: int
     kl1: int

@@ -61,6 +61,8 @@ def _rule(rule_id, error=ConvBpValueError):
 
 def _as_int(value):
     """The int a value stands for (ints and NumPy integers), or None (bools, floats, others)."""
+    if type(value) is int:  # the common case, first: this runs on every call
+        return value
     if isinstance(value, bool):
         return None
     try:
@@ -73,6 +75,12 @@ def _int_list(value):
     """A list of ints from a list/tuple of int-likes, or None."""
     if not isinstance(value, (list, tuple)):
         return None
+    ints = list(value)
+    for v in ints:
+        if type(v) is not int:
+            break
+    else:
+        return ints  # all plain ints: the common case, without a per-item call
     ints = [_as_int(v) for v in value]
     return None if any(v is None for v in ints) else ints
 
@@ -279,19 +287,22 @@ def _check_static(c):
 # --- TS0-TS6, V1: tiles ---------------------------------------------------------------------------
 @_rule("TS0", ConvBpRuntimeError)
 def _check_tiles_set(c):
-    l1, l0 = _config.get_convbp_input_tile_shapes()
-    if not any(l1.as_tuple() + l0.as_tuple()):
+    tile = _config._get("convbp_tile_shapes")  # read, not copied: nothing here mutates it
+    l1, l0 = tile.tileL1Info, tile.tileL0Info
+    if not any((l1.tileML1, l1.tileKL1, l1.tileNL1, l0.tileML0, l0.tileKL0, l0.tileNL0)):
         return ("Tile shapes are not set: call pypto.set_convbp_input_tile_shapes(tile_l1_info, "
                 "tile_l0_info) before pypto.conv_backward_input.")
-    c.vec_tile = _config.get_vec_tile_shapes()
+    c.vec_tile = _config._get("vec_tile_shapes")
     if not c.vec_tile:
         return ("Vector tile shapes are not set: call pypto.set_vec_tile_shapes(...) (4 or 5 "
                 "ints, e.g. 16, 16, 16, 16) before pypto.conv_backward_input.")
-    for info in (l1, l0):
-        for field, value in zip(info._fields, info.as_tuple()):
-            if _as_int(value) is None:
-                return f"Invalid {field}:{value!r}, a tile size must be an int."
     c.tiling = Tiling.from_infos(l1, l0)
+    if any(type(v) is not int for v in c.tiling):
+        values = [_as_int(v) for v in c.tiling]
+        for name, raw, value in zip(Tiling.UPSTREAM_NAMES, c.tiling, values):
+            if value is None:
+                return f"Invalid {name}:{raw!r}, a tile size must be an int."
+        c.tiling = Tiling(*values)
     n, cout, hout, wout = c.grad_output.shape
     _, cin, hin, win = c.input_size
     kh, kw = c.weight.shape[2:]

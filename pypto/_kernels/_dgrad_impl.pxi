@@ -392,7 +392,8 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
 
     attrs = (sh, sw, pt, pl, dh, dw); tiles = (m_rows, m_cols, nl1, kl1, ml0, kl0, nl0) from
     Tiling.kernel_tiles; vec_cw = (channels, columns) per write-out chunk. bf16 uses the
-    dot-product micro-kernel when this build has one and ``use_bf16_dot`` is true.
+    dot-product micro-kernel when this build has one, ``use_bf16_dot`` is true and the data
+    cannot produce subnormals. Returns the path taken: "bf16_dot" or "fp32".
     """
     cdef Geometry g
     g.n_img, g.cout, g.hout, g.wout = dy.shape[0], dy.shape[1], dy.shape[2], dy.shape[3]
@@ -469,3 +470,4 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
         free(scratch)
         free(w_packed)
         free(tables)
+    return "bf16_dot" if g.dot_bf16 else "fp32"
