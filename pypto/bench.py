@@ -1,7 +1,7 @@
 """Benchmark conv_backward_input against PyTorch and NumPy: ``python -m pypto.bench``.
 
-Every case runs pypto and its peers interleaved in one process (median of repeated calls after
-a warm-up) for fp16 and bf16 at 1 and 2 threads, and prints ms, GFLOP/s
+Every case runs pypto and its peers interleaved in one process (median of repeated calls, timed in
+short blocks taken round-robin with an idle pause before each) for fp16 and bf16 at 1 and 2 threads, and prints ms, GFLOP/s
 (2*N*Cin*Cout*Kh*Kw*Hout*Wout / t), the ratio of each peer's time to pypto's (> 1: pypto is
 faster) and the share of the machine's peak. Peers: torch ``aten.convolution_backward`` in bf16,
 in fp16, and "fp16 upcast" (dy and w to fp32, fp32 dgrad, result to fp16: what an fp16 user does
@@ -101,18 +101,26 @@ class Case:
         return run
 
 
-def _median_times(runners, rounds, budget_s):
-    """Interleave the runners round by round; each slow runner stops once past its budget."""
+def _median_times(runners, rounds, budget_s, pause_s=0.15, block=3):
+    """Median call time of each runner, measured in short blocks taken round-robin.
+
+    Before each block the process idles for ``pause_s``: OpenBLAS and OpenMP runtimes keep
+    their worker threads spinning for a while after a call (OpenBLAS about 2^28 cycles), and
+    those spinning threads would otherwise steal the cores of whichever runner comes next.
+    Each block starts with one untimed call. A runner past ``budget_s`` of timed calls (and
+    with at least 3 of them) takes no further blocks.
+    """
     times = {name: [] for name in runners}
-    for run in runners.values():
-        run()  # warm-up (first-call allocations, thread pools)
-    for _ in range(rounds):
+    for _ in range(max(1, -(-rounds // block))):
         for name, run in runners.items():
             if len(times[name]) >= 3 and sum(times[name]) > budget_s:
                 continue
-            start = time.perf_counter()
+            time.sleep(pause_s)
             run()
-            times[name].append(time.perf_counter() - start)
+            for _ in range(block):
+                start = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -221,7 +229,7 @@ def main(argv=None):
                         help="comma-separated case names (default: all)")
     parser.add_argument("--dtypes", default="bf16,fp16")
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--rounds", type=int, default=7, help="timed calls per runner")
+    parser.add_argument("--rounds", type=int, default=6, help="timed calls per runner")
     parser.add_argument("--budget", type=float, default=3.0,
                         help="seconds after which a slow runner stops repeating")
     parser.add_argument("--no-torch", action="store_true")
@@ -229,7 +237,7 @@ def main(argv=None):
                         help="smoke run: case a, one thread, 2 rounds (seconds)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.cases, args.threads, args.rounds = "a", "1", 2
+        args.cases, args.threads, args.rounds = "a", "1", 1
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [c for c in cases if c not in CASES]
     if unknown:

@@ -1,12 +1,13 @@
 /* Register-blocked GEMM micro-kernels of the dgrad: C[MR x NR] += W[MR x kc] * A[kc x NR].
  *
  * C rows are input channels, C columns output pixels (NCHW-contiguous), so A is read in
- * contiguous vectors and W is broadcast. Panels are packed so that every access is unit
- * stride: W as [k][MR] (MR channel weights per k), A as rows of lda floats. The same source is
+ * contiguous vectors and W is broadcast. W is packed as [k][MR] (MR channel weights per k);
+ * A row k starts at a_rows[k] + j0: the rows are shifted views of one zero-haloed dy frame
+ * (one shift per kernel tap), so A is never copied per tap. The same source is
  * compiled once per ISA level (see setup.py); the compiler's macros pick the body:
  *
  *   PYPTO_ISA_AVX512BF16  AVX-512F + AVX512_BF16: fp32 kernel 8x32, plus the bf16 dot-product
- *                         kernel (vdpbf16ps: k in pairs, A as [k/2][NR][2] bf16, W as [k/2][MR][2])
+ *                         kernel (vdpbf16ps: k in pairs, A rows of bf16 pairs, W as [k/2][MR][2])
  *   PYPTO_ISA_AVX512      AVX-512F: 8x32 fp32 FMA
  *   PYPTO_ISA_AVX2        AVX2 + FMA: 4x24 fp32 FMA (8x32 would spill the 16 ymm registers)
  *   PYPTO_ISA_BASELINE    plain C 4x16, vectorized by the compiler for whatever it targets
@@ -53,9 +54,10 @@ enum { PYPTO_HAVE_BF16_DOT = 0 };
 
 static const char *pypto_isa_name(void) { return PYPTO_ISA_NAME; }
 
-/* C[r*ldc + j] += sum_{k < kc} w[k*MR + r] * a[k*lda + j], r < MR, j < NR. */
-static inline void pypto_ukernel_f32(int64_t kc, const float *restrict w, const float *restrict a,
-                                     int64_t lda, float *restrict c, int64_t ldc)
+/* C[r*ldc + j] += sum_{k < kc} w[k*MR + r] * a_rows[k][j0 + j], r < MR, j < NR. */
+static inline void pypto_ukernel_f32(int64_t kc, const float *restrict w,
+                                     const float *const *a_rows, int64_t j0,
+                                     float *restrict c, int64_t ldc)
 {
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
     __m512 c0[8], c1[8];
@@ -64,8 +66,9 @@ static inline void pypto_ukernel_f32(int64_t kc, const float *restrict w, const 
         c1[r] = _mm512_loadu_ps(c + r * ldc + 16);
     }
     for (int64_t k = 0; k < kc; k++) {
-        __m512 a0 = _mm512_loadu_ps(a + k * lda);
-        __m512 a1 = _mm512_loadu_ps(a + k * lda + 16);
+        const float *a = a_rows[k] + j0;
+        __m512 a0 = _mm512_loadu_ps(a);
+        __m512 a1 = _mm512_loadu_ps(a + 16);
         for (int r = 0; r < 8; r++) {
             __m512 b = _mm512_set1_ps(w[k * 8 + r]);
             c0[r] = _mm512_fmadd_ps(b, a0, c0[r]);
@@ -81,9 +84,10 @@ static inline void pypto_ukernel_f32(int64_t kc, const float *restrict w, const 
     for (int r = 0; r < 4; r++)
         for (int v = 0; v < 3; v++) acc[r][v] = _mm256_loadu_ps(c + r * ldc + 8 * v);
     for (int64_t k = 0; k < kc; k++) {
-        __m256 a0 = _mm256_loadu_ps(a + k * lda);
-        __m256 a1 = _mm256_loadu_ps(a + k * lda + 8);
-        __m256 a2 = _mm256_loadu_ps(a + k * lda + 16);
+        const float *a = a_rows[k] + j0;
+        __m256 a0 = _mm256_loadu_ps(a);
+        __m256 a1 = _mm256_loadu_ps(a + 8);
+        __m256 a2 = _mm256_loadu_ps(a + 16);
         for (int r = 0; r < 4; r++) {
             __m256 b = _mm256_broadcast_ss(w + k * 4 + r);
             acc[r][0] = _mm256_fmadd_ps(b, a0, acc[r][0]);
@@ -98,7 +102,7 @@ static inline void pypto_ukernel_f32(int64_t kc, const float *restrict w, const 
     for (int r = 0; r < PYPTO_MR; r++)
         for (int j = 0; j < PYPTO_NR; j++) acc[r][j] = c[r * ldc + j];
     for (int64_t k = 0; k < kc; k++) {
-        const float *arow = a + k * lda;
+        const float *arow = a_rows[k] + j0;
         for (int r = 0; r < PYPTO_MR; r++) {
             float b = w[k * PYPTO_MR + r];
             for (int j = 0; j < PYPTO_NR; j++) acc[r][j] += b * arow[j];
@@ -109,13 +113,13 @@ static inline void pypto_ukernel_f32(int64_t kc, const float *restrict w, const 
 #endif
 }
 
-/* bf16 dot-product kernel: k in pairs. a[kp*lda + j] holds (A[2kp][j], A[2kp+1][j]) as two
- * bf16 in one uint32; w[kp*MR + r] holds (W[r][2kp], W[r][2kp+1]). Products of bf16 are exact
+/* bf16 dot-product kernel: k in pairs. a_rows[kp][j0 + j] holds (A[2kp][j], A[2kp+1][j]) as
+ * two bf16 in one uint32; w[kp*MR + r] holds (W[r][2kp], W[r][2kp+1]). Products of bf16 are exact
  * in fp32; vdpbf16ps adds them to the accumulator with round-to-nearest-even, treating
  * subnormal inputs and results as zero (its fixed DAZ/FTZ behaviour): the caller uses this
  * kernel only for data where no subnormal can arise (pypto_bf16_min_exponent). */
 static inline void pypto_ukernel_bf16(int64_t kc_pairs, const uint32_t *restrict w,
-                                      const uint32_t *restrict a, int64_t lda,
+                                      const uint32_t *const *a_rows, int64_t j0,
                                       float *restrict c, int64_t ldc)
 {
 #ifdef PYPTO_ISA_AVX512BF16
@@ -125,8 +129,9 @@ static inline void pypto_ukernel_bf16(int64_t kc_pairs, const uint32_t *restrict
         c1[r] = _mm512_loadu_ps(c + r * ldc + 16);
     }
     for (int64_t kp = 0; kp < kc_pairs; kp++) {
-        __m512bh a0 = (__m512bh)_mm512_loadu_si512((const void *)(a + kp * lda));
-        __m512bh a1 = (__m512bh)_mm512_loadu_si512((const void *)(a + kp * lda + 16));
+        const uint32_t *a = a_rows[kp] + j0;
+        __m512bh a0 = (__m512bh)_mm512_loadu_si512((const void *)a);
+        __m512bh a1 = (__m512bh)_mm512_loadu_si512((const void *)(a + 16));
         for (int r = 0; r < 8; r++) {
             __m512bh b = (__m512bh)_mm512_set1_epi32((int)w[kp * 8 + r]);
             c0[r] = _mm512_dpbf16_ps(c0[r], a0, b);
@@ -138,7 +143,7 @@ static inline void pypto_ukernel_bf16(int64_t kc_pairs, const uint32_t *restrict
         _mm512_storeu_ps(c + r * ldc + 16, c1[r]);
     }
 #else
-    (void)kc_pairs; (void)w; (void)a; (void)lda; (void)c; (void)ldc;  /* never called */
+    (void)kc_pairs; (void)w; (void)a_rows; (void)j0; (void)c; (void)ldc;  /* never called */
 #endif
 }
 

@@ -99,18 +99,9 @@ static inline int pypto_bf16_min_exponent(const uint16_t *restrict x, int64_t n)
     return least;
 }
 
-/* One row segment of the dgrad gather: dst[j] = src[j] for lo <= j < hi, 0 elsewhere in
- * [0, n). Inline loops: the segments are short (a row of a tile) and libc calls cost more than
- * the copy. The _f32 form widens while it copies. */
-static inline void pypto_gather_run(const uint16_t *restrict src, int64_t lo, int64_t hi,
-                                    int64_t n, uint16_t *restrict dst)
-{
-    int64_t j;
-    for (j = 0; j < lo; j++) dst[j] = 0;
-    for (j = lo; j < hi; j++) dst[j] = src[j];
-    for (j = hi; j < n; j++) dst[j] = 0;
-}
-
+/* One row of the dgrad's dy frame: dst[j] = src[j] widened to fp32 for lo <= j < hi, 0
+ * elsewhere in [0, n) (the zero halo). Inline loops: rows are short and libc calls would cost
+ * more than the copy. */
 static inline void pypto_gather_run_f32(const uint16_t *restrict src, int64_t lo, int64_t hi,
                                         int64_t n, float *restrict dst, int dtype)
 {
@@ -118,6 +109,21 @@ static inline void pypto_gather_run_f32(const uint16_t *restrict src, int64_t lo
     for (j = 0; j < lo; j++) dst[j] = 0.0f;
     pypto_widen(src + lo, dst + lo, hi - lo, dtype);
     for (j = hi; j < n; j++) dst[j] = 0.0f;
+}
+
+/* The bf16 dot product's frame row: dst[j] = (a[j], b[j]) as one uint32 for lo <= j < hi
+ * (b may be NULL: a zero second channel), 0 elsewhere in [0, n). */
+static inline void pypto_gather_run_pairs(const uint16_t *restrict a, const uint16_t *restrict b,
+                                          int64_t lo, int64_t hi, int64_t n,
+                                          uint32_t *restrict dst)
+{
+    int64_t j;
+    for (j = 0; j < lo; j++) dst[j] = 0;
+    if (b)
+        for (j = lo; j < hi; j++) dst[j] = (uint32_t)a[j] | ((uint32_t)b[j] << 16);
+    else
+        for (j = lo; j < hi; j++) dst[j] = a[j];
+    for (j = hi; j < n; j++) dst[j] = 0;
 }
 
 #endif
