@@ -237,14 +237,16 @@ cdef void _multiply(const Geometry *g, int64_t phase, int64_t c_first, int64_t n
     cdef int64_t k_len = _k_len(g, g.tap_count[phase])
     cdef int64_t t_end = t0 + _round_up(t_count, PYPTO_NR)
     cdef int64_t n0, n_end, cb, jb, panel
-    n0 = 0
-    while n0 < n_count1:                                           # N-L0
-        n_end = _min(n0 + g.nl0, n_count1)
-        cb = n0
-        while cb < n_end:                                          # MR channels at a time
-            panel = g.w_offset[phase] + (c_first + cb) * k_len
-            jb = t0
-            while jb < t_end:
+    # Register-width column blocks outside, channel blocks inside: one block of A rows stays in
+    # L1 while every channel's weight panel passes over it.
+    jb = t0
+    while jb < t_end:
+        n0 = 0
+        while n0 < n_count1:                                       # N-L0
+            n_end = _min(n0 + g.nl0, n_count1)
+            cb = n0
+            while cb < n_end:                                      # MR channels at a time
+                panel = g.w_offset[phase] + (c_first + cb) * k_len
                 if g.dot_bf16:
                     pypto_ukernel_bf16(k_count,
                                        <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_MR,
@@ -254,9 +256,9 @@ cdef void _multiply(const Geometry *g, int64_t phase, int64_t c_first, int64_t n
                     pypto_ukernel_f32(k_count,
                                       <const float *>g.w_packed + panel + k_first * PYPTO_MR,
                                       <const float *const *>rows, jb, acc + cb * ldc + jb, ldc)
-                jb += PYPTO_NR
-            cb += PYPTO_MR
-        n0 = n_end
+                cb += PYPTO_MR
+            n0 = n_end
+        jb += PYPTO_NR
 
 
 cdef void _write_out(const Geometry *g, const float *acc, uint16_t *dx_img, int64_t c_first,

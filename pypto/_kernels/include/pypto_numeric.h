@@ -90,11 +90,11 @@ static inline void pypto_narrow(const float *restrict src, uint16_t *restrict ds
  * instruction's flush of subnormals never changes a bit. */
 static inline int pypto_bf16_min_exponent(const uint16_t *restrict x, int64_t n)
 {
-    int least = 255;
-    for (int64_t i = 0; i < n; i++) {
-        int magnitude = x[i] & 0x7fff;
-        int exponent = magnitude >> 7;
-        if (magnitude != 0 && exponent < least) least = exponent;
+    uint16_t least = 255;
+    for (int64_t i = 0; i < n; i++) {  /* a branch-free min-reduction: it vectorizes */
+        uint16_t magnitude = x[i] & 0x7fffu;
+        uint16_t key = magnitude ? (uint16_t)(magnitude >> 7) : (uint16_t)255;
+        least = key < least ? key : least;
     }
     return least;
 }
