@@ -223,6 +223,51 @@ def summarize(rows):
         print(f"  {dtype} {threads} thread(s) vs {peer:<18} {gm:6.2f}x  (min {min(ratios):.2f}x)")
 
 
+def small_call_overhead(torch=None, calls=2000):
+    """Case a in a hot loop: the whole call, the kernel alone, and torch fp32's call (µs)."""
+    from pypto import _cpu
+    from pypto._validation import validate_conv_backward_input
+
+    case = Case("a", CASES["a"], pypto.DT_FP16, np.random.default_rng(0))
+    p = case.problem
+    dy, w = pypto.from_numpy(case.dy), pypto.from_numpy(case.w)
+    args = (dy, case.input_size, w, pypto.DT_FP16, *case.attrs)
+    tiles = pypto.suggest_convbp_input_tile_shapes(
+        [p.n, p.cout, p.hout, p.wout], [p.cout, p.cin, p.kh, p.kw], case.input_size,
+        pypto.DT_FP16, *case.attrs)
+    out = np.empty(case.input_size, np.uint16)
+
+    def best_us(fn):
+        for _ in range(calls // 10):
+            fn()
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(calls // 5):
+                fn()
+            best = min(best, (time.perf_counter() - start) / (calls // 5) * 1e6)
+        return best
+
+    with pypto.options(convbp_tile_shapes=tiles, vec_tile_shapes=[16, 16, 16, 16], num_threads=1):
+        call = validate_conv_backward_input(*args)
+        kernel_tiles = call.tiling.kernel_tiles(p)
+        full = best_us(lambda: pypto.conv_backward_input(*args))
+        kernel = best_us(lambda: _cpu._KERNEL.dgrad(
+            case.dy.view(np.uint16), case.w.view(np.uint16), out, 0,
+            (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw), kernel_tiles, (16, 16), 1))
+    print(f"\nsmall call (case a, fp16, 1 thread, hot loop): {full:.1f} us per call; kernel "
+          f"{kernel:.1f} us; Python-side overhead (validation, dispatch, allocation) "
+          f"{full - kernel:.1f} us")
+    if torch is not None:
+        torch.set_num_threads(1)
+        tdy = torch.from_numpy(case.dy.astype(np.float32))
+        tw = torch.from_numpy(case.w.astype(np.float32))
+        x = torch.empty(case.input_size)
+        t = best_us(lambda: torch.ops.aten.convolution_backward(
+            tdy, x, tw, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, False, False]))
+        print(f"torch fp32 call: {t:.1f} us; pypto / torch fp32 = {full / t:.2f}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m pypto.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--cases", default="a,b,c,d,e,f,g,h,i,j",
@@ -247,6 +292,14 @@ def main(argv=None):
     threads = [int(t) for t in args.threads.split(",")]
     rows = run(cases, dtypes, threads, args.rounds, args.budget, with_torch=not args.no_torch)
     summarize(rows)
+    if "a" in cases:
+        torch = None
+        if not args.no_torch:
+            try:
+                import torch
+            except ImportError:
+                pass
+        small_call_overhead(torch, calls=200 if args.quick else 2000)
     return 0
 
 
