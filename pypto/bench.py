@@ -268,6 +268,47 @@ def small_call_overhead(torch=None, calls=2000):
         print(f"torch fp32 call: {t:.1f} us; pypto / torch fp32 = {full / t:.2f}")
 
 
+def _rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_memory(name="j", dtype=pypto.DT_BF16):
+    """Peak RSS growth during one pypto call on a case (Linux), next to its data sizes.
+
+    A sampling thread reads the resident size every 0.2 ms while the kernel runs (it releases
+    the GIL); the growth over the resident size just before the call is what the call added.
+    """
+    import threading
+
+    case = Case(name, CASES[name], dtype, np.random.default_rng(0))
+    p = case.problem
+    tiles = pypto.suggest_convbp_input_tile_shapes(
+        [p.n, p.cout, p.hout, p.wout], [p.cout, p.cin, p.kh, p.kw], case.input_size, dtype,
+        *case.attrs)
+    run = case.pypto_runner(tiles)
+    out_bytes = p.n * p.cin * p.hin * p.win * 2
+    peak, done = [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss_bytes())
+            time.sleep(0.0002)
+
+    before = _rss_bytes()
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    result = run()
+    done.set()
+    sampler.join()
+    del result
+    mib = 1 << 20
+    print(f"case {name}: inputs {(case.dy.nbytes + case.w.nbytes) / mib:.1f} MiB, output "
+          f"{out_bytes / mib:.1f} MiB; resident memory grew by at most "
+          f"{(peak[0] - before) / mib:.1f} MiB during the call (output, weight panels, per-thread "
+          f"tile scratch); a full im2col would be {p.n * p.gemm_k * p.hin * p.win * 4 / mib:.0f} MiB")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m pypto.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--cases", default="a,b,c,d,e,f,g,h,i,j",
@@ -278,9 +319,14 @@ def main(argv=None):
     parser.add_argument("--budget", type=float, default=3.0,
                         help="seconds after which a slow runner stops repeating")
     parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--memory", action="store_true",
+                        help="only report the peak memory of one call on case j")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: case a, one thread, 2 rounds (seconds)")
     args = parser.parse_args(argv)
+    if args.memory:
+        peak_memory()
+        return 0
     if args.quick:
         args.cases, args.threads, args.rounds = "a", "1", 1
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
