@@ -18,6 +18,7 @@ from .pypto_impl import ConvBpTile, ConvBpTileL0Info, ConvBpTileL1Info
 __all__ = [
     "set_convbp_input_tile_shapes", "get_convbp_input_tile_shapes",
     "set_vec_tile_shapes", "get_vec_tile_shapes", "set_num_threads", "get_num_threads",
+    "get_memory_limit",
     "options", "set_options", "get_options", "reset_options",
 ]
 
@@ -25,6 +26,7 @@ _DEFAULTS = {
     "convbp_tile_shapes": ConvBpTile(),
     "vec_tile_shapes": [],
     "num_threads": None,
+    "memory_limit": None,
 }
 
 _MISSING = object()
@@ -111,11 +113,38 @@ def _normalize(key, value):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise FeError(ValueError(f"num_threads must be None or an int >= 1, but got {value!r}."))
         return value
+    if key == "memory_limit":
+        if value is None:
+            return None
+        return _parse_bytes(value, "memory_limit")
     raise FeError(KeyError(f"unknown option {key!r}; known options: {sorted(_DEFAULTS)}"))
 
 
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _parse_bytes(value, name):
+    """Bytes from an int or a string like "8G" / "512M" (binary units)."""
+    if isinstance(value, str):
+        text = value.strip().upper().removesuffix("B").removesuffix("I")
+        unit = text[-1:] if text[-1:] in _UNITS else ""
+        try:
+            value = int(float(text[:len(text) - len(unit)]) * _UNITS[unit])
+        except ValueError:
+            raise FeError(ValueError(f"{name}: cannot read {value!r} as a size "
+                                     "(e.g. 8589934592, '8G', '512M')")) from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise FeError(ValueError(f"{name} must be a positive number of bytes, but got {value!r}."))
+    return value
+
+
 def set_options(**values):
-    """Set options in the current scope: ``convbp_tile_shapes``, ``vec_tile_shapes``, ``num_threads``."""
+    """Set options in the current scope.
+
+    ``convbp_tile_shapes`` (a ConvBpTile or an (L1, L0) pair), ``vec_tile_shapes`` (ints),
+    ``num_threads`` (int or None), ``memory_limit`` (bytes, or a string like "8G"; None: 80% of
+    the memory available when the call starts, or ``PYPTO_MEMORY_LIMIT``).
+    """
     normalized = {key: _normalize(key, value) for key, value in values.items()}
     for key, value in normalized.items():
         _set(key, value)
@@ -208,6 +237,35 @@ def get_num_threads():
     if n is None:
         n = _env_threads(os.environ.get("OMP_NUM_THREADS"))
     return _available_cpus() if n is None else n
+
+
+MEMORY_FRACTION = 0.8  # of MemAvailable, when no limit is set
+
+
+def get_memory_limit():
+    """The most a call may allocate: the scoped ``memory_limit``, else ``PYPTO_MEMORY_LIMIT``,
+    else 80% of the memory available now (None when the system does not say)."""
+    limit = _get("memory_limit")
+    if limit is None and os.environ.get("PYPTO_MEMORY_LIMIT"):
+        limit = _parse_bytes(os.environ["PYPTO_MEMORY_LIMIT"], "PYPTO_MEMORY_LIMIT")
+    if limit is None:
+        available = _available_memory()
+        limit = None if available is None else int(available * MEMORY_FRACTION)
+    return limit
+
+
+def _available_memory():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _config
 from ._dtypes import DataType, numpy_dtype
-from .error import PyptoRtError
+from .error import PyptoMemoryError, PyptoRtError
 
 __all__ = ["conv_backward_input_cpu", "openmp_enabled", "kernel_info", "ISA_LEVELS"]
 
@@ -72,12 +72,38 @@ def _vec_chunks(vec_tile):
     return vec_tile[1], vec_tile[-1]
 
 
+def _size(nbytes):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes} bytes"
+
+
+def _check_memory(call, threads, copies):
+    limit = _config.get_memory_limit()
+    need = call.tiling.cpu_memory_bytes(call.problem, threads) + copies
+    if limit is not None and need > limit:
+        p = call.problem
+        raise PyptoMemoryError(
+            f"conv_backward_input would need about {_size(need)} (output "
+            f"{_size(p.n * p.cin * p.hin * p.win * p.dtype_size)} plus weight panels, tile scratch "
+            f"and input copies) but the memory limit is {_size(limit)}; raise it with "
+            "pypto.set_options(memory_limit=...) or PYPTO_MEMORY_LIMIT, or use smaller shapes")
+
+
 def conv_backward_input_cpu(call, dy, w):
-    """dx for a validated call (``pypto._validation.ValidatedCall``) from host arrays dy and w."""
+    """dx for a validated call (``pypto._validation.ValidatedCall``) from host arrays dy and w.
+
+    Checks the memory the call needs against the limit before allocating anything.
+    """
     p = call.problem
-    out = np.empty((p.n, p.cin, p.hin, p.win), dtype=numpy_dtype(call.dtype))
+    threads = _config.get_num_threads()
+    np_dtype = numpy_dtype(call.dtype)
+    copies = sum(a.nbytes for a in (dy, w)
+                 if not (a.flags.c_contiguous and a.dtype == np_dtype))
+    _check_memory(call, threads, copies)
+    out = np.empty((p.n, p.cin, p.hin, p.win), dtype=np_dtype)
     _KERNEL.dgrad(_bits(dy, call.dtype), _bits(w, call.dtype), out.view(np.uint16),
                   _KERNEL_DTYPE[call.dtype], (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw),
-                  call.tiling.kernel_tiles(p), _vec_chunks(call.vec_tile),
-                  _config.get_num_threads())
+                  call.tiling.kernel_tiles(p), _vec_chunks(call.vec_tile), threads)
     return out

@@ -132,3 +132,20 @@ class Tiling(NamedTuple):
         kl1 = min(self.kl1, p.gemm_k)
         return (rows, cols, nl1, kl1, min(self.ml0, rows * cols), min(self.kl0, kl1),
                 min(self.nl0, nl1))
+
+    def cpu_memory_bytes(self, p, threads):
+        """Upper bound of what one CPU call allocates: output, weight panels, tile scratch.
+
+        Mirrors the kernel's buffers (pypto/_kernels/_dgrad_impl.pxi) with its largest register
+        block (8 channels x 32 pixels) and fp32 everywhere, so it never under-counts.
+        """
+        rows, cols, nl1, kl1, _, _, _ = self.kernel_tiles(p)
+        output = p.n * p.cin * p.hin * p.win * p.dtype_size
+        panels = ceil_align(p.cin, 8) * ceil_align(p.cout, 2) * p.taps * 4
+        rows_max, cols_max = ceil_div(rows, p.sh), ceil_div(cols, p.sw)
+        fr_max = rows_max + (p.kh - 1) * p.dh // p.sh + 1
+        fc_max = cols_max + (p.kw - 1) * p.dw // p.sw + 1
+        cout_l1 = kl1 // p.taps
+        scratch = 4 * (ceil_align(nl1, 8) * ceil_align(rows_max * fc_max, 32)
+                       + cout_l1 * fr_max * fc_max + fc_max + 32 + 2 * cout_l1 * p.taps + 16)
+        return output + panels + threads * scratch

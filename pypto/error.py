@@ -10,7 +10,8 @@ the builtin ``TypeError`` / ``ValueError`` so plain ``except ValueError`` works 
 """
 
 __all__ = [
-    "PyptoError", "PyptoGeneralError", "FeError", "PyptoRtError", "PassError", "VerifyError",
+    "PyptoError", "PyptoGeneralError", "FeError", "PyptoRtError", "PyptoMemoryError", "PassError",
+    "VerifyError",
     "ConvBpInputError", "ConvBpTypeError", "ConvBpValueError", "ConvBpRuntimeError",
     "ERROR_CODES",
 ]
@@ -67,6 +68,13 @@ class FeError(PyptoGeneralError):
 
 class PyptoRtError(PyptoGeneralError):
     """Runtime error (kernel or device)."""
+
+
+class PyptoMemoryError(PyptoRtError, MemoryError):
+    """A call would need more memory than the limit allows (checked before allocating)."""
+
+    def __init__(self, text):
+        PyptoError.__init__(self, ERROR_CODES["RuntimeError"], MemoryError(text))
 
 
 class PassError(PyptoGeneralError):

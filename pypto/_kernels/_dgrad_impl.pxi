@@ -21,6 +21,7 @@
 # order (over (co pair, tap) pairs with the bf16 dot product) whatever the tiles and threads,
 # so neither changes a bit.
 
+from cpython.exc cimport PyErr_CheckSignals
 from cython.parallel cimport parallel, prange, threadid
 from libc.stdint cimport int64_t, uint16_t, uint32_t
 from libc.stdlib cimport calloc, free, malloc
@@ -455,7 +456,7 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     cdef int threads = <int>_max(1, _min(num_threads, n_items))
     cdef int64_t per_thread = _round_up(g.acc_len + g.frame_len + g.rows_len, 16)
     cdef float *scratch = <float *>malloc(threads * per_thread * sizeof(float))
-    cdef int64_t item, cb
+    cdef int64_t item, cb, first, last, chunk
     cdef int64_t n_cb = cin_pad // PYPTO_MR
     cdef const uint16_t *dy_p = &dy[0, 0, 0, 0]
     cdef const uint16_t *w_p = &w[0, 0, 0, 0]
@@ -468,9 +469,17 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
         with nogil, parallel(num_threads=threads):
             for cb in prange(n_cb, schedule="static"):
                 _pack_weight_block(&g, w_p, cb * PYPTO_MR)
-        with nogil, parallel(num_threads=threads):
-            for item in prange(n_items, schedule="dynamic"):
-                _work_item(&g, item, dy_p, dx_p, scratch + threadid() * per_thread)
+        # Work items go in chunks so that Ctrl-C is noticed between them: a signal only
+        # reaches Python code, and a whole large call could run for minutes.
+        chunk = max(8 * threads, 1)
+        first = 0
+        while first < n_items:
+            last = _min(first + chunk, n_items)
+            with nogil, parallel(num_threads=threads):
+                for item in prange(first, last, schedule="dynamic"):
+                    _work_item(&g, item, dy_p, dx_p, scratch + threadid() * per_thread)
+            first = last
+            PyErr_CheckSignals()
     finally:
         free(scratch)
         free(w_packed)
