@@ -12,6 +12,7 @@ from ._config import (get_convbp_input_tile_shapes, get_num_threads, get_options
 from ._controller import function
 from ._convbp import conv_backward_input, conv_backward_input_size_range
 from ._dtypes import DataType, TileOpFormat
+from ._explain import TilingReport, explain_convbp_input_tiling
 from ._suggest import suggest_convbp_input_tile_shapes
 from ._version import __version__
 from .config import ConvBpTile
@@ -25,6 +26,7 @@ globals().update({member.name: member for member in DataType})
 __all__ = [
     "Tensor", "tensor", "DataType", "TileOpFormat", "from_numpy", "from_torch",
     "conv_backward_input", "conv_backward_input_size_range", "suggest_convbp_input_tile_shapes",
+    "explain_convbp_input_tiling", "TilingReport",
     "set_convbp_input_tile_shapes", "get_convbp_input_tile_shapes",
     "set_vec_tile_shapes", "get_vec_tile_shapes", "set_num_threads", "get_num_threads",
     "options", "set_options", "get_options", "reset_options", "function", "jit", "frontend",

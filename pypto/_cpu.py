@@ -62,8 +62,12 @@ def kernel_info():
 
 
 def _bits(array, dtype):
-    """The array as C-contiguous native 16-bit patterns (a copy only when the layout needs one)."""
-    array = np.ascontiguousarray(array, dtype=numpy_dtype(dtype))
+    """The array as C-contiguous, aligned, native 16-bit patterns.
+
+    A copy only when the array is not already so: views with strides (negative too), Fortran
+    order, byte-swapped or misaligned data are copied; the caller's array is never written.
+    """
+    array = np.require(array, dtype=numpy_dtype(dtype), requirements=["C_CONTIGUOUS", "ALIGNED"])
     return array.view(np.uint16)
 
 
@@ -100,7 +104,7 @@ def conv_backward_input_cpu(call, dy, w):
     threads = _config.get_num_threads()
     np_dtype = numpy_dtype(call.dtype)
     copies = sum(a.nbytes for a in (dy, w)
-                 if not (a.flags.c_contiguous and a.dtype == np_dtype))
+                 if not (a.flags.c_contiguous and a.flags.aligned and a.dtype == np_dtype))
     _check_memory(call, threads, copies)
     out = np.empty((p.n, p.cin, p.hin, p.win), dtype=np_dtype)
     _KERNEL.dgrad(_bits(dy, call.dtype), _bits(w, call.dtype), out.view(np.uint16),

@@ -16,6 +16,6 @@ def pytest_sessionstart(session):
     # CI installs the sdist and must test that, not the source folder next to the tests.
     if os.environ.get("PYPTO_TEST_INSTALLED"):
         location = pathlib.Path(pypto.__file__).resolve()
-        if SOURCE_TREE in location.parents:
+        if location.parent == SOURCE_TREE / "pypto":
             raise RuntimeError(f"PYPTO_TEST_INSTALLED is set but pypto was imported from the "
                                f"source tree ({location}), not from the installed package")
