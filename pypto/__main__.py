@@ -1,8 +1,14 @@
-"""``python -m pypto``: run conv_backward_input on built-in examples and check the numbers.
+"""``python -m pypto``: run conv_backward_input and explain tiles from the command line.
 
-Prints the version and backend, then for the specification's example and a ResNet-size layer:
-shapes, tiles, time, GFLOP/s and the error against a float64 NumPy reference (in units of the
-output dtype's ulp, and how many elements differ from the once-rounded float64 value).
+- no command: the specification's example and a ResNet-size layer on random data;
+- ``run --grad-output ... --weight ...``: a problem you give (tiles suggested unless given);
+- ``tiles --grad-output ... --weight ... --l1 M,K,N --l0 M,K,N``: every NPU tile rule with its
+  numbers, buffer use, loop counts, and the nearest legal tiles when a rule fails;
+- ``info``: version, kernel build, threads.
+
+Runs print shapes, tiles, time, GFLOP/s and the error against a float64 NumPy reference (in
+units of the output dtype's ulp, and how many elements differ from the once-rounded value).
+Bad arguments print one ``error:`` line and exit with code 2.
 """
 
 import argparse
@@ -13,7 +19,7 @@ import numpy as np
 
 import pypto
 from pypto import pypto_impl
-from pypto._cpu import openmp_enabled
+from pypto._cpu import kernel_info
 from pypto._dtypes import numpy_dtype
 from pypto._numpy_dgrad import dgrad_gemm_col2im
 from pypto._tiling import ConvProblem
@@ -36,19 +42,21 @@ def _ulp(values, dtype):
 
 
 def run_example(name, spec, dtype, rng):
-    dy_shape, w_shape, input_size, strides, paddings, dilations, l1, l0 = spec
+    """Run one problem on random data, check it against float64 NumPy, print what happened."""
+    dy_shape, w_shape, input_size, strides, paddings, dilations, l1, l0 = spec[:8]
+    vec = spec[8] if len(spec) > 8 else (16, 16, 16, 16)
     np_dtype = numpy_dtype(dtype)
     dy = rng.uniform(-1, 1, dy_shape).astype(np_dtype)
     w = rng.uniform(-1, 1, w_shape).astype(np_dtype)
-    pypto.set_convbp_input_tile_shapes(pypto_impl.ConvBpTileL1Info(*l1),
-                                       pypto_impl.ConvBpTileL0Info(*l0))
-    pypto.set_vec_tile_shapes(16, 16, 16, 16)
     args = (pypto.from_numpy(dy), list(input_size), pypto.from_numpy(w), dtype, list(strides),
             list(paddings), list(dilations))
-    pypto.conv_backward_input(*args)  # warm-up
-    start = time.perf_counter()
-    out = pypto.conv_backward_input(*args).numpy()
-    seconds = time.perf_counter() - start
+    with pypto.options(convbp_tile_shapes=(pypto_impl.ConvBpTileL1Info(*l1),
+                                           pypto_impl.ConvBpTileL0Info(*l0)),
+                       vec_tile_shapes=list(vec)):
+        pypto.conv_backward_input(*args)  # warm-up (and validation: errors surface here)
+        start = time.perf_counter()
+        out = pypto.conv_backward_input(*args).numpy()
+        seconds = time.perf_counter() - start
     ref = dgrad_gemm_col2im(dy, w, input_size[2:], strides, paddings, dilations)
     # Allowed: half an ulp (the one rounding) plus fp32 accumulation over K terms.
     magnitude = dgrad_gemm_col2im(np.abs(dy), np.abs(w), input_size[2:], strides, paddings,
@@ -64,31 +72,133 @@ def run_example(name, spec, dtype, rng):
     print(f"{name}: grad_output {list(dy_shape)} weight {list(w_shape)} -> input_size "
           f"{list(input_size)}, strides {list(strides)}, paddings {list(paddings)}, "
           f"dilations {list(dilations)}, {dtype}")
-    print(f"  tiles L1 (M, K, N) = {l1}, L0 = {l0}, vec = {pypto.get_vec_tile_shapes()}")
+    print(f"  tiles L1 (M, K, N) = {tuple(l1)}, L0 = {tuple(l0)}, vec = {list(vec)}")
     print(f"  {seconds * 1e3:.3f} ms, {flops / seconds / 1e9:.1f} GFLOP/s; "
           f"max error {err_ulp.max():.3f} ulp; {differ} of {out.size} elements differ from the "
           f"float64 result rounded once; within the fp32-accumulation bound: {within}")
     return within
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m pypto", description=__doc__.splitlines()[0])
-    parser.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="CPU threads (default: OMP_NUM_THREADS or all CPUs)")
-    args = parser.parse_args(argv)
-    dtype = pypto.DT_FP16 if args.dtype == "fp16" else pypto.DT_BF16
+def _ints(text):
     try:
-        pypto.set_num_threads(args.threads)
-    except pypto.PyptoError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"pypto {pypto.__version__}: backend cpu, {pypto.get_num_threads()} thread(s), "
-          f"OpenMP {'on' if openmp_enabled() else 'off'}")
+        return [int(v) for v in text.replace(" ", "").split(",") if v != ""]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") from None
+
+
+def _add_problem_args(parser):
+    parser.add_argument("--grad-output", type=_ints, required=True, metavar="N,COUT,HOUT,WOUT")
+    parser.add_argument("--weight", type=_ints, required=True, metavar="COUT,CIN,KH,KW")
+    parser.add_argument("--input-size", type=_ints, metavar="N,CIN,HIN,WIN",
+                        help="default: the smallest valid size")
+    parser.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
+    parser.add_argument("--strides", type=_ints, default=[1, 1], metavar="SH,SW")
+    parser.add_argument("--paddings", type=_ints, default=[0, 0, 0, 0], metavar="T,B,L,R")
+    parser.add_argument("--dilations", type=_ints, default=[1, 1], metavar="DH,DW")
+    parser.add_argument("--l1", type=_ints, metavar="ML1,KL1,NL1",
+                        help="L1 tiles, upstream order M, K, N (default: suggested)")
+    parser.add_argument("--l0", type=_ints, metavar="ML0,KL0,NL0",
+                        help="L0 tiles, M, K, N (default: suggested)")
+    parser.add_argument("--vec", type=_ints, default=[16, 16, 16, 16], metavar="V,V,V,V[,V]",
+                        help="vector tile shapes (default 16,16,16,16)")
+
+
+def _problem_args(args):
+    """(dy_shape, w_shape, input_size, strides, paddings, dilations, l1, l0, vec) from the CLI."""
+    dtype = _DTYPES[args.dtype]
+    input_size = args.input_size
+    if input_size is None:
+        (hin, _), (win, _) = pypto.conv_backward_input_size_range(
+            args.grad_output, args.weight, args.strides, args.paddings, args.dilations)
+        input_size = [args.grad_output[0], args.weight[1] if len(args.weight) > 1 else 0, hin,
+                      win]
+    l1, l0 = args.l1, args.l0
+    if l1 is None or l0 is None:
+        s_l1, s_l0 = pypto.suggest_convbp_input_tile_shapes(
+            args.grad_output, args.weight, input_size, dtype, args.strides, args.paddings,
+            args.dilations)
+        l1 = l1 or list(s_l1.as_tuple())
+        l0 = l0 or list(s_l0.as_tuple())
+    for name, value in (("--l1", l1), ("--l0", l0)):
+        if len(value) != 3:
+            raise pypto.error.FeError(ValueError(f"{name} takes 3 ints (M, K, N), got {value}"))
+    return (args.grad_output, args.weight, input_size, args.strides, args.paddings,
+            args.dilations, l1, l0, args.vec), dtype
+
+
+_DTYPES = {"fp16": pypto.DT_FP16, "bf16": pypto.DT_BF16}
+
+
+def _banner():
+    info = kernel_info()
+    return (f"pypto {pypto.__version__}: backend cpu ({info['isa']}), "
+            f"{pypto.get_num_threads()} thread(s), OpenMP {'on' if info['openmp'] else 'off'}")
+
+
+def _cmd_examples(args):
+    print(_banner())
+    dtype = _DTYPES[args.dtype]
     rng = np.random.default_rng(0)
     ok = all([run_example(name, spec, dtype, rng) for name, spec in EXAMPLES.items()])
     print("check against the float64 reference:", "passed" if ok else "FAILED")
     return 0 if ok else 1
+
+
+def _cmd_run(args):
+    print(_banner())
+    spec, dtype = _problem_args(args)
+    ok = run_example("run", spec, dtype, np.random.default_rng(args.seed))
+    print("check against the float64 reference:", "passed" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+def _cmd_tiles(args):
+    spec, dtype = _problem_args(args)
+    dy, w, size, strides, paddings, dilations, l1, l0, vec = spec
+    report = pypto.explain_convbp_input_tiling(
+        dy, w, size, dtype, strides, paddings, dilations, pypto_impl.ConvBpTileL1Info(*l1),
+        pypto_impl.ConvBpTileL0Info(*l0), vec_tile_shapes=vec)
+    print(report)
+    return 0 if report.legal else 1
+
+
+def _cmd_info(args):
+    info = kernel_info()
+    print(f"pypto {pypto.__version__}")
+    print(f"cpu kernel: ISA {info['isa']} (built {', '.join(info['built_levels'])}; this CPU runs "
+          f"{', '.join(info['cpu_levels'])}), micro-kernel {info['mr']}x{info['nr']}, "
+          f"bf16 dot product {'yes' if info['bf16_dot'] else 'no'}, OpenMP "
+          f"{'on' if info['openmp'] else 'off'}, {pypto.get_num_threads()} thread(s)")
+    return 0
+
+
+def main(argv=None):
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--threads", type=int, default=None,
+                        help="CPU threads (default: OMP_NUM_THREADS or all CPUs)")
+    parser = argparse.ArgumentParser(
+        prog="python -m pypto", parents=[common],
+        description="Run pypto.conv_backward_input on built-in examples (no command), on a "
+                    "problem you give (run), or explain a set of tiles (tiles).")
+    parser.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
+    commands = parser.add_subparsers(dest="command")
+    run = commands.add_parser("run", parents=[common],
+                              help="run one problem on random data and check it")
+    _add_problem_args(run)
+    run.add_argument("--seed", type=int, default=0)
+    tiles = commands.add_parser("tiles", parents=[common],
+                                help="explain how the NPU rules judge a set of tiles")
+    _add_problem_args(tiles)
+    commands.add_parser("info", parents=[common], help="version, kernel build and threads")
+    args = parser.parse_args(argv)
+    try:
+        pypto.set_num_threads(args.threads)
+        handler = {None: _cmd_examples, "run": _cmd_run, "tiles": _cmd_tiles,
+                   "info": _cmd_info}[args.command]
+        return handler(args)
+    except pypto.PyptoError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,0 +1,72 @@
+"""python -m pypto: commands, arguments, bad arguments and exit codes."""
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "pypto", *args], capture_output=True, text=True,
+                          timeout=300, cwd=HERE)
+
+
+PROBLEM = ["--grad-output", "2,32,7,7", "--weight", "32,24,3,3", "--strides", "2,2",
+           "--paddings", "1,1,1,1"]
+
+
+def test_run_checks_a_given_problem():
+    done = _cli("run", *PROBLEM, "--dtype", "bf16", "--threads", "1")
+    assert done.returncode == 0, done.stderr
+    assert "input_size [2, 24, 13, 13]" in done.stdout  # the smallest valid size by default
+    assert "check against the float64 reference: passed" in done.stdout
+
+
+def test_run_with_given_tiles_and_size():
+    done = _cli("run", *PROBLEM, "--input-size", "2,24,14,14", "--l1", "14,144,16",
+                "--l0", "16,16,16", "--vec", "16,16,1,16,16")
+    assert done.returncode == 0, done.stderr
+    assert "tiles L1 (M, K, N) = (14, 144, 16), L0 = (16, 16, 16), vec = [16, 16, 1, 16, 16]" \
+        in done.stdout
+
+
+@pytest.mark.parametrize("args, text", [
+    (["run", *PROBLEM, "--strides", "0,2"], "strides must be in the range [1,63]"),
+    (["run", *PROBLEM, "--input-size", "2,24,20,13"], "input_size[2] must be in [13, 14]"),
+    (["run", *PROBLEM, "--l1", "13,140,16", "--l0", "16,16,16"], "Invalid tileKL1:140"),
+    (["run", *PROBLEM, "--l1", "16,144"], "--l1 takes 3 ints"),
+    (["--threads", "0"], "num_threads must be None or an int >= 1"),
+])
+def test_validation_errors_are_one_line_and_exit_2(args, text):
+    done = _cli(*args)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and text in lines[0], done.stderr
+
+
+def test_unparsable_argument_is_a_usage_error():
+    done = _cli("run", "--grad-output", "2,a", "--weight", "1")
+    assert done.returncode == 2 and "expected comma-separated ints" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_tiles_explains_and_exit_code_says_legal():
+    legal = _cli("tiles", "--grad-output", "1,16,5,32", "--weight", "16,16,3,3", "--paddings",
+                 "1,1,1,1", "--l1", "16,144,16", "--l0", "16,16,16")
+    assert legal.returncode == 0, legal.stderr
+    assert "verdict: legal on Atlas A2/A3" in legal.stdout
+    assert "L1        6336 /  524288 bytes" in legal.stdout
+    illegal = _cli("tiles", "--grad-output", "1,16,5,32", "--weight", "16,16,3,3", "--paddings",
+                   "1,1,1,1", "--l1", "16,140,16", "--l0", "16,16,16")
+    assert illegal.returncode == 1
+    assert "TS3  FAIL" in illegal.stdout
+    assert "nearest legal tiles: ConvBpTileL1Info(16, 144, 16)" in illegal.stdout
+
+
+def test_info():
+    done = _cli("info")
+    assert done.returncode == 0 and "cpu kernel: ISA" in done.stdout
