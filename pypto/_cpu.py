@@ -83,9 +83,15 @@ def _size(nbytes):
     return f"{nbytes} bytes"
 
 
+_ALWAYS_FITS = 32 << 20  # below this, no call reads /proc/meminfo (it costs ~10 µs)
+
+
 def _check_memory(call, threads, copies):
-    limit = _config.get_memory_limit()
     need = call.tiling.cpu_memory_bytes(call.problem, threads) + copies
+    if need < _ALWAYS_FITS and _config._get("memory_limit") is None \
+            and not os.environ.get("PYPTO_MEMORY_LIMIT"):
+        return
+    limit = _config.get_memory_limit()
     if limit is not None and need > limit:
         p = call.problem
         raise PyptoMemoryError(

@@ -135,6 +135,16 @@ def _set_threads(torch, n):
         os.environ["OPENBLAS_NUM_THREADS"] = str(n)  # effective only before numpy loads
 
 
+def _progress(done, total, what):
+    """A progress bar on stderr (the table goes to stdout, so redirecting it stays clean)."""
+    width = 30
+    filled = width * done // total
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what:<40}")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
 def _machine():
     model = "unknown CPU"
     try:
@@ -169,6 +179,7 @@ def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_nu
     print("-" * len(header))
     rng = np.random.default_rng(0)
     rows = []
+    total, done = len(cases) * len(dtypes) * len(thread_counts), 0
     for name in cases:
         for dtype in dtypes:
             case = Case(name, CASES[name], dtype, rng)
@@ -192,6 +203,8 @@ def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_nu
             if with_numpy:
                 runners["numpy fp32"] = case.numpy_runner()
             for threads in thread_counts:
+                done += 1
+                _progress(done, total, f"case {name} {dtype.name[3:].lower()} {threads} thread(s)")
                 _set_threads(torch, threads)
                 medians = _median_times(runners, rounds, budget_s)
                 peak_kind = "bf16_dot" if dtype == pypto.DT_BF16 and info["bf16_dot"] else "fp32_fma"
@@ -309,6 +322,60 @@ def peak_memory(name="j", dtype=pypto.DT_BF16):
           f"tile scratch); a full im2col would be {p.n * p.gemm_k * p.hin * p.win * 4 / mib:.0f} MiB")
 
 
+def write_json(path, rows, argv):
+    """All measured rows plus the machine, kernel and command, as JSON."""
+    import json
+
+    info = kernel_info()
+    with open(path, "w") as f:
+        json.dump({"machine": _machine(), "pypto": pypto.__version__, "kernel": info,
+                   "peak_gflops_per_core": PEAK_PER_CORE, "command": argv, "cases": CASES,
+                   "rows": rows}, f, indent=1)
+    print(f"results written to {path}")
+
+
+def write_plot(path, rows):
+    """GFLOP/s per case, pypto against each peer, one panel per dtype and thread count, with
+    the machine's peak marked. Needs matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot (pip install matplotlib)")
+        return
+    panels = sorted({(r["dtype"], r["threads"]) for r in rows})
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 3.6 * len(panels)), squeeze=False)
+    info = kernel_info()
+    for ax, (dtype, threads) in zip(axes[:, 0], panels):
+        sel = [r for r in rows if r["dtype"] == dtype and r["threads"] == threads]
+        cases = sorted({r["case"] for r in sel})
+        peers = ["pypto"] + sorted({r["peer"] for r in sel} - {"pypto"})
+        width = 0.8 / len(peers)
+        # pypto alone in red; peers in colours that never repeat it
+        palette = iter(["tab:blue", "tab:green", "tab:orange", "tab:purple", "tab:gray",
+                        "tab:brown", "tab:olive", "tab:cyan"])
+        for i, peer in enumerate(peers):
+            values = {r["case"]: r["gflops"] for r in sel if r["peer"] == peer}
+            xs = [c + (i - (len(peers) - 1) / 2) * width for c in range(len(cases))]
+            ax.bar(xs, [values.get(c, 0) for c in cases], width, label=peer,
+                   color="tab:red" if peer == "pypto" else next(palette))
+        kind = "bf16_dot" if dtype == "bf16" and info["bf16_dot"] else "fp32_fma"
+        peak = PEAK_PER_CORE[kind] * threads
+        ax.axhline(peak, color="black", linestyle="--", linewidth=1)
+        ax.text(len(cases) - 0.5, peak, f"peak {peak:.0f} ({kind.replace('_', ' ')})",
+                ha="right", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(cases)))
+        ax.set_xticklabels(cases)
+        ax.set_ylabel("GFLOP/s")
+        ax.set_title(f"conv_backward_input, {dtype}, {threads} thread(s)")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(f"pypto {pypto.__version__} ({info['isa']}) on {_machine()}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot written to {path}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m pypto.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--cases", default="a,b,c,d,e,f,g,h,i,j",
@@ -319,16 +386,18 @@ def main(argv=None):
     parser.add_argument("--budget", type=float, default=3.0,
                         help="seconds after which a slow runner stops repeating")
     parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
+    parser.add_argument("--plot", metavar="PATH", help="write a PNG plot (needs matplotlib)")
     parser.add_argument("--memory", action="store_true",
                         help="only report the peak memory of one call on case j")
     parser.add_argument("--quick", action="store_true",
-                        help="smoke run: case a, one thread, 2 rounds (seconds)")
+                        help="a run under a minute: cases a, c, f at one thread, 3 rounds")
     args = parser.parse_args(argv)
     if args.memory:
         peak_memory()
         return 0
     if args.quick:
-        args.cases, args.threads, args.rounds = "a", "1", 1
+        args.cases, args.threads, args.rounds, args.budget = "a,c,f", "1", 3, 0.5
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [c for c in cases if c not in CASES]
     if unknown:
@@ -338,6 +407,10 @@ def main(argv=None):
     threads = [int(t) for t in args.threads.split(",")]
     rows = run(cases, dtypes, threads, args.rounds, args.budget, with_torch=not args.no_torch)
     summarize(rows)
+    if args.json:
+        write_json(args.json, rows, sys.argv if argv is None else argv)
+    if args.plot:
+        write_plot(args.plot, rows)
     if "a" in cases:
         torch = None
         if not args.no_torch:

@@ -111,6 +111,25 @@ class Tensor:
                                        "describes a shape. Use pypto.from_numpy to attach data."))
         return self._data
 
+    def __dlpack__(self, stream=None):
+        """Export the host data through DLPack (zero copy), e.g. ``torch.from_dlpack(t)``.
+
+        NumPy's DLPack has no bfloat16, so bf16 data goes out through torch's (when installed)
+        as a torch.bfloat16 view of the same memory.
+        """
+        array = self.numpy()
+        if self._dtype == DataType.DT_BF16:
+            try:
+                import torch
+            except ImportError:
+                raise FeError(RuntimeError("exporting bfloat16 through DLPack needs PyTorch "
+                                           "(NumPy's DLPack has no bfloat16)")) from None
+            return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16).__dlpack__()
+        return array.__dlpack__() if stream is None else array.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self.numpy().__dlpack_device__()
+
     def move(self, other):
         """Bind ``other``'s result to this tensor.
 
