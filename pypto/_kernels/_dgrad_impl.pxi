@@ -24,7 +24,7 @@
 from cpython.exc cimport PyErr_CheckSignals
 from cython.parallel cimport parallel, prange, threadid
 from libc.stdint cimport int64_t, uint16_t, uint32_t
-from libc.stdlib cimport calloc, free, malloc
+from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
 cdef extern from "pypto_numeric.h" nogil:
@@ -104,6 +104,10 @@ def openmp_enabled():
     """True when this module was built with OpenMP (else it runs on one thread)."""
     return bool(PYPTO_HAVE_OPENMP)
 
+
+
+cdef enum:
+    PACK_BLOCK = 4096   # floats on the stack for one converted weight block (MR x Kh*Kw)
 
 
 cdef struct Geometry:
@@ -355,6 +359,8 @@ cdef void _pack_weight_block(const Geometry *g, const uint16_t *w, int64_t cb) n
     cdef const uint16_t *src
     cdef float *dst_f
     cdef uint16_t *dst_h
+    cdef float widened[PACK_BLOCK]
+    cdef bint block_fits = PYPTO_MR * taps <= PACK_BLOCK
     rows = _min(PYPTO_MR, g.cin - cb)
     for phase in range(g.sh * g.sw):
         ntaps = g.tap_count[phase]
@@ -364,6 +370,9 @@ cdef void _pack_weight_block(const Geometry *g, const uint16_t *w, int64_t cb) n
         base = g.w_offset[phase] + cb * _k_len(g, ntaps)
         for co in range(g.cout):
             src = w + (co * g.cin + cb) * taps
+            if block_fits and not g.dot_bf16:
+                # the MR x Kh*Kw source block is contiguous: one vectorized conversion
+                pypto_widen(src, widened, rows * taps, g.dtype)
             for ti in range(ntaps):
                 tap_index = g.tap_kh[first + ti] * g.kw + g.tap_kw[first + ti]
                 if g.dot_bf16:
@@ -371,16 +380,25 @@ cdef void _pack_weight_block(const Geometry *g, const uint16_t *w, int64_t cb) n
                     dst_h = <uint16_t *>g.w_packed + base + k * (2 * PYPTO_MR) + (co & 1)
                     for r in range(rows):
                         dst_h[2 * r] = src[r * taps + tap_index]
+                    for r in range(rows, PYPTO_MR):
+                        dst_h[2 * r] = 0
+                    if co == g.cout - 1 and (co & 1) == 0:   # odd Cout: the pair's partner is 0
+                        for r in range(PYPTO_MR):
+                            dst_h[2 * r + 1] = 0
                 else:
                     k = co * ntaps + ti
                     dst_f = <float *>g.w_packed + base + k * PYPTO_MR
-                    if g.dtype == 1:
+                    if block_fits:   # widened once per (co, channel block), below
                         for r in range(rows):
-                            dst_f[r] = pypto_bf16_to_float(src[r * taps + tap_index])
+                            dst_f[r] = widened[r * taps + tap_index]
                     else:
                         for r in range(rows):
-                            dst_f[r] = pypto_half_to_float(src[r * taps + tap_index])
-        # rows past Cin and the odd channel of a last pair stay 0 (the panels start zeroed)
+                            pypto_widen(&src[r * taps + tap_index], &dst_f[r], 1, g.dtype)
+                    for r in range(rows, PYPTO_MR):
+                        dst_f[r] = 0
+        # rows past Cin and the missing partner of an odd last channel are written as 0, so the
+        # panels need no zeroed allocation (malloc reuses freed memory; calloc would fault in
+        # fresh pages on every call)
 
 
 def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
@@ -451,7 +469,7 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     g.frame_len = slots * fr_max * fc_max + fc_max + PYPTO_NR
     g.rows_len = 2 * slots * max_ntaps   # pointers are two float slots
     cdef size_t panel_bytes = panel_elems * (sizeof(uint16_t) if g.dot_bf16 else sizeof(float))
-    cdef void *w_packed = calloc(panel_bytes, 1)
+    cdef void *w_packed = malloc(panel_bytes)
     cdef int64_t n_items = g.n_img * g.n_blocks * g.row_tiles * g.col_tiles
     cdef int threads = <int>_max(1, _min(num_threads, n_items))
     cdef int64_t per_thread = _round_up(g.acc_len + g.frame_len + g.rows_len, 16)
