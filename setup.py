@@ -15,6 +15,7 @@ import tempfile
 import textwrap
 
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
 
 OPENMP_PROBE = textwrap.dedent("""
     #include <omp.h>
@@ -105,4 +106,26 @@ def extensions():
     })
 
 
-setup(ext_modules=extensions())
+def ascendc_builder():
+    """pypto/_kernels/ascendc/build.py, loaded by path: the package is not importable yet."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "pypto_ascendc_build", os.path.join("pypto", "_kernels", "ascendc", "build.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class BuildPyWithNpuKernel(build_py):
+    """Also build the AscendC kernel library into pypto/device/lib when a CANN toolkit is found
+    (otherwise one line says why it was skipped, and the install goes on)."""
+
+    def run(self):
+        super().run()
+        package = "pypto" if getattr(self, "editable_mode", False) \
+            else os.path.join(self.build_lib, "pypto")
+        ascendc_builder().build_kernel_library(os.path.join(package, "device", "lib"))
+
+
+setup(ext_modules=extensions(), cmdclass={"build_py": BuildPyWithNpuKernel})

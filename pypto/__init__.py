@@ -16,6 +16,7 @@ from ._explain import TilingReport, explain_convbp_input_tiling
 from ._suggest import suggest_convbp_input_tile_shapes
 from ._version import __version__
 from .config import ConvBpTile
+from .device import get_device, set_device
 from .error import PyptoError
 from .frontend import jit
 from .tensor import Tensor, from_numpy, from_torch, tensor
@@ -30,5 +31,5 @@ __all__ = [
     "set_convbp_input_tile_shapes", "get_convbp_input_tile_shapes",
     "set_vec_tile_shapes", "get_vec_tile_shapes", "set_num_threads", "get_num_threads",
     "options", "set_options", "get_options", "reset_options", "function", "jit", "frontend",
-    "ConvBpTile", "PyptoError", "error", "pypto_impl", "__version__",
+    "ConvBpTile", "PyptoError", "error", "pypto_impl", "__version__", "get_device", "set_device",
 ] + [member.name for member in DataType]

@@ -130,7 +130,7 @@ def _parse_bytes(value, name):
         unit = text[-1:] if text[-1:] in _UNITS else ""
         try:
             value = int(float(text[:len(text) - len(unit)]) * _UNITS[unit])
-        except ValueError:
+        except (ValueError, OverflowError):  # not a number; or inf
             raise FeError(ValueError(f"{name}: cannot read {value!r} as a size "
                                      "(e.g. 8589934592, '8G', '512M')")) from None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -52,8 +52,12 @@ def conv_backward_input(grad_output, input_size, weight, out_dtype, strides, pad
         raise FeError(ValueError(f"{holder} holds data but {other} only describes a shape: pass "
                                  "both with data (pypto.from_numpy / from_torch) or neither."))
     if grad_output.has_data:
-        from ._cpu import conv_backward_input_cpu
-        result._data = conv_backward_input_cpu(call, grad_output.numpy(), weight.numpy())
+        from .device import select_backend
+        if select_backend(call) == "npu":
+            from .device import conv_backward_input_npu as compute
+        else:
+            from ._cpu import conv_backward_input_cpu as compute
+        result._data = compute(call, grad_output.numpy(), weight.numpy())
     return result
 
 

@@ -71,9 +71,10 @@ def _bits(array, dtype):
     return array.view(np.uint16)
 
 
-def _vec_chunks(vec_tile):
-    """(channels, columns) per write-out chunk from a 4-entry NCHW or 5-entry NCDHW vec tile."""
-    return vec_tile[1], vec_tile[-1]
+def _vec_chunks(vec_tile, p):
+    """(channels, columns) per write-out chunk from a 4-entry NCHW or 5-entry NCDHW vec tile,
+    clipped to the problem (a chunk larger than its dimension is the whole dimension)."""
+    return min(vec_tile[1], p.cin), min(vec_tile[-1], p.win)
 
 
 def _size(nbytes):
@@ -107,7 +108,7 @@ def conv_backward_input_cpu(call, dy, w):
     Checks the memory the call needs against the limit before allocating anything.
     """
     p = call.problem
-    threads = _config.get_num_threads()
+    threads = min(_config.get_num_threads(), call.tiling.cpu_work_items(p))
     np_dtype = numpy_dtype(call.dtype)
     copies = sum(a.nbytes for a in (dy, w)
                  if not (a.flags.c_contiguous and a.flags.aligned and a.dtype == np_dtype))
@@ -115,5 +116,5 @@ def conv_backward_input_cpu(call, dy, w):
     out = np.empty((p.n, p.cin, p.hin, p.win), dtype=np_dtype)
     _KERNEL.dgrad(_bits(dy, call.dtype), _bits(w, call.dtype), out.view(np.uint16),
                   _KERNEL_DTYPE[call.dtype], (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw),
-                  call.tiling.kernel_tiles(p), _vec_chunks(call.vec_tile), threads)
+                  call.tiling.kernel_tiles(p), _vec_chunks(call.vec_tile, p), threads)
     return out

@@ -133,6 +133,11 @@ class Tiling(NamedTuple):
         return (rows, cols, nl1, kl1, min(self.ml0, rows * cols), min(self.kl0, kl1),
                 min(self.nl0, nl1))
 
+    def cpu_work_items(self, p):
+        """Independent (image, N-L1 block, M-L1 tile) items: no more threads can be busy."""
+        rows, cols, nl1, _, _, _, _ = self.kernel_tiles(p)
+        return p.n * ceil_div(p.cin, nl1) * ceil_div(p.hin, rows) * ceil_div(p.win, cols)
+
     def cpu_memory_bytes(self, p, threads):
         """Upper bound of what one CPU call allocates: output, weight panels, tile scratch.
 

@@ -146,7 +146,8 @@ class Tensor:
             if not self._data.flags.writeable:
                 raise FeError(ValueError(f"cannot move into tensor '{self.name}': its array is "
                                          "read-only"))
-            np.copyto(self._data, other._data, casting="no")
+            # "equiv": same type in any byte order (a big-endian caller array is fine)
+            np.copyto(self._data, other._data, casting="equiv")
             return
         self._shape, self._dtype = other.shape, other.dtype
         self._ori_shape = other.ori_shape

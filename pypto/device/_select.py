@@ -1,0 +1,67 @@
+"""Which backend runs conv_backward_input: ``auto`` (the default), ``cpu`` or ``npu``.
+
+``pypto.set_device(...)`` wins over the ``PYPTO_DEVICE`` environment variable, which wins over
+``auto``. ``auto`` uses the NPU when it is available (and the problem has a launch plan on it),
+else the CPU; ``npu`` requested but unavailable raises, naming the reason. Cheap on every call:
+this module loads nothing, and availability is computed once per process.
+"""
+
+import os
+
+from ..error import FeError
+from ._errors import NpuUnavailableError
+
+__all__ = ["set_device", "get_device", "select_backend", "DEVICE_ENV", "DEVICES"]
+
+DEVICE_ENV = "PYPTO_DEVICE"
+DEVICES = ("auto", "cpu", "npu")
+_requested = None  # set_device's value; None follows the environment
+
+
+def _checked(device, source):
+    if not isinstance(device, str) or device.strip().lower() not in DEVICES:
+        raise FeError(ValueError(f"{source}={device!r}: expected one of {', '.join(DEVICES)}"))
+    return device.strip().lower()
+
+
+def set_device(device):
+    """Choose the backend for this process: "auto", "cpu" or "npu" (None: back to PYPTO_DEVICE)."""
+    global _requested
+    _requested = None if device is None else _checked(device, "pypto.set_device(device)")
+
+
+def get_device():
+    """The backend requested: set_device's value, else PYPTO_DEVICE, else "auto"."""
+    if _requested is not None:
+        return _requested
+    env = os.environ.get(DEVICE_ENV)
+    return _checked(env, DEVICE_ENV) if env else "auto"
+
+
+def _source():
+    return f"pypto.set_device({_requested!r})" if _requested is not None else f"{DEVICE_ENV}=npu"
+
+
+def select_backend(call=None):
+    """``"cpu"`` or ``"npu"`` for the next call (``call``: a ValidatedCall, to check its plan).
+
+    Raises NpuUnavailableError (a PyptoError) when the NPU was requested and cannot run it.
+    """
+    device = get_device()
+    if device == "cpu":
+        return "cpu"
+    from . import unavailable_reason  # loads no library on a host without device nodes
+
+    reason = unavailable_reason()
+    if reason is None and call is not None:
+        from ._plan import plan_launches
+
+        try:
+            plan_launches(call)
+        except NpuUnavailableError as exc:
+            reason = exc.reason
+    if reason is None:
+        return "npu"
+    if device == "npu":
+        raise NpuUnavailableError(f"{_source()} requested, but the NPU cannot be used: {reason}")
+    return "cpu"

@@ -1,0 +1,311 @@
+"""Fuzzing the front door of pypto.conv_backward_input (specification sections 3 and 4).
+
+Properties (strategies in tests/strategies.py):
+
+* a valid call returns an ``input_size``-shaped Tensor; with data, values within the error bound
+  of test_numerics against the float64 oracle, and the same bits through a ``pypto.jit`` kernel
+  that moves the result into the caller's array;
+* a call broken in exactly one rule raises a ``ConvBpInputError`` (a ``PyptoError``) whose
+  ``.rule`` is that rule, with the rule's error kind and upstream's "ErrCode: ..." text, and
+  never any other exception type, one test per rule id;
+* when such a call fails inside a jit kernel, the caller's output array is left untouched
+  (pre-filled with a sentinel bit pattern, compared byte for byte);
+* junk (wrong types, negative, zero, 10**30, floats, NaN, None, nested lists, strings, bools,
+  NumPy integers) in any argument or option raises only PyptoErrors (or succeeds when the
+  junk happens to be valid, e.g. NumPy integers), never another exception, a crash or a hang.
+
+Bounded for CI: every property runs 60-150 examples (a few seconds in all). A longer run:
+
+    PYPTO_FUZZ_EXAMPLES=20000 python -m pytest tests/test_fuzz.py -q -p no:cacheprovider \\
+        --hypothesis-show-statistics
+
+sets max_examples of every property (each rule's test counts as one property) to that number;
+``--hypothesis-show-statistics`` prints how many examples each property tried. A hang makes the
+process print every thread's stack and exit (after 120 s, plus 0.1 s per example in a long
+run), so CI cannot stall.
+"""
+
+import faulthandler
+import os
+import sys
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import pypto
+from pypto.error import ConvBpInputError
+
+import strategies as S
+from test_numerics import check_accuracy
+
+LONG_EXAMPLES = int(os.environ.get("PYPTO_FUZZ_EXAMPLES", "0") or 0)
+CODES = {"TypeError": "F00001", "ValueError": "F00002", "RuntimeError": "F00003"}
+BUILTIN = {"TypeError": TypeError, "ValueError": ValueError, "RuntimeError": RuntimeError}
+SENTINEL_BITS = 0x7E5A  # a NaN payload no computation produces, in fp16 and bf16 alike
+
+
+def fuzz_settings(default):
+    return settings(max_examples=LONG_EXAMPLES or default, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                           HealthCheck.data_too_large])
+
+
+HANG_SECONDS = 120 + 0.1 * LONG_EXAMPLES
+
+
+def _hang_watchdog(config, test_name):
+    """A timer that, if a test runs for HANG_SECONDS, prints every thread's stack to the real
+    stderr (out of pytest's capture) and ends the process: a hang fails CI instead of stalling
+    it. faulthandler's own timer backs it up for a hang that never releases the GIL."""
+    def fire():
+        capture = config.pluginmanager.getplugin("capturemanager")
+        if capture is not None:
+            capture.suspend_global_capture(in_=False)
+        sys.stderr.write(f"\n*** {test_name} still running after {HANG_SECONDS:.0f} s: a hang. "
+                         "Stacks:\n")
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        os._exit(70)
+
+    timer = threading.Timer(HANG_SECONDS, fire)
+    timer.daemon = True
+    timer.start()
+    faulthandler.dump_traceback_later(HANG_SECONDS + 30, exit=True)
+    return timer
+
+
+@pytest.fixture(autouse=True)
+def _defaults_and_hang_guard(request):
+    """Default options around every test; a test that hangs dumps its stacks and exits."""
+    pypto.reset_options()
+    timer = _hang_watchdog(request.config, request.node.nodeid)
+    yield
+    timer.cancel()
+    faulthandler.cancel_dump_traceback_later()
+    pypto.reset_options()
+
+
+def check_rule_error(err, case):
+    """err is the ConvBpInputError of case.rule, with its kind and upstream's text format."""
+    assert isinstance(err, ConvBpInputError), f"{type(err).__name__}: {err} for {case}"
+    assert isinstance(err, pypto.PyptoError)
+    assert err.rule == case.rule, f"expected {case.rule}, got {err.rule}: {err}\n{case}"
+    kind = S.RULE_KIND[case.rule]
+    assert isinstance(err, BUILTIN[kind]), (kind, err)
+    assert str(err).startswith(f"ErrCode: {CODES[kind]}, {kind}: "), str(err)
+    assert len(str(err)) > 40  # a message, not just a code
+
+
+def sentinel(shape, dtype):
+    """An array pre-filled with a bit pattern no computation writes (a NaN payload for
+    fp16/bf16; the same bytes for other dtypes)."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape)) * dtype.itemsize // 2
+    return np.full(count, SENTINEL_BITS, dtype=np.uint16).view(dtype).reshape(shape)
+
+
+def jit_outcome(case, dy, w, out, options_inside):
+    """Run case's jit kernel; return the exception it raised (None when it returned)."""
+    pypto.reset_options()
+    if not options_inside:
+        case.set_options()
+    kernel = case.jit_kernel(dy, w, out, options_inside)
+    try:
+        kernel(dy, w, out)
+    except pypto.PyptoError as exc:
+        return exc
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Valid calls
+# ---------------------------------------------------------------------------------------------
+@fuzz_settings(150)
+@given(S.valid_cases())
+def test_valid_shape_only_call_returns_the_shape(case):
+    p = case.prob
+    # the valid input sizes of section 3, as the package reports them
+    (hlo, hhi), (wlo, whi) = pypto.conv_backward_input_size_range(
+        case.go_shape, case.w_shape, case.strides, case.paddings, case.dilations)
+    hmin = (p["hout"] - 1) * p["sh"] - 2 * p["ph"] + (p["kh"] - 1) * p["dh"] + 1
+    wmin = (p["wout"] - 1) * p["sw"] - 2 * p["pw"] + (p["kw"] - 1) * p["dw"] + 1
+    assert (hlo, hhi, wlo, whi) == (max(hmin, 1), hmin + p["sh"] - 1, max(wmin, 1),
+                                    wmin + p["sw"] - 1)
+    assert hlo <= p["hin"] <= hhi and wlo <= p["win"] <= whi
+    result = case.run()
+    assert isinstance(result, pypto.Tensor)
+    assert result.shape == [p["n"], p["cin"], p["hin"], p["win"]]
+    assert all(type(v) is int for v in result.shape)
+    assert result.dtype == S.DTYPE_OF_NAME[case.dtype_name]
+    assert not result.has_data
+
+
+@fuzz_settings(150)
+@given(S.boundary_cases())
+def test_boundary_shape_only_call_returns_the_shape(case):
+    p = case.prob
+    result = case.run()
+    assert result.shape == [p["n"], p["cin"], p["hin"], p["win"]]
+    assert not result.has_data
+
+
+@fuzz_settings(60)
+@given(S.valid_cases(), st.booleans())
+def test_valid_data_call_matches_the_oracle_and_jit(case, options_inside):
+    dy, w = case.arrays()
+    result = case.run((dy, w))
+    p = case.prob
+    assert result.shape == [p["n"], p["cin"], p["hin"], p["win"]]
+    out = result.numpy()
+    assert out.dtype == dy.dtype and out.shape == tuple(result.shape)
+    check_accuracy(out, p, dy, w, repr(case))
+    # the same call in a jit kernel writes the same bits into the caller's array
+    target = sentinel(out.shape, out.dtype)
+    assert jit_outcome(case, dy, w, target, options_inside) is None
+    assert np.array_equal(target.view(np.uint16), out.view(np.uint16))
+
+
+# ---------------------------------------------------------------------------------------------
+# Calls broken in exactly one rule
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("rule", S.RULE_IDS)
+@fuzz_settings(60)
+@given(data=st.data(), with_data=st.booleans())
+def test_invalid_call_reports_the_broken_rule(rule, data, with_data):
+    case = data.draw(S.invalid_cases(rule), label="case")
+    arrays = case.arrays() if with_data and case.data_ok() else None
+    with pytest.raises(pypto.PyptoError) as e:
+        case.run(arrays)
+    check_rule_error(e.value, case)
+
+
+@fuzz_settings(150)
+@given(S.invalid_cases(data=True), st.booleans())
+def test_failed_jit_call_writes_nothing(case, options_inside):
+    if not case.data_ok():
+        event("skipped: not representable as arrays")
+        return  # too large, or a dtype without a NumPy type: covered shape-only above
+    event(f"rule {case.rule}")
+    dy, w = case.arrays()
+    out = sentinel(case.out_shape() or (1, 1, 1, 1),
+                   S.NUMPY_OF.get(case.out_dtype, np.dtype(np.float16)))
+    before = out.tobytes()
+    err = jit_outcome(case, dy, w, out, options_inside)
+    assert err is not None, f"the kernel did not fail: {case}"
+    check_rule_error(err, case)
+    assert out.tobytes() == before, "a failed call wrote into the caller's output array"
+
+
+# ---------------------------------------------------------------------------------------------
+# Junk
+# ---------------------------------------------------------------------------------------------
+def _junk_argument(case, name, replacement):
+    if name in ("grad_output", "weight"):
+        kind, value = replacement
+        if kind == "tensor":
+            shape, dtype = value
+            return pypto.Tensor(shape, dtype, name)  # may raise a PyptoError itself
+        return value
+    return replacement
+
+
+@fuzz_settings(150)
+@given(S.junk_calls(), st.booleans())
+def test_junk_arguments_raise_only_pypto_errors(junk, with_data):
+    case, replacements = junk
+    arrays = case.arrays() if with_data else None
+    try:
+        case.configure()
+        go, w = case.tensors(arrays)
+        args = dict(grad_output=go, weight=w, input_size=case.input_size,
+                    out_dtype=case.out_dtype, strides=case.strides, paddings=case.paddings,
+                    dilations=case.dilations, groups=case.groups)
+        for name, value in replacements.items():
+            args[name] = _junk_argument(case, name, value)
+        groups = args.pop("groups")
+        result = pypto.conv_backward_input(**args, groups=groups)
+    except ConvBpInputError as exc:
+        assert exc.rule in S.RULE_IDS, exc
+        assert str(exc).startswith("ErrCode: F0000")
+        return
+    except pypto.PyptoError as exc:
+        assert str(exc).startswith("ErrCode: ")
+        return
+    # the junk was valid after all (NumPy integers, an equal list, ...)
+    assert isinstance(result, pypto.Tensor)
+    assert result.shape == [int(v) for v in args["input_size"]]
+
+
+@fuzz_settings(150)
+@given(S.junk_config_calls())
+def test_junk_options_raise_only_pypto_errors(junk):
+    case, options = junk
+    dy, w = case.arrays()
+    case.configure()
+    try:
+        for key, value in options.items():
+            if key in ("l1", "l0"):
+                l1 = value if key == "l1" else case.l1
+                l0 = value if key == "l0" else case.l0
+                pypto.set_convbp_input_tile_shapes(pypto.pypto_impl.ConvBpTileL1Info(*l1),
+                                                   pypto.pypto_impl.ConvBpTileL0Info(*l0))
+            elif key == "vec":
+                pypto.set_vec_tile_shapes(*value)
+            else:
+                pypto.set_options(**{key: value})
+    except pypto.PyptoError:
+        pass  # the option was refused when set: fine; the op runs with what was accepted
+    try:
+        result = case.op(*case.tensors((dy, w)))
+    except pypto.PyptoError as exc:
+        assert str(exc).startswith("ErrCode: ")
+        return
+    # accepted options must still give the right answer
+    check_accuracy(result.numpy(), case.prob, dy, w, f"{case} with options {options}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Regressions the fuzzing found (deterministic)
+# ---------------------------------------------------------------------------------------------
+def _small_valid_case():
+    prob = dict(n=1, cin=20, cout=18, hout=5, wout=6, kh=3, kw=3, sh=1, sw=1, ph=1, pw=1,
+                dh=1, dw=1, hin=5, win=6)
+    return S.Case(prob=prob, dtype_name="fp16", go_shape=[1, 18, 5, 6], go_dtype=pypto.DT_FP16,
+                  w_shape=[18, 20, 3, 3], w_dtype=pypto.DT_FP16, input_size=[1, 20, 5, 6],
+                  out_dtype=pypto.DT_FP16, strides=[1, 1], paddings=[1, 1, 1, 1],
+                  dilations=[1, 1], groups=1, l1=(6, 288, 32), l0=(16, 32, 16),
+                  vec=(1, 16, 1, 16), seed=5)
+
+
+@pytest.mark.parametrize("vec", [(1, 2 ** 63, 1, 16), (1, 10 ** 30, 1, 16),
+                                 (1, 16, 1, 16 * 10 ** 20), (1, 16, 1, 2 ** 64),
+                                 (1, 2 ** 63 - 1, 1, 16)])
+def test_huge_vector_tile_values_give_a_result_or_a_pypto_error(vec):
+    """Vector tiles pass rule V1 with any positive size (the last a multiple of 16); a size the
+    kernel cannot hold (>= 2**63) must be refused with a PyptoError, not an OverflowError."""
+    case = _small_valid_case()
+    case.vec = vec
+    dy, w = case.arrays()
+    try:
+        result = case.run((dy, w))
+    except pypto.PyptoError:
+        return
+    check_accuracy(result.numpy(), case.prob, dy, w, f"vec {vec}")
+
+
+@pytest.mark.parametrize("threads", [2 ** 31, 2 ** 40])
+def test_huge_num_threads_gives_a_result_or_a_pypto_error(threads):
+    """num_threads accepts any int >= 1; with a memory limit large enough for the guard to pass,
+    a count the kernel cannot take (> 2**31 - 1) must still end in a PyptoError."""
+    case = _small_valid_case()
+    dy, w = case.arrays()
+    case.configure()
+    pypto.set_options(num_threads=threads, memory_limit=2 ** 90)
+    try:
+        result = case.op(*case.tensors((dy, w)))
+    except pypto.PyptoError:
+        return
+    check_accuracy(result.numpy(), case.prob, dy, w, f"threads {threads}")

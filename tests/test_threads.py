@@ -1,0 +1,442 @@
+"""Threads: concurrent calls, per-thread configuration scopes, the GIL, and Ctrl-C.
+
+* Many Python threads calling the op at once on different data, with the top-level (shared)
+  configuration, get results bit for bit equal to serial calls; so do threads that each run in
+  their own ``pypto.options`` scope with their own tiles.
+* Configuration does not leak between threads: with ``threading.Barrier`` the threads interleave
+  deterministically (thread A opens a scope with its own tiles and waits inside it; thread B
+  then checks that it sees only the top-level values and runs with them, and the other way
+  round), for every kind of scope (``pypto.options``, ``pypto.function``, a jit kernel).
+* The kernel releases the GIL: a pure-Python counting thread keeps counting while a call of
+  about half a second runs (compared with its rate while the main thread sleeps, and while the
+  main thread holds the GIL in a long C call). No wall-clock speedup is asserted.
+* Ctrl-C: SIGINT sent 0.3 s into a jit call that would take several seconds ends the process
+  with KeyboardInterrupt within 2 s (the kernel checks for signals between chunks of work
+  items), and the caller's output array is left untouched.
+"""
+
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pypto
+from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
+
+from test_numerics import check_accuracy, make_data, make_problem, set_tiles
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+FP16 = np.dtype(np.float16)
+BARRIER_TIMEOUT = 20
+
+PROB = make_problem(n=2, cin=48, cout=40, hout=20, wout=24, kh=3, kw=3, strides=(1, 2),
+                    pads=(1, 1), win="max")
+# legal tile sets for PROB (checked in test_tile_sets_are_legal), each with its vector tile
+TILE_SETS = [  # Win = 48
+    ((16, 144, 16), (16, 16, 16), (16, 16, 16, 16)),
+    ((47, 288, 32), (48, 144, 32), (1, 8, 1, 32)),
+    ((96, 432, 48), (64, 48, 48), (2, 5, 2, 16)),
+    ((30, 576, 64), (32, 64, 16), (1, 64, 1, 1, 48)),
+    ((192, 144, 48), (128, 32, 16), (1, 3, 7, 64)),
+    ((7, 720, 16), (16, 240, 16), (1, 1, 1, 16)),
+    ((144, 288, 64), (96, 96, 64), (1, 16, 4, 16)),
+    ((48, 432, 16), (48, 16, 16), (4, 4, 4, 32)),
+]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_options():
+    pypto.reset_options()
+    yield
+    pypto.reset_options()
+
+
+def size_of(prob):
+    return [prob["n"], prob["cin"], prob["hin"], prob["win"]]
+
+
+def run(prob, dy, w):
+    dt = pypto.DT_FP16 if dy.dtype == FP16 else pypto.DT_BF16
+    return pypto.conv_backward_input(
+        pypto.from_numpy(dy), size_of(prob), pypto.from_numpy(w), dt, [prob["sh"], prob["sw"]],
+        [prob["ph"], prob["ph"], prob["pw"], prob["pw"]], [prob["dh"], prob["dw"]]).numpy()
+
+
+def tile_values():
+    a, b = pypto.get_convbp_input_tile_shapes()
+    return (a.tileML1, a.tileKL1, a.tileNL1), (b.tileML0, b.tileKL0, b.tileNL0)
+
+
+def tiles_option(l1, l0):
+    return (ConvBpTileL1Info(*l1), ConvBpTileL0Info(*l0))
+
+
+def datasets(count, seed=0):
+    rng = np.random.default_rng(seed)
+    return [make_data(PROB, (FP16, BF16)[i % 2], rng) for i in range(count)]
+
+
+def test_tile_sets_are_legal():
+    from test_numerics import tiles_legal
+    for l1, l0, _ in TILE_SETS:
+        assert tiles_legal(PROB, l1, l0), (l1, l0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Concurrent calls
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kernel_threads", [1, 2])
+def test_concurrent_calls_with_shared_config_equal_serial_calls(kernel_threads):
+    data = datasets(40)
+    l1, l0, vec = TILE_SETS[1]
+    set_tiles(l1, l0, vec)
+    pypto.set_num_threads(kernel_threads)
+    serial = [run(PROB, dy, w) for dy, w in data]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        parallel = list(pool.map(lambda dw: run(PROB, *dw), data))
+    for i, (a, b) in enumerate(zip(serial, parallel)):
+        assert np.array_equal(a.view(np.uint16), b.view(np.uint16)), f"call {i}"
+    for i in (0, 1):
+        check_accuracy(serial[i], PROB, *data[i], f"shared config call {i}")
+    assert tile_values() == (l1, l0)
+
+
+def test_concurrent_calls_each_with_its_own_scoped_tiles():
+    data = datasets(40, seed=1)
+    # top-level tiles that the scopes shadow; an illegal vec tile: a leak would fail V1
+    set_tiles(*TILE_SETS[0][:2], vec=(16, 16, 16, 15))
+
+    def scoped(i):
+        l1, l0, vec = TILE_SETS[i % len(TILE_SETS)]
+        with pypto.options(convbp_tile_shapes=tiles_option(l1, l0), vec_tile_shapes=vec):
+            assert tile_values() == (l1, l0) and pypto.get_vec_tile_shapes() == list(vec)
+            out = run(PROB, *data[i])
+            assert tile_values() == (l1, l0) and pypto.get_vec_tile_shapes() == list(vec)
+        return out
+
+    serial = [scoped(i) for i in range(len(data))]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        parallel = list(pool.map(scoped, range(len(data))))
+    for i, (a, b) in enumerate(zip(serial, parallel)):
+        assert np.array_equal(a.view(np.uint16), b.view(np.uint16)), f"call {i}"
+    for i in (0, 3):
+        check_accuracy(serial[i], PROB, *data[i], f"scoped tiles call {i}")
+    assert tile_values() == TILE_SETS[0][:2]
+    assert pypto.get_vec_tile_shapes() == [16, 16, 16, 15]
+
+
+def test_one_options_object_used_by_many_threads():
+    """A single pypto.options instance as a decorator, entered by 8 threads at once."""
+    l1, l0, vec = TILE_SETS[2]
+    data = datasets(16, seed=2)
+    barrier = threading.Barrier(8, timeout=BARRIER_TIMEOUT)
+
+    @pypto.options(convbp_tile_shapes=tiles_option(l1, l0), vec_tile_shapes=vec)
+    def call(i):
+        barrier.wait()  # all 8 threads inside the same options object's scope
+        return run(PROB, *data[i])
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = [pool.submit(call, i) for i in range(16)]
+        wait(futures)  # every task runs (a failure must not leave others at the barrier)
+    parallel = [f.result() for f in futures]
+    set_tiles(l1, l0, vec)  # serial calls with the same tiles, at top level
+    for i, out in enumerate(parallel):
+        assert np.array_equal(out.view(np.uint16), run(PROB, *data[i]).view(np.uint16))
+    pypto.reset_options()
+    assert tile_values() == ((0, 0, 0), (0, 0, 0))
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration never leaks between threads (deterministic interleaving)
+# ---------------------------------------------------------------------------------------------
+TOP = TILE_SETS[0]
+# legal for PROB but different from TOP; and an illegal set (TS2: tileNL1 % 16 != 0)
+A_TILES = TILE_SETS[2]
+B_BAD = ((16, 144, 17), (16, 16, 16), (16, 16, 16, 16))
+
+
+def _scope(kind, l1, l0, vec):
+    """A context manager that opens a scope of ``kind`` and sets the tiles inside it."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def cm():
+        if kind == "options":
+            with pypto.options(convbp_tile_shapes=tiles_option(l1, l0), vec_tile_shapes=vec):
+                yield
+        elif kind == "options_then_set":
+            with pypto.options():
+                set_tiles(l1, l0, vec)
+                yield
+        elif kind == "function":
+            with pypto.function("leak_test"):
+                set_tiles(l1, l0, vec)
+                yield
+        else:
+            raise AssertionError(kind)
+    return cm()
+
+
+def _in_scope(kind, l1, l0, vec, body):
+    """Run body() inside a scope of ``kind`` (a jit kernel's own scope too) with these tiles."""
+    if kind == "jit":
+        out = {}
+
+        @pypto.jit
+        def kernel():
+            set_tiles(l1, l0, vec)
+            out["value"] = body()
+
+        kernel()
+        return out["value"]
+    with _scope(kind, l1, l0, vec):
+        return body()
+
+
+@pytest.mark.parametrize("kind", ["options", "options_then_set", "function", "jit"])
+def test_scoped_config_does_not_leak_between_threads(kind):
+    dy, w = make_data(PROB, FP16, np.random.default_rng(3))
+    set_tiles(*TOP)  # top level: shared by every thread
+    expected_top = run(PROB, dy, w)
+    set_tiles(*A_TILES)
+    expected_a = run(PROB, dy, w)
+    set_tiles(*TOP)
+    barrier = threading.Barrier(2, timeout=BARRIER_TIMEOUT)
+    errors, seen = [], {}
+
+    def thread_a():
+        def body():
+            barrier.wait()                      # 1: A's scope is open
+            barrier.wait()                      # 2: B has looked at the config and run
+            barrier.wait()                      # 3: B's (illegal) scope is open
+            seen["a_in_scope"] = (tile_values(), pypto.get_vec_tile_shapes())
+            seen["a_result"] = run(PROB, dy, w)
+            barrier.wait()                      # 4
+            return None
+        _in_scope(kind, *A_TILES, body)
+        barrier.wait()                          # 5: A's scope has closed
+        seen["a_after"] = tile_values()
+
+    def thread_b():
+        barrier.wait()                          # 1
+        seen["b_outside"] = (tile_values(), pypto.get_vec_tile_shapes())
+        seen["b_result"] = run(PROB, dy, w)
+        barrier.wait()                          # 2
+
+        def body():
+            barrier.wait()                      # 3
+            barrier.wait()                      # 4
+            with pytest.raises(pypto.error.ConvBpInputError) as e:
+                run(PROB, dy, w)
+            return e.value.rule
+        seen["b_rule"] = _in_scope(kind, *B_BAD, body)
+        barrier.wait()                          # 5
+
+    def guarded(fn):
+        def wrapper():
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+                errors.append(exc)
+                barrier.abort()
+        return wrapper
+
+    threads = [threading.Thread(target=guarded(f)) for f in (thread_a, thread_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(BARRIER_TIMEOUT * 3)
+    assert not errors, errors
+    # B, while A's scope was open, saw and used only the top level
+    assert seen["b_outside"] == (TOP[:2], list(TOP[2]))
+    assert np.array_equal(seen["b_result"].view(np.uint16), expected_top.view(np.uint16))
+    # A, while B's illegal scope was open, saw and used only its own tiles
+    assert seen["a_in_scope"] == (A_TILES[:2], list(A_TILES[2]))
+    assert np.array_equal(seen["a_result"].view(np.uint16), expected_a.view(np.uint16))
+    # B's own scope did apply to B
+    assert seen["b_rule"] == "TS2"
+    # and nothing was left behind at the top level
+    assert seen["a_after"] == TOP[:2]
+    assert tile_values() == TOP[:2] and pypto.get_vec_tile_shapes() == list(TOP[2])
+
+
+def test_top_level_change_is_seen_by_other_threads_outside_their_scopes():
+    """The documented sharing: top-level values are process-wide."""
+    barrier = threading.Barrier(2, timeout=BARRIER_TIMEOUT)
+    seen = {}
+
+    def setter():
+        set_tiles(*A_TILES)
+        barrier.wait()
+
+    def reader():
+        barrier.wait()
+        seen["values"] = tile_values()
+        with pypto.options(convbp_tile_shapes=tiles_option(*TOP[:2])):
+            seen["scoped"] = tile_values()
+
+    threads = [threading.Thread(target=f) for f in (setter, reader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(BARRIER_TIMEOUT)
+    assert seen == {"values": A_TILES[:2], "scoped": TOP[:2]}
+
+
+# ---------------------------------------------------------------------------------------------
+# The GIL is released during the kernel
+# ---------------------------------------------------------------------------------------------
+LONG = dict(cin=256, cout=256, hout=64, wout=64, kh=7, kw=7, pads=(3, 3))
+LONG_TILES = ((64, 49 * 16 * 4, 64), (64, 64, 64))
+
+
+def _long_call(n):
+    prob = make_problem(n=n, **LONG)
+    dy, w = make_data(prob, FP16, np.random.default_rng(4))
+    return lambda: run(prob, dy, w)
+
+
+class _Counter(threading.Thread):
+    """Counts in pure Python: it needs the GIL for every step."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.count = 0
+        self.stop = False
+
+    def run(self):
+        while not self.stop:
+            self.count += 1
+
+
+def _count_during(action):
+    counter = _Counter()
+    counter.start()
+    time.sleep(0.05)  # let it get going
+    start = counter.count
+    t0 = time.perf_counter()
+    action()
+    elapsed = time.perf_counter() - t0
+    counted = counter.count - start
+    counter.stop = True
+    counter.join()
+    return counted, elapsed
+
+
+@pytest.mark.skipif(hasattr(sys, "_is_gil_enabled") and not sys._is_gil_enabled(),
+                    reason="free-threaded Python: there is no GIL to release")
+def test_kernel_releases_the_gil():
+    set_tiles(*LONG_TILES, vec=(16, 16, 16, 16))
+    pypto.set_num_threads(1)
+    one = _long_call(1)
+    one()  # warm up
+    t0 = time.perf_counter()
+    one()
+    t_one = time.perf_counter() - t0
+    call = _long_call(max(1, min(8, round(0.5 / t_one))))
+    # counting while the kernel runs
+    counted_kernel, duration = _count_during(call)
+    # counting while the main thread sleeps (the counter's free rate)
+    counted_free, slept = _count_during(lambda: time.sleep(duration))
+    # counting while the main thread holds the GIL in one long C call (sum over a range does
+    # not return to the interpreter loop, so it never hands the GIL over)
+    n = 10 ** 6
+    t0 = time.perf_counter()
+    sum(range(n))
+    per_item = (time.perf_counter() - t0) / n
+    counted_held, held = _count_during(lambda: sum(range(int(duration / per_item))))
+    rate = {name: c / t for name, c, t in (("kernel", counted_kernel, duration),
+                                           ("free", counted_free, slept),
+                                           ("held", counted_held, held))}
+    print(f"[threads] counts per second: {rate} (kernel call {duration:.2f} s, "
+          f"C call {held:.2f} s)")
+    assert duration > 0.1
+    # the counter ran at a good part of its free rate while the kernel ran ...
+    assert rate["kernel"] > 0.25 * rate["free"], rate
+    # ... far faster than while the GIL is held (where it gets next to nothing)
+    assert rate["kernel"] > 3 * rate["held"], rate
+
+
+# ---------------------------------------------------------------------------------------------
+# Ctrl-C
+# ---------------------------------------------------------------------------------------------
+_SIGINT_SCRIPT = textwrap.dedent("""
+    import math, sys, time
+    import numpy as np, pypto
+    from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
+    threads = int(sys.argv[1]) or None
+    pypto.set_num_threads(threads)
+    pypto.set_convbp_input_tile_shapes(ConvBpTileL1Info(64, 49 * 16 * 4, 64),
+                                       ConvBpTileL0Info(64, 64, 64))
+    pypto.set_vec_tile_shapes(16, 16, 16, 16)
+    w = pypto.from_numpy(np.ones((256, 256, 7, 7), np.float16) / 64)
+
+    def call(n):
+        dy = pypto.from_numpy(np.ones((n, 256, 64, 64), np.float16))
+        return pypto.conv_backward_input(dy, [n, 256, 64, 64], w, pypto.DT_FP16, [1, 1],
+                                         [3, 3, 3, 3], [1, 1])
+
+    t0 = time.monotonic()
+    call(1)
+    one = time.monotonic() - t0
+    n = min(64, max(2, math.ceil(8.0 / one)))  # about 8 s uninterrupted (<= 64 images)
+    shape = [n, 256, 64, 64]
+
+    @pypto.jit
+    def kernel(dy: pypto.Tensor(shape, pypto.DT_FP16), out: pypto.Tensor(shape, pypto.DT_FP16)):
+        out.move(pypto.conv_backward_input(dy, shape, w, pypto.DT_FP16, [1, 1], [3, 3, 3, 3],
+                                           [1, 1]))
+
+    dy = np.ones(shape, np.float16)
+    out = np.full(shape, 0x7E5A, np.uint16).view(np.float16)  # a sentinel NaN pattern
+    print("start", n, round(one * n, 2), flush=True)
+    t0 = time.monotonic()
+    try:
+        kernel(dy, out)
+        print("finished", round(time.monotonic() - t0, 2), flush=True)
+    except KeyboardInterrupt:
+        untouched = bool((out.view(np.uint16) == 0x7E5A).all())
+        print("interrupted", round(time.monotonic() - t0, 2), "untouched", untouched, flush=True)
+        raise
+""")
+
+
+@pytest.mark.parametrize("kernel_threads", [1, 0])
+def test_ctrl_c_interrupts_a_long_call(kernel_threads, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", _SIGINT_SCRIPT, str(kernel_threads)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("start"), (line, proc.stderr.read() if proc.poll() else "")
+        expected_duration = float(line.split()[2])
+        if expected_duration < 1.5:
+            pytest.skip(f"this machine runs the largest call in {expected_duration} s: too "
+                        "short to interrupt reliably")
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the process did not end within 10 s of SIGINT")
+        ended = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "KeyboardInterrupt" in err, (out, err)
+    assert out.startswith("interrupted"), (out, err)
+    assert out.split()[2:4] == ["untouched", "True"], f"the output array was written: {out}"
+    assert proc.returncode in (-signal.SIGINT, 1, 130), proc.returncode
+    print(f"[threads] SIGINT after 0.3 s of a ~{expected_duration:.1f} s call "
+          f"(threads={kernel_threads or 'all'}): process ended {ended:.2f} s later")
+    assert ended < 2.0, f"took {ended:.2f} s after SIGINT (call would take {expected_duration} s)"
