@@ -1,8 +1,8 @@
 """DataType: upstream's enum of element types, and how each maps to a NumPy dtype."""
 
 import enum
+import functools
 
-import ml_dtypes
 import numpy as np
 
 __all__ = ["DataType", "TileOpFormat", "dtype_size", "numpy_dtype", "from_numpy_dtype"]
@@ -58,7 +58,8 @@ class TileOpFormat(enum.IntEnum):
     __str__ = __repr__
 
 
-# The one table of element types that can hold host data: DataType <-> NumPy dtype, byte size.
+# The one table of element types that can hold host data: DataType <-> NumPy dtype. bfloat16
+# comes from ml_dtypes, imported only when bf16 data is involved (its start-up costs ~0.5 s).
 _NUMPY_OF = {
     DataType.DT_INT8: np.dtype(np.int8),
     DataType.DT_INT16: np.dtype(np.int16),
@@ -66,7 +67,6 @@ _NUMPY_OF = {
     DataType.DT_INT64: np.dtype(np.int64),
     DataType.DT_FP16: np.dtype(np.float16),
     DataType.DT_FP32: np.dtype(np.float32),
-    DataType.DT_BF16: np.dtype(ml_dtypes.bfloat16),
     DataType.DT_UINT8: np.dtype(np.uint8),
     DataType.DT_UINT16: np.dtype(np.uint16),
     DataType.DT_UINT32: np.dtype(np.uint32),
@@ -79,8 +79,16 @@ _SUB_BYTE = {DataType.DT_INT4: 1, DataType.DT_HF4: 1, DataType.DT_FP4_E2M1: 1,
              DataType.DT_FP4_E1M2: 1}
 
 
+@functools.lru_cache(maxsize=1)
+def _bfloat16():
+    import ml_dtypes
+    return np.dtype(ml_dtypes.bfloat16)
+
+
 def dtype_size(dtype):
     """Bytes per element of ``dtype`` (sub-byte types count as 1)."""
+    if dtype == DataType.DT_BF16:
+        return 2
     if dtype in _NUMPY_OF:
         return _NUMPY_OF[dtype].itemsize
     return _SUB_BYTE.get(dtype, 1)
@@ -88,6 +96,8 @@ def dtype_size(dtype):
 
 def numpy_dtype(dtype):
     """The NumPy dtype that holds host data of ``dtype``, or None when there is none."""
+    if dtype == DataType.DT_BF16:
+        return _bfloat16()
     return _NUMPY_OF.get(dtype)
 
 
@@ -99,4 +109,8 @@ def from_numpy_dtype(np_dtype):
     np_dtype = np.dtype(np_dtype)
     if np_dtype.byteorder not in "=|":
         np_dtype = np_dtype.newbyteorder("=")
-    return _DATATYPE_OF.get(np_dtype)
+    found = _DATATYPE_OF.get(np_dtype)
+    # an ml_dtypes type means ml_dtypes is loaded already: comparing costs nothing then
+    if found is None and type(np_dtype.type).__module__ != "numpy" and np_dtype == _bfloat16():
+        return DataType.DT_BF16
+    return found
