@@ -9,6 +9,7 @@ from the innermost scope out to the global scope, then to the defaults.
 import contextlib
 import copy
 import functools
+import operator
 import os
 import threading
 
@@ -101,12 +102,16 @@ def _normalize(key, value):
         # do not change what was set.
         return ConvBpTile(copy.copy(l1), copy.copy(l0))
     if key == "vec_tile_shapes":
-        shapes = list(value)
-        for v in shapes:
-            if isinstance(v, bool) or not isinstance(v, int) and not hasattr(v, "__index__"):
+        shapes = []
+        for v in value:
+            try:
+                if isinstance(v, bool):
+                    raise TypeError
+                shapes.append(operator.index(v))  # ints and NumPy integers, nothing else
+            except TypeError:
                 raise FeError(TypeError(f"vec_tile_shapes must be ints, but got {v!r} "
-                                        f"of type {type(v).__name__}."))
-        return [int(v) for v in shapes]
+                                        f"of type {type(v).__name__}.")) from None
+        return shapes
     if key == "num_threads":
         if value is None:
             return None
