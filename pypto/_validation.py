@@ -288,21 +288,22 @@ def _check_static(c):
 @_rule("TS0", ConvBpRuntimeError)
 def _check_tiles_set(c):
     tile = _config._get("convbp_tile_shapes")  # read, not copied: nothing here mutates it
-    l1, l0 = tile.tileL1Info, tile.tileL0Info
-    if not any((l1.tileML1, l1.tileKL1, l1.tileNL1, l0.tileML0, l0.tileKL0, l0.tileNL0)):
-        return ("Tile shapes are not set: call pypto.set_convbp_input_tile_shapes(tile_l1_info, "
-                "tile_l0_info) before pypto.conv_backward_input.")
-    c.vec_tile = _config._get("vec_tile_shapes")
-    if not c.vec_tile:
-        return ("Vector tile shapes are not set: call pypto.set_vec_tile_shapes(...) (4 or 5 "
-                "ints, e.g. 16, 16, 16, 16) before pypto.conv_backward_input.")
-    c.tiling = Tiling.from_infos(l1, l0)
+    c.tiling = Tiling.from_infos(tile.tileL1Info, tile.tileL0Info)
+    # the records are plain mutable objects: anything may sit in a field, so check the values
+    # are ints before asking whether they are all zero (the "never set" default)
     if any(type(v) is not int for v in c.tiling):
         values = [_as_int(v) for v in c.tiling]
         for name, raw, value in zip(Tiling.UPSTREAM_NAMES, c.tiling, values):
             if value is None:
                 return f"Invalid {name}:{raw!r}, a tile size must be an int."
         c.tiling = Tiling(*values)
+    if not any(c.tiling):
+        return ("Tile shapes are not set: call pypto.set_convbp_input_tile_shapes(tile_l1_info, "
+                "tile_l0_info) before pypto.conv_backward_input.")
+    c.vec_tile = _config._get("vec_tile_shapes")
+    if not c.vec_tile:
+        return ("Vector tile shapes are not set: call pypto.set_vec_tile_shapes(...) (4 or 5 "
+                "ints, e.g. 16, 16, 16, 16) before pypto.conv_backward_input.")
     n, cout, hout, wout = c.grad_output.shape
     _, cin, hin, win = c.input_size
     kh, kw = c.weight.shape[2:]

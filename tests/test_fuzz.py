@@ -14,6 +14,8 @@ Properties (strategies in tests/strategies.py):
   NumPy integers) in any argument or option raises only PyptoErrors (or succeeds when the
   junk happens to be valid, e.g. NumPy integers), never another exception, a crash or a hang.
 
+What the fuzzing found is kept as deterministic regression tests at the end of this module.
+
 Bounded for CI: every property runs 60-150 examples (a few seconds in all). A longer run:
 
     PYPTO_FUZZ_EXAMPLES=20000 python -m pytest tests/test_fuzz.py -q -p no:cacheprovider \\
@@ -101,10 +103,11 @@ def check_rule_error(err, case):
 
 def sentinel(shape, dtype):
     """An array pre-filled with a bit pattern no computation writes (a NaN payload for
-    fp16/bf16; the same bytes for other dtypes)."""
+    fp16/bf16; the same bytes, repeated, for other dtypes)."""
     dtype = np.dtype(dtype)
-    count = int(np.prod(shape)) * dtype.itemsize // 2
-    return np.full(count, SENTINEL_BITS, dtype=np.uint16).view(dtype).reshape(shape)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    pattern = np.array([SENTINEL_BITS], np.uint16).view(np.uint8)
+    return np.resize(pattern, nbytes).view(dtype).reshape(shape)
 
 
 def jit_outcome(case, dy, w, out, options_inside):
@@ -190,8 +193,10 @@ def test_failed_jit_call_writes_nothing(case, options_inside):
         return  # too large, or a dtype without a NumPy type: covered shape-only above
     event(f"rule {case.rule}")
     dy, w = case.arrays()
-    out = sentinel(case.out_shape() or (1, 1, 1, 1),
-                   S.NUMPY_OF.get(case.out_dtype, np.dtype(np.float16)))
+    out_np = np.dtype(np.float16)
+    if isinstance(case.out_dtype, pypto.DataType) and case.out_dtype in S.NUMPY_OF:
+        out_np = S.NUMPY_OF[case.out_dtype]
+    out = sentinel(case.out_shape() or (1, 1, 1, 1), out_np)
     before = out.tobytes()
     err = jit_outcome(case, dy, w, out, options_inside)
     assert err is not None, f"the kernel did not fail: {case}"
@@ -309,3 +314,30 @@ def test_huge_num_threads_gives_a_result_or_a_pypto_error(threads):
     except pypto.PyptoError:
         return
     check_accuracy(result.numpy(), case.prob, dy, w, f"threads {threads}")
+
+
+@pytest.mark.parametrize("bad", [int, np.int64, np.zeros(4), np.array([16, 16]), np.array(16.5),
+                                 np.array([32.0])],
+                         ids=["int-type", "np.int64-type", "zeros4", "int-array2", "0d-16.5",
+                              "float-array1"])
+def test_vector_tile_junk_is_refused_with_a_pypto_error(bad):
+    """set_vec_tile_shapes takes ints (NumPy integers too). Anything that is not an integer
+    (operator.index refuses it) must be refused with a PyptoError, not a bare TypeError, and
+    not silently truncated (0-d float array 16.5 -> 16)."""
+    with pytest.raises(pypto.PyptoError):
+        pypto.set_vec_tile_shapes(16, 16, 16, bad)
+    assert pypto.get_vec_tile_shapes() == []
+
+
+@pytest.mark.parametrize("field", range(6))
+def test_tile_field_array_is_refused_with_a_pypto_error(field):
+    """Tile records accept any value (as upstream); the op's rule TS0 must turn a non-int, here
+    a NumPy array of several elements, into a PyptoError (not "truth value of an array is
+    ambiguous")."""
+    case = _small_valid_case()
+    values = list(case.l1) + list(case.l0)
+    values[field] = np.zeros(4, np.int64)
+    case.l1, case.l0 = tuple(values[:3]), tuple(values[3:])
+    with pytest.raises(pypto.PyptoError) as e:
+        case.run()
+    assert getattr(e.value, "rule", None) == "TS0"

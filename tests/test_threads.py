@@ -112,6 +112,7 @@ def test_concurrent_calls_each_with_its_own_scoped_tiles():
     data = datasets(40, seed=1)
     # top-level tiles that the scopes shadow; an illegal vec tile: a leak would fail V1
     set_tiles(*TILE_SETS[0][:2], vec=(16, 16, 16, 15))
+    pypto.set_num_threads(1)  # Python threads are the parallelism here (top level: shared)
 
     def scoped(i):
         l1, l0, vec = TILE_SETS[i % len(TILE_SETS)]
