@@ -45,20 +45,31 @@ def conv_backward_input(grad_output, input_size, weight, out_dtype, strides, pad
     """
     call = validate_conv_backward_input(grad_output, input_size, weight, out_dtype, strides,
                                         paddings, dilations, groups)
-    p = call.problem
-    result = Tensor([p.n, p.cin, p.hin, p.win], out_dtype, "TensorOut")
     if grad_output.has_data != weight.has_data:
         holder, other = ("grad_output", "weight") if grad_output.has_data else ("weight", "grad_output")
         raise FeError(ValueError(f"{holder} holds data but {other} only describes a shape: pass "
                                  "both with data (pypto.from_numpy / from_torch) or neither."))
-    if grad_output.has_data:
-        from .device import select_backend
-        if select_backend(call) == "npu":
-            from .device import conv_backward_input_npu as compute
-        else:
-            from ._cpu import conv_backward_input_cpu as compute
-        result._data = compute(call, grad_output.numpy(), weight.numpy())
-    return result
+    if not grad_output.has_data:
+        p = call.problem
+        return Tensor([p.n, p.cin, p.hin, p.win], out_dtype, "TensorOut")
+    compute = _backend(call)
+    return Tensor._wrap(compute(call, grad_output.numpy(), weight.numpy()), "TensorOut")
+
+
+_cpu_compute = None
+
+
+def _backend(call):
+    """The function that computes this call: the CPU kernel, or the NPU when selected."""
+    global _cpu_compute
+    from .device import select_backend
+    if select_backend(call) == "npu":
+        from .device import conv_backward_input_npu
+        return conv_backward_input_npu
+    if _cpu_compute is None:  # imported on first use: it loads the kernel modules
+        from ._cpu import conv_backward_input_cpu
+        _cpu_compute = conv_backward_input_cpu
+    return _cpu_compute
 
 
 def conv_backward_input_size_range(grad_output_shape, weight_shape, strides, paddings, dilations):

@@ -61,13 +61,19 @@ def kernel_info():
             "cpu_levels": _BUILT["baseline"].cpu_levels(), "built_levels": sorted(_BUILT)}
 
 
-def _bits(array, dtype):
+def _is_kernel_ready(array, np_dtype):
+    flags = array.flags
+    return array.dtype == np_dtype and flags.c_contiguous and flags.aligned
+
+
+def _bits(array, np_dtype):
     """The array as C-contiguous, aligned, native 16-bit patterns.
 
     A copy only when the array is not already so: views with strides (negative too), Fortran
     order, byte-swapped or misaligned data are copied; the caller's array is never written.
     """
-    array = np.require(array, dtype=numpy_dtype(dtype), requirements=["C_CONTIGUOUS", "ALIGNED"])
+    if not _is_kernel_ready(array, np_dtype):
+        array = np.require(array, dtype=np_dtype, requirements=["C_CONTIGUOUS", "ALIGNED"])
     return array.view(np.uint16)
 
 
@@ -87,10 +93,10 @@ def _size(nbytes):
 _ALWAYS_FITS = 32 << 20  # below this, no call reads /proc/meminfo (it costs ~10 µs)
 
 
-def _check_memory(call, threads, copies):
-    need = call.tiling.cpu_memory_bytes(call.problem, threads) + copies
+def _check_memory(call, threads, copies, kernel_tiles):
+    need = call.tiling.cpu_memory_bytes(call.problem, threads, kernel_tiles) + copies
     if need < _ALWAYS_FITS and _config._get("memory_limit") is None \
-            and not os.environ.get("PYPTO_MEMORY_LIMIT"):
+            and "PYPTO_MEMORY_LIMIT" not in os.environ:
         return
     limit = _config.get_memory_limit()
     if limit is not None and need > limit:
@@ -108,13 +114,13 @@ def conv_backward_input_cpu(call, dy, w):
     Checks the memory the call needs against the limit before allocating anything.
     """
     p = call.problem
-    threads = min(_config.get_num_threads(), call.tiling.cpu_work_items(p))
+    kernel_tiles = call.tiling.kernel_tiles(p)
+    threads = min(_config.get_num_threads(), call.tiling.cpu_work_items(p, kernel_tiles))
     np_dtype = numpy_dtype(call.dtype)
-    copies = sum(a.nbytes for a in (dy, w)
-                 if not (a.flags.c_contiguous and a.flags.aligned and a.dtype == np_dtype))
-    _check_memory(call, threads, copies)
+    copies = sum(a.size * 2 for a in (dy, w) if not _is_kernel_ready(a, np_dtype))
+    _check_memory(call, threads, copies, kernel_tiles)  # before any copy or allocation
     out = np.empty((p.n, p.cin, p.hin, p.win), dtype=np_dtype)
-    _KERNEL.dgrad(_bits(dy, call.dtype), _bits(w, call.dtype), out.view(np.uint16),
+    _KERNEL.dgrad(_bits(dy, np_dtype), _bits(w, np_dtype), out.view(np.uint16),
                   _KERNEL_DTYPE[call.dtype], (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw),
-                  call.tiling.kernel_tiles(p), _vec_chunks(call.vec_tile, p), threads)
+                  kernel_tiles, _vec_chunks(call.vec_tile, p), threads)
     return out

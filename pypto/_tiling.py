@@ -133,18 +133,18 @@ class Tiling(NamedTuple):
         return (rows, cols, nl1, kl1, min(self.ml0, rows * cols), min(self.kl0, kl1),
                 min(self.nl0, nl1))
 
-    def cpu_work_items(self, p):
+    def cpu_work_items(self, p, kernel_tiles=None):
         """Independent (image, N-L1 block, M-L1 tile) items: no more threads can be busy."""
-        rows, cols, nl1, _, _, _, _ = self.kernel_tiles(p)
+        rows, cols, nl1, _, _, _, _ = kernel_tiles or self.kernel_tiles(p)
         return p.n * ceil_div(p.cin, nl1) * ceil_div(p.hin, rows) * ceil_div(p.win, cols)
 
-    def cpu_memory_bytes(self, p, threads):
+    def cpu_memory_bytes(self, p, threads, kernel_tiles=None):
         """Upper bound of what one CPU call allocates: output, weight panels, tile scratch.
 
         Mirrors the kernel's buffers (pypto/_kernels/_dgrad_impl.pxi) with its largest register
         block (8 channels x 32 pixels) and fp32 everywhere, so it never under-counts.
         """
-        rows, cols, nl1, kl1, _, _, _ = self.kernel_tiles(p)
+        rows, cols, nl1, kl1, _, _, _ = kernel_tiles or self.kernel_tiles(p)
         output = p.n * p.cin * p.hin * p.win * p.dtype_size
         panels = ceil_align(p.cin, 8) * ceil_align(p.cout, 2) * p.taps * 4
         rows_max, cols_max = ceil_div(rows, p.sh), ceil_div(cols, p.sw)

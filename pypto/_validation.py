@@ -93,6 +93,8 @@ def _check_types(c):
         value = getattr(c, name)
         if not isinstance(value, Tensor):
             return f"Argument '{name}' must be of type Tensor, but got {type(value)}."
+    # read each shape once: later rules use these lists (a Tensor's .shape builds a copy)
+    c.dy_shape, c.w_shape = c.grad_output.shape, c.weight.shape
     if not isinstance(c.out_dtype, DataType):
         return f"Argument 'out_dtype' must be of type DataType, but got {type(c.out_dtype)}."
     for name in ("input_size", "strides", "paddings", "dilations"):
@@ -115,7 +117,7 @@ def _check_types(c):
 # --- R1: ranks ------------------------------------------------------------------------------------
 @_rule("R1")
 def _check_ranks(c):
-    for name, length in (("grad_output", c.grad_output.dim), ("weight", c.weight.dim),
+    for name, length in (("grad_output", len(c.dy_shape)), ("weight", len(c.w_shape)),
                          ("input_size", len(c.input_size))):
         if length != 4:
             return (f"Input illegal {name} dim:{length}, which must be 4 "
@@ -164,7 +166,7 @@ def _check_out_dtype(c):
 # --- S1, S2: shapes -------------------------------------------------------------------------------
 @_rule("S1")
 def _check_dim_ranges(c):
-    for name, shape in (("grad_output", c.grad_output.shape), ("weight", c.weight.shape),
+    for name, shape in (("grad_output", c.dy_shape), ("weight", c.w_shape),
                         ("input_size", c.input_size)):
         for i, v in enumerate(shape):
             if not 1 <= v <= MAX_DIM:
@@ -176,7 +178,7 @@ def _check_dim_ranges(c):
 
 @_rule("S2")
 def _check_kernel_size(c):
-    kh, kw = c.weight.shape[2:]
+    kh, kw = c.w_shape[2:]
     if kh > MAX_KERNEL or kw > MAX_KERNEL:
         return (f"Weight shapes do not satisfy Load3D's limits: kh={kh}, kw={kw}, which must "
                 f"<= {MAX_KERNEL}.")
@@ -212,8 +214,8 @@ def _check_paddings(c):
     if message:
         return message
     for axis, (before, after), kernel, dilation in (
-            ("H", c.paddings[0:2], c.weight.shape[2], c.dilations[0]),
-            ("W", c.paddings[2:4], c.weight.shape[3], c.dilations[1])):
+            ("H", c.paddings[0:2], c.w_shape[2], c.dilations[0]),
+            ("W", c.paddings[2:4], c.w_shape[3], c.dilations[1])):
         extent = (kernel - 1) * dilation + 1
         if before >= extent or after >= extent:
             return (f"The value of the {axis} dimension of weight must be > padding.Current weight "
@@ -240,8 +242,8 @@ def _check_groups(c):
 # --- C1, O1, B1: consistency of the shapes --------------------------------------------------------
 @_rule("C1")
 def _check_channels(c):
-    n, cout = c.grad_output.shape[:2]
-    w_cout, w_cin = c.weight.shape[:2]
+    n, cout = c.dy_shape[:2]
+    w_cout, w_cin = c.w_shape[:2]
     if cout != w_cout:
         return f"Cout of gradOutput ({cout}) is not equal to Cout of weight ({w_cout})."
     if c.input_size[1] != w_cin:
@@ -255,7 +257,7 @@ def _check_channels(c):
 
 def _axis_params(c, axis):
     """(size_out, kernel, stride, pad_before, pad_after, dilation) of spatial axis 0 (H) or 1 (W)."""
-    return (c.grad_output.shape[2 + axis], c.weight.shape[2 + axis], c.strides[axis],
+    return (c.dy_shape[2 + axis], c.w_shape[2 + axis], c.strides[axis],
             c.paddings[2 * axis], c.paddings[2 * axis + 1], c.dilations[axis])
 
 
@@ -278,7 +280,7 @@ def _check_input_size_range(c):
 def _check_static(c):
     # Bias is not an argument at all and S1 already refuses dynamic (-1) dimensions; this
     # re-checks that the shapes the kernel will see are plain ints.
-    for name, shape in (("grad_output", c.grad_output.shape), ("weight", c.weight.shape)):
+    for name, shape in (("grad_output", c.dy_shape), ("weight", c.w_shape)):
         if any(type(v) is not int for v in shape):
             return f"Dynamic shape is not supported: {name} has shape {shape}."
     return None
@@ -304,9 +306,9 @@ def _check_tiles_set(c):
     if not c.vec_tile:
         return ("Vector tile shapes are not set: call pypto.set_vec_tile_shapes(...) (4 or 5 "
                 "ints, e.g. 16, 16, 16, 16) before pypto.conv_backward_input.")
-    n, cout, hout, wout = c.grad_output.shape
+    n, cout, hout, wout = c.dy_shape
     _, cin, hin, win = c.input_size
-    kh, kw = c.weight.shape[2:]
+    kh, kw = c.w_shape[2:]
     c.problem = ConvProblem(n, cin, cout, hin, win, hout, wout, kh, kw, *c.strides, *c.paddings,
                             *c.dilations, dtype_size(c.grad_output.dtype))
     return None
