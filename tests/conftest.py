@@ -3,6 +3,8 @@
 import os
 import pathlib
 
+import pytest
+
 import pypto
 
 SOURCE_TREE = pathlib.Path(__file__).resolve().parent.parent
@@ -19,3 +21,12 @@ def pytest_sessionstart(session):
         if location.parent == SOURCE_TREE / "pypto":
             raise RuntimeError(f"PYPTO_TEST_INSTALLED is set but pypto was imported from the "
                                f"source tree ({location}), not from the installed package")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_options():
+    """Every test starts from the default configuration and leaves it so (top-level settings
+    live for the whole process)."""
+    pypto.reset_options()
+    yield
+    pypto.reset_options()

@@ -34,7 +34,8 @@ import pypto
 from pypto.error import PyptoMemoryError
 
 from _reference import round_once
-from test_numerics import auto_tiles, check_accuracy, make_data, make_problem, set_tiles
+from test_numerics import (auto_tiles, call_op, check_accuracy, make_data, make_problem,
+                           set_tiles, size_of)
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FP16 = np.dtype(np.float16)
@@ -48,24 +49,11 @@ PROB = make_problem(n=2, cin=20, cout=24, hout=6, wout=7, kh=3, kw=3, strides=(2
 SAME = make_problem(n=1, cin=16, cout=16, hout=12, wout=12, kh=3, kw=3, pads=(1, 1))
 
 
-@pytest.fixture(autouse=True)
-def _fresh_options():
-    pypto.reset_options()
-    yield
-    pypto.reset_options()
-
-
-def size_of(prob):
-    return [prob["n"], prob["cin"], prob["hin"], prob["win"]]
-
 
 def op(prob, dy, w, dtype=None):
     """conv_backward_input on arrays of any layout (wrapped with from_numpy as given)."""
     set_tiles(*auto_tiles(prob))
-    dt = dtype if dtype is not None else pypto.from_numpy(dy).dtype
-    return pypto.conv_backward_input(
-        pypto.from_numpy(dy), size_of(prob), pypto.from_numpy(w), dt, [prob["sh"], prob["sw"]],
-        [prob["ph"], prob["ph"], prob["pw"], prob["pw"]], [prob["dh"], prob["dw"]])
+    return call_op(prob, dy, w, dtype)
 
 
 def native(a):

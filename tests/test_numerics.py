@@ -61,13 +61,6 @@ MAX_DIFF_FRACTION = 0.02
 DTYPES = {"fp16": (FP16, pypto.DT_FP16), "bf16": (BF16, pypto.DT_BF16)}
 
 
-@pytest.fixture(autouse=True)
-def _fresh_options():
-    """Every test sets its own tiles and threads; put the defaults back afterwards."""
-    pypto.reset_options()
-    yield
-    pypto.reset_options()
-
 
 # ---------------------------------------------------------------------------------------------
 # Problems, tiles and running the op
@@ -156,15 +149,24 @@ def set_tiles(l1, l0, vec=(16, 16, 16, 16)):
     pypto.set_vec_tile_shapes(*vec)
 
 
+def size_of(prob):
+    """input_size of a problem."""
+    return [prob["n"], prob["cin"], prob["hin"], prob["win"]]
+
+
+def call_op(prob, dy, w, dtype=None):
+    """conv_backward_input on arrays (wrapped as given) under the configuration in effect."""
+    dtype = dtype if dtype is not None else pypto.from_numpy(dy).dtype
+    return pypto.conv_backward_input(
+        pypto.from_numpy(dy), size_of(prob), pypto.from_numpy(w), dtype,
+        [prob["sh"], prob["sw"]], [prob["ph"], prob["ph"], prob["pw"], prob["pw"]],
+        [prob["dh"], prob["dw"]])
+
+
 def run_op(prob, dy, w, tiles=None, vec=(16, 16, 16, 16)):
     l1, l0 = tiles if tiles is not None else auto_tiles(prob)
     set_tiles(l1, l0, vec)
-    pdt = pypto.DT_FP16 if dy.dtype == FP16 else pypto.DT_BF16
-    out = pypto.conv_backward_input(
-        pypto.from_numpy(dy), [prob["n"], prob["cin"], prob["hin"], prob["win"]],
-        pypto.from_numpy(w), pdt, [prob["sh"], prob["sw"]],
-        [prob["ph"], prob["ph"], prob["pw"], prob["pw"]], [prob["dh"], prob["dw"]])
-    res = out.numpy()
+    res = call_op(prob, dy, w).numpy()
     assert res.dtype == dy.dtype
     assert res.shape == (prob["n"], prob["cin"], prob["hin"], prob["win"])
     return res

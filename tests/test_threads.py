@@ -30,7 +30,7 @@ import pytest
 import pypto
 from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
-from test_numerics import check_accuracy, make_data, make_problem, set_tiles
+from test_numerics import call_op, check_accuracy, make_data, make_problem, set_tiles, size_of
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FP16 = np.dtype(np.float16)
@@ -51,22 +51,9 @@ TILE_SETS = [  # Win = 48
 ]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_options():
-    pypto.reset_options()
-    yield
-    pypto.reset_options()
-
-
-def size_of(prob):
-    return [prob["n"], prob["cin"], prob["hin"], prob["win"]]
-
 
 def run(prob, dy, w):
-    dt = pypto.DT_FP16 if dy.dtype == FP16 else pypto.DT_BF16
-    return pypto.conv_backward_input(
-        pypto.from_numpy(dy), size_of(prob), pypto.from_numpy(w), dt, [prob["sh"], prob["sw"]],
-        [prob["ph"], prob["ph"], prob["pw"], prob["pw"]], [prob["dh"], prob["dw"]]).numpy()
+    return call_op(prob, dy, w).numpy()
 
 
 def tile_values():
