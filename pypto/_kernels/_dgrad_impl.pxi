@@ -401,6 +401,22 @@ cdef void _pack_weight_block(const Geometry *g, const uint16_t *w, int64_t cb) n
         # fresh pages on every call)
 
 
+cdef int _min_exponent(const uint16_t *x, int64_t n, int num_threads):
+    """pypto_bf16_min_exponent over n values, in parallel chunks (dy can be large)."""
+    cdef int64_t chunk = 1 << 16, n_chunks = (n + chunk - 1) // chunk, i
+    cdef int least = 255, threads = <int>_max(1, _min(num_threads, n_chunks))
+    cdef int *found = <int *>malloc(n_chunks * sizeof(int))
+    if found == NULL:
+        return pypto_bf16_min_exponent(x, n)
+    with nogil, parallel(num_threads=threads):
+        for i in prange(n_chunks, schedule="static"):
+            found[i] = pypto_bf16_min_exponent(x + i * chunk, _min(chunk, n - i * chunk))
+    for i in range(n_chunks):
+        least = found[i] if found[i] < least else least
+    free(found)
+    return least
+
+
 def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
           uint16_t[:, :, :, ::1] dx, int dtype, tuple attrs, tuple tiles, tuple vec_cw,
           int num_threads, bint use_bf16_dot=True):
@@ -421,8 +437,8 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     g.dot_bf16 = dtype == 1 and PYPTO_HAVE_BF16_DOT and use_bf16_dot
     if g.dot_bf16:
         # the dot-product instruction flushes subnormals: use it only where none can occur
-        g.dot_bf16 = (pypto_bf16_min_exponent(&dy[0, 0, 0, 0], dy.size)
-                      + pypto_bf16_min_exponent(&w[0, 0, 0, 0], w.size)) >= 142
+        g.dot_bf16 = (_min_exponent(&dy[0, 0, 0, 0], dy.size, num_threads)
+                      + _min_exponent(&w[0, 0, 0, 0], w.size, num_threads)) >= 142
     g.m_rows, g.m_cols, g.nl1, kl1, g.ml0, g.kl0, g.nl0 = tiles
     g.cout_l1 = kl1 // (g.kh * g.kw)
     g.vec_c, g.vec_w = vec_cw
