@@ -22,6 +22,16 @@ def test_main_command_checks_and_passes():
     assert "spec example" in done.stdout and "ResNet 3x3 layer" in done.stdout
 
 
+def test_console_script_runs_the_installed_package():
+    import shutil
+    script = shutil.which("pypto", path=str(pathlib.Path(sys.executable).parent))
+    assert script, "the pypto console script is not installed next to this Python"
+    done = subprocess.run([script, "info"], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)  # from the source folder: must still run the installed one
+    assert done.returncode == 0, done.stderr
+    assert "cpu kernel: ISA" in done.stdout
+
+
 def test_main_command_rejects_bad_threads():
     done = _run(["-m", "pypto", "--threads", "0"])
     assert done.returncode == 2
