@@ -27,8 +27,12 @@ def _built_levels():
         except ImportError:
             pass
     if "baseline" not in built:
-        raise ImportError("pypto's CPU kernel is not built: install the package with pip "
-                          "(pip install .) rather than importing the source tree.")
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        raise ImportError(
+            f"pypto's CPU kernel is not built in {here}: this looks like the source tree, "
+            "imported because it is the current folder. Install with `pip install .` and run "
+            "from another folder (or use the `pypto` command), or build in place with "
+            "`pip install -e .`.")
     return built
 
 
