@@ -54,6 +54,25 @@ enum { PYPTO_HAVE_BF16_DOT = 0 };
 
 static const char *pypto_isa_name(void) { return PYPTO_ISA_NAME; }
 
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
+/* The 8x32 fp32 accumulator block of the AVX-512 kernels: two zmm per channel row. */
+static inline void pypto_acc_load_8x32(const float *c, int64_t ldc, __m512 *c0, __m512 *c1)
+{
+    for (int r = 0; r < 8; r++) {
+        c0[r] = _mm512_loadu_ps(c + r * ldc);
+        c1[r] = _mm512_loadu_ps(c + r * ldc + 16);
+    }
+}
+
+static inline void pypto_acc_store_8x32(float *c, int64_t ldc, const __m512 *c0, const __m512 *c1)
+{
+    for (int r = 0; r < 8; r++) {
+        _mm512_storeu_ps(c + r * ldc, c0[r]);
+        _mm512_storeu_ps(c + r * ldc + 16, c1[r]);
+    }
+}
+#endif
+
 /* C[r*ldc + j] += sum_{k < kc} w[k*MR + r] * a_rows[k][j0 + j], r < MR, j < NR. */
 static inline void pypto_ukernel_f32(int64_t kc, const float *restrict w,
                                      const float *const *a_rows, int64_t j0,
@@ -61,10 +80,7 @@ static inline void pypto_ukernel_f32(int64_t kc, const float *restrict w,
 {
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
     __m512 c0[8], c1[8];
-    for (int r = 0; r < 8; r++) {
-        c0[r] = _mm512_loadu_ps(c + r * ldc);
-        c1[r] = _mm512_loadu_ps(c + r * ldc + 16);
-    }
+    pypto_acc_load_8x32(c, ldc, c0, c1);
     for (int64_t k = 0; k < kc; k++) {
         const float *a = a_rows[k] + j0;
         __m512 a0 = _mm512_loadu_ps(a);
@@ -75,10 +91,7 @@ static inline void pypto_ukernel_f32(int64_t kc, const float *restrict w,
             c1[r] = _mm512_fmadd_ps(b, a1, c1[r]);
         }
     }
-    for (int r = 0; r < 8; r++) {
-        _mm512_storeu_ps(c + r * ldc, c0[r]);
-        _mm512_storeu_ps(c + r * ldc + 16, c1[r]);
-    }
+    pypto_acc_store_8x32(c, ldc, c0, c1);
 #elif defined(PYPTO_ISA_AVX2)
     __m256 acc[4][3];
     for (int r = 0; r < 4; r++)
@@ -124,10 +137,7 @@ static inline void pypto_ukernel_bf16(int64_t kc_pairs, const uint32_t *restrict
 {
 #ifdef PYPTO_ISA_AVX512BF16
     __m512 c0[8], c1[8];
-    for (int r = 0; r < 8; r++) {
-        c0[r] = _mm512_loadu_ps(c + r * ldc);
-        c1[r] = _mm512_loadu_ps(c + r * ldc + 16);
-    }
+    pypto_acc_load_8x32(c, ldc, c0, c1);
     for (int64_t kp = 0; kp < kc_pairs; kp++) {
         const uint32_t *a = a_rows[kp] + j0;
         __m512bh a0 = (__m512bh)_mm512_loadu_si512((const void *)a);
@@ -138,10 +148,7 @@ static inline void pypto_ukernel_bf16(int64_t kc_pairs, const uint32_t *restrict
             c1[r] = _mm512_dpbf16_ps(c1[r], a1, b);
         }
     }
-    for (int r = 0; r < 8; r++) {
-        _mm512_storeu_ps(c + r * ldc, c0[r]);
-        _mm512_storeu_ps(c + r * ldc + 16, c1[r]);
-    }
+    pypto_acc_store_8x32(c, ldc, c0, c1);
 #else
     (void)kc_pairs; (void)w; (void)a_rows; (void)j0; (void)c; (void)ldc;  /* never called */
 #endif
