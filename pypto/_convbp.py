@@ -1,6 +1,7 @@
 """pypto.conv_backward_input and its shape-range companion: validate, then dispatch."""
 
 from ._shapes import clipped_bounds
+from .device import select_backend
 from ._validation import check_shape_args, validate_conv_backward_input
 from .error import ConvBpValueError, FeError
 from .tensor import Tensor
@@ -53,7 +54,8 @@ def conv_backward_input(grad_output, input_size, weight, out_dtype, strides, pad
         p = call.problem
         return Tensor([p.n, p.cin, p.hin, p.win], out_dtype, "TensorOut")
     compute = _backend(call)
-    return Tensor._wrap(compute(call, grad_output.numpy(), weight.numpy()), "TensorOut")
+    return Tensor._wrap(compute(call, grad_output.numpy(), weight.numpy()), "TensorOut",
+                        out_dtype)
 
 
 _cpu_compute = None
@@ -62,7 +64,6 @@ _cpu_compute = None
 def _backend(call):
     """The function that computes this call: the CPU kernel, or the NPU when selected."""
     global _cpu_compute
-    from .device import select_backend
     if select_backend(call) == "npu":
         from .device import conv_backward_input_npu
         return conv_backward_input_npu

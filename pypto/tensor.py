@@ -158,9 +158,15 @@ class Tensor:
         return f"Tensor(shape={self.shape}, dtype={self.dtype}, name={self.name!r}, {kind})"
 
     @classmethod
-    def _wrap(cls, array, name=""):
-        dtype = from_numpy_dtype(array.dtype)
-        out = cls(list(array.shape), dtype, name)
+    def _wrap(cls, array, name="", dtype=None):
+        """A Tensor around ``array`` (no copy); ``dtype`` skips the lookup when known."""
+        out = cls.__new__(cls)  # fields set directly: the array already says all they hold
+        out._shape = list(array.shape)
+        out._ori_shape = list(out._shape)
+        out._dtype = from_numpy_dtype(array.dtype) if dtype is None else dtype
+        out._name = name
+        out._format = TileOpFormat.TILEOP_ND
+        out.device = None
         out._data = array
         return out
 

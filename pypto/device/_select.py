@@ -9,6 +9,7 @@ this module loads nothing, and availability is computed once per process.
 import os
 
 from ..error import FeError
+from ._discovery import quick_unavailable_reason
 from ._errors import NpuUnavailableError
 
 __all__ = ["set_device", "get_device", "select_backend", "DEVICE_ENV", "DEVICES"]
@@ -50,9 +51,13 @@ def select_backend(call=None):
     device = get_device()
     if device == "cpu":
         return "cpu"
-    from . import unavailable_reason  # loads no library on a host without device nodes
+    # the cached platform/device-node check first: on a host without an NPU (the common case)
+    # it decides alone, without an import or a library load on every call
+    reason = quick_unavailable_reason()
+    if reason is None:
+        from . import unavailable_reason  # the full check: may load AscendCL
 
-    reason = unavailable_reason()
+        reason = unavailable_reason()
     if reason is None and call is not None:
         from ._plan import plan_launches
 
