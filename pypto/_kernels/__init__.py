@@ -1,20 +1,28 @@
-"""CPU kernels of pypto (Cython). Only pypto._cpu calls them, with validated arguments.
+"""CPU kernels of pypto (Cython + C). Only pypto._cpu calls them, with validated arguments.
 
 The dgrad of one image is a GEMM with M = Hin*Win pixels, N = Cin, K = Cout*Kh*Kw::
 
     dx[ci, pixel] = sum_k  Wp[ci, k] * A[k, pixel]        k = (co, kh, kw)
-    Wp[ci, k]     = w[co, ci, kh, kw]                      packed once per call, fp32
+    Wp[ci, k]     = w[co, ci, kh, kw]                      packed once per call into panels
     A[k, pixel]   = dy[co, ho, wo] where ho*sh = hi + pt - kh*dh and wo*sw = wi + pl - kw*dw,
-                    0 where no such (ho, wo) exists         gathered per L0 block, never whole
+                    0 where no such (ho, wo) exists
 
-Tiling (pypto._tiling is the model; the user's L1/L0 tiles drive it):
+Stride > 1 splits each tile into sh*sw phases (pixels with the same (hi+pt) % sh, (wi+pl) % sw);
+in a phase every contributing tap is a plain shift of the dy grid, so A row (co, tap) is a
+shifted view of one zero-haloed fp32 frame of dy channel co. Nothing is copied per tap.
 
-    work item = (image, tileNL1 channels, tileML1 pixels)   <- OpenMP dynamic schedule
-      M-L0: tileML0 pixels of the item
-        fp32 C[tileNL1][tileML0] = 0
-        K-L1: tileKL1 = whole Cout channels x all taps
-          K-L0: gather A[tileKL0][tileML0]; N-L0: C += Wp block * A
+Tiling (pypto._tiling is the model; the user's L1/L0 tiles drive it)::
+
+    work item = (image, tileNL1 channels, tileML1 pixels)      <- OpenMP, dynamic schedule
+      for each stride phase of the tile
+        C[tileNL1][phase pixels] = 0                            (fp32)
+        K-L1: tileKL1 / (Kh*Kw) Cout channels -> convert their dy rows into the frame
+          M-L0 (tileML0 positions) -> K-L0 (tileKL0) -> N-L0 (tileNL0)
+            C block += W panel x A rows                         (register-blocked micro-kernel)
         round C once (RNE) -> fp16/bf16, store NCHW in vec-tile chunks
 
-Scratch per thread: C and one A block, sized by the tiles (no im2col of the whole image).
+Modules: _dgrad_impl.pxi holds the loops; _dgrad_<isa>.pyx include it once per ISA level
+(baseline, avx2, avx512, avx512_bf16; flags in setup.py); include/pypto_gemm.h holds the
+micro-kernels, include/pypto_numeric.h the exact fp16/bf16 conversions. Scratch per thread is
+sized by the tiles (accumulator, one frame, A row pointers): there is no whole-image im2col.
 """
