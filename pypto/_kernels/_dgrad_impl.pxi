@@ -35,9 +35,9 @@ cdef extern from "pypto_numeric.h" nogil:
     float pypto_bf16_to_float(uint16_t h)
     int pypto_bf16_min_exponent(const uint16_t *x, int64_t n)
     uint16_t pypto_float_to_bf16(float f)
-    void pypto_gather_run_f32(const uint16_t *src, int64_t lo, int64_t hi, int64_t n, float *dst,
+    void pypto_frame_row_f32(const uint16_t *src, int64_t lo, int64_t hi, int64_t n, float *dst,
                               int dtype)
-    void pypto_gather_run_pairs(const uint16_t *a, const uint16_t *b, int64_t lo, int64_t hi,
+    void pypto_frame_row_pairs(const uint16_t *a, const uint16_t *b, int64_t lo, int64_t hi,
                                 int64_t n, uint32_t *dst)
 
 cdef extern from "pypto_gemm.h" nogil:
@@ -204,16 +204,16 @@ cdef void _fill_frame(const Geometry *g, const uint16_t *dy_img, const Frame *f,
             if g.dot_bf16:
                 src2 = src + g.hout * g.wout if co + 1 < co_first + co_count else NULL
                 if ho < 0 or ho >= g.hout:
-                    pypto_gather_run_pairs(src, src2, 0, 0, f.fc,
+                    pypto_frame_row_pairs(src, src2, 0, 0, f.fc,
                                            <uint32_t *>frame + ch * plane + row * f.fc)
                 else:
-                    pypto_gather_run_pairs(src, src2, lo, hi, f.fc,
+                    pypto_frame_row_pairs(src, src2, lo, hi, f.fc,
                                            <uint32_t *>frame + ch * plane + row * f.fc)
             elif ho < 0 or ho >= g.hout:
-                pypto_gather_run_f32(src, 0, 0, f.fc, <float *>frame + ch * plane + row * f.fc,
+                pypto_frame_row_f32(src, 0, 0, f.fc, <float *>frame + ch * plane + row * f.fc,
                                      g.dtype)
             else:
-                pypto_gather_run_f32(src, lo, hi, f.fc, <float *>frame + ch * plane + row * f.fc,
+                pypto_frame_row_f32(src, lo, hi, f.fc, <float *>frame + ch * plane + row * f.fc,
                                      g.dtype)
     # reads of discarded positions may run past the last plane: keep them on zeros
     memset(<float *>frame + slots * plane, 0, (f.fc + PYPTO_NR) * sizeof(float))

@@ -102,7 +102,7 @@ static inline int pypto_bf16_min_exponent(const uint16_t *restrict x, int64_t n)
 /* One row of the dgrad's dy frame: dst[j] = src[j] widened to fp32 for lo <= j < hi, 0
  * elsewhere in [0, n) (the zero halo). Inline loops: rows are short and libc calls would cost
  * more than the copy. */
-static inline void pypto_gather_run_f32(const uint16_t *restrict src, int64_t lo, int64_t hi,
+static inline void pypto_frame_row_f32(const uint16_t *restrict src, int64_t lo, int64_t hi,
                                         int64_t n, float *restrict dst, int dtype)
 {
     int64_t j;
@@ -113,7 +113,7 @@ static inline void pypto_gather_run_f32(const uint16_t *restrict src, int64_t lo
 
 /* The bf16 dot product's frame row: dst[j] = (a[j], b[j]) as one uint32 for lo <= j < hi
  * (b may be NULL: a zero second channel), 0 elsewhere in [0, n). */
-static inline void pypto_gather_run_pairs(const uint16_t *restrict a, const uint16_t *restrict b,
+static inline void pypto_frame_row_pairs(const uint16_t *restrict a, const uint16_t *restrict b,
                                           int64_t lo, int64_t hi, int64_t n,
                                           uint32_t *restrict dst)
 {
