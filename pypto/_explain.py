@@ -8,9 +8,8 @@ import itertools
 from dataclasses import dataclass, field
 
 from . import _config
-from ._dtypes import DataType, dtype_size
 from ._tiling import BUFFER_BYTES, C0, MAX_L0_LOOPS, ConvProblem, Tiling, ceil_align, ceil_div
-from ._validation import RULES, TILE_RULES, _Call, check_shape_args
+from ._validation import TILE_RULES, problem_from_shapes, rule_message
 from .error import FeError
 from .pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
@@ -67,26 +66,6 @@ class TilingReport:
         return "\n".join(lines)
 
 
-def _problem(grad_output_shape, weight_shape, input_size, dtype, strides, paddings, dilations):
-    shapes = check_shape_args(grad_output_shape, weight_shape, strides, paddings, dilations)
-    if not isinstance(dtype, DataType):
-        raise FeError(TypeError(f"dtype must be a pypto.DataType, but got {dtype!r}"))
-    if not (isinstance(input_size, (list, tuple)) and len(input_size) == 4):
-        raise FeError(TypeError(f"input_size must be a list or tuple of 4 ints, but got {input_size!r}"))
-    n, cout, hout, wout = shapes["grad_output_shape"]
-    _, cin, kh, kw = shapes["weight_shape"]
-    return ConvProblem(n, cin, cout, int(input_size[2]), int(input_size[3]), hout, wout, kh, kw,
-                       *shapes["strides"], *shapes["paddings"], *shapes["dilations"],
-                       dtype_size(dtype))
-
-
-def _check(rule_id, problem, tiling, vec_tile):
-    call = _Call(None, None, None, None, None, None, None, None)
-    call.problem, call.tiling, call.vec_tile = problem, tiling, vec_tile
-    check = next(check for rid, _, check in RULES if rid == rule_id)
-    return check(call)
-
-
 def _numbers(rule_id, p, t, vec_tile):
     """The quantities each rule compares, for the report."""
     if rule_id == "TS1":
@@ -127,7 +106,7 @@ def _nearest_legal(p, t):
                for v, b in zip((t.ml0, t.kl0, t.nl0), bounds)]
         for ml0, kl0, nl0 in itertools.product(*l0s):
             tiling = Tiling(ml1, kl1, nl1, ml0, kl0, nl0)
-            if any(_check(r, p, tiling, None) for r in TILE_RULES):
+            if any(rule_message(r, p, tiling) for r in TILE_RULES):
                 continue
             cost = sum(abs(a - b) / max(b, 1) for a, b in zip(tiling, t))
             if best_cost is None or cost < best_cost:
@@ -161,12 +140,13 @@ def explain_convbp_input_tiling(grad_output_shape, weight_shape, input_size, dty
                                                                         ConvBpTileL0Info):
         raise FeError(TypeError("tile_l1_info / tile_l0_info must be ConvBpTileL1Info / "
                                 "ConvBpTileL0Info"))
-    p = _problem(grad_output_shape, weight_shape, input_size, dtype, strides, paddings, dilations)
+    p = problem_from_shapes(grad_output_shape, weight_shape, input_size, dtype, strides,
+                            paddings, dilations)
     t = Tiling.from_infos(tile_l1_info, tile_l0_info)
     vec_tile = _config.get_vec_tile_shapes() if vec_tile_shapes is None else list(vec_tile_shapes)
     rules = []
     for rule_id in TILE_RULES + ("V1",):
-        message = _check(rule_id, p, t, vec_tile)
+        message = rule_message(rule_id, p, t, vec_tile)
         detail = _numbers(rule_id, p, t, vec_tile)
         rules.append((rule_id, message is None, _RULE_TEXT[rule_id],
                       detail if message is None else f"{detail} -- {message}"))

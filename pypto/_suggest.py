@@ -6,10 +6,9 @@ hundred pixels per stride phase. Candidates are built from those preferences and
 the NPU rules (the op's own TS1-TS6 checks) all pass.
 """
 
-from ._dtypes import DataType, dtype_size
-from ._tiling import C0, ConvProblem, Tiling, ceil_align, ceil_div
-from ._validation import check_shape_args, tile_violation
-from .error import ConvBpValueError, FeError
+from ._tiling import C0, Tiling, ceil_align, ceil_div
+from ._validation import problem_from_shapes, tile_violation
+from .error import ConvBpValueError
 from .pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
 __all__ = ["suggest_convbp_input_tile_shapes"]
@@ -66,20 +65,11 @@ def suggest_convbp_input_tile_shapes(grad_output_shape, weight_shape, input_size
     PyptoError
         Bad arguments, or a kernel so large that no tiles satisfy the NPU's L1 rule (TS6).
     """
-    shapes = check_shape_args(grad_output_shape, weight_shape, strides, paddings, dilations)
-    if not isinstance(dtype, DataType):
-        raise FeError(TypeError(f"dtype must be a pypto.DataType, but got {dtype!r}"))
-    size = list(input_size) if isinstance(input_size, (list, tuple)) else None
-    if size is None or len(size) != 4:
-        raise FeError(TypeError(f"input_size must be a list or tuple of 4 ints, but got {input_size!r}"))
-    n, cout, hout, wout = shapes["grad_output_shape"]
-    _, cin, kh, kw = shapes["weight_shape"]
-    p = ConvProblem(n, cin, cout, int(size[2]), int(size[3]), hout, wout, kh, kw,
-                    *shapes["strides"], *shapes["paddings"], *shapes["dilations"],
-                    dtype_size(dtype))
+    p = problem_from_shapes(grad_output_shape, weight_shape, input_size, dtype, strides,
+                            paddings, dilations)
     for tiling in _candidates(p):
         if tile_violation(p, tiling) is None:
             return (ConvBpTileL1Info(tiling.ml1, tiling.kl1, tiling.nl1),
                     ConvBpTileL0Info(tiling.ml0, tiling.kl0, tiling.nl0))
-    raise ConvBpValueError("TS6", f"No L1/L0 tiles satisfy the NPU's rules for a {kh}x{kw} kernel "
+    raise ConvBpValueError("TS6", f"No L1/L0 tiles satisfy the NPU's rules for a {p.kh}x{p.kw} kernel "
                                   f"(even the smallest tiles exceed the 524288-byte L1 buffer).")

@@ -422,18 +422,25 @@ def validate_conv_backward_input(grad_output, input_size, weight, out_dtype, str
 TILE_RULES = ("TS1", "TS2", "TS3", "TS4", "TS5", "TS6")
 
 
+def rule_message(rule_id, problem, tiling, vec_tile=None):
+    """The message of one tile rule (TS1-TS6, V1) for ``problem`` and ``tiling``, or None.
+
+    The same check the op runs, outside a call: for the tile suggestion and explanation.
+    """
+    call = _Call(None, None, None, None, None, None, None, None)
+    call.problem, call.tiling, call.vec_tile = problem, tiling, vec_tile
+    return _CHECKS[rule_id](call)
+
+
 def tile_violation(problem, tiling):
     """The first tile rule (TS1-TS6) that ``tiling`` breaks on ``problem``, as (rule, message).
 
-    None when the tiles are legal. The same checks the op runs; used to vet suggested tiles.
+    None when the tiles are legal.
     """
-    call = _Call(None, None, None, None, None, None, None, None)
-    call.problem, call.tiling = problem, tiling
-    for rule_id, _, check in RULES:
-        if rule_id in TILE_RULES:
-            message = check(call)
-            if message is not None:
-                return rule_id, message
+    for rule_id in TILE_RULES:
+        message = rule_message(rule_id, problem, tiling)
+        if message is not None:
+            return rule_id, message
     return None
 
 
@@ -465,4 +472,24 @@ def check_shape_args(grad_output_shape, weight_shape, strides, paddings, dilatio
     return shapes
 
 
-__all__ += ["check_shape_args", "tile_violation", "ConvBpInputError"]
+def problem_from_shapes(grad_output_shape, weight_shape, input_size, dtype, strides, paddings,
+                        dilations):
+    """The ConvProblem of shape-only arguments (for tile suggestion and explanation), after
+    checking their types, ranks and ranges (T1, R1, S1, A1-A3) and the dtype."""
+    shapes = check_shape_args(grad_output_shape, weight_shape, strides, paddings, dilations)
+    if not isinstance(dtype, DataType):
+        raise ConvBpTypeError("T1", f"dtype must be a pypto.DataType, but got {dtype!r}.")
+    size = _int_list(input_size)
+    if size is None or len(size) != 4:
+        raise ConvBpTypeError("T1", "input_size must be a list or tuple of 4 ints, but got "
+                                    f"{input_size!r}.")
+    n, cout, hout, wout = shapes["grad_output_shape"]
+    _, cin, kh, kw = shapes["weight_shape"]
+    return ConvProblem(n, cin, cout, size[2], size[3], hout, wout, kh, kw, *shapes["strides"],
+                       *shapes["paddings"], *shapes["dilations"], dtype_size(dtype))
+
+
+_CHECKS = {rule_id: check for rule_id, _, check in RULES}
+
+__all__ += ["check_shape_args", "problem_from_shapes", "rule_message", "tile_violation",
+            "ConvBpInputError"]

@@ -56,3 +56,15 @@ def test_bad_arguments_are_pypto_errors():
     with pytest.raises(pypto.PyptoError):
         pypto.suggest_convbp_input_tile_shapes([1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32],
                                                "fp16", [1, 1], [1, 1, 1, 1], [1, 1])
+
+
+@pytest.mark.parametrize("size", [[1, 16, "a", 32], [1, 16, 5], 7, [1, 16, 5.5, 32]])
+def test_junk_input_size_is_a_pypto_error(size):
+    for fn in (pypto.suggest_convbp_input_tile_shapes,
+               lambda *a: pypto.explain_convbp_input_tiling(
+                   *a, pypto.pypto_impl.ConvBpTileL1Info(16, 144, 16),
+                   pypto.pypto_impl.ConvBpTileL0Info(16, 16, 16))):
+        with pytest.raises(pypto.error.ConvBpInputError) as err:
+            fn([1, 16, 5, 32], [16, 16, 3, 3], size, pypto.DT_FP16, [1, 1], [1, 1, 1, 1],
+               [1, 1])
+        assert err.value.rule == "T1"
