@@ -128,11 +128,11 @@ def _set_threads(torch, n):
     pypto.set_num_threads(n)
     if torch is not None:
         torch.set_num_threads(n)
-    try:
+    try:  # NumPy's BLAS threads can only be changed at run time through threadpoolctl
         from threadpoolctl import threadpool_limits
         threadpool_limits(n)
     except ImportError:
-        os.environ["OPENBLAS_NUM_THREADS"] = str(n)  # effective only before numpy loads
+        pass  # the NumPy peer then uses OpenBLAS's own thread count at every setting
 
 
 def _progress(done, total, what):
