@@ -276,6 +276,16 @@ CASES = [
           max_blocks=5, expect_launches=3),
     _case("ResNet 3x3 layer", [1, 64, 56, 56], [64, 64, 3, 3], [1, 64, 56, 56], [1, 1],
           [1, 1, 1, 1], [1, 1], [112, 576, 64], [112, 144, 64]),
+    # What no single launch fits (pypto/device/_decompose.py):
+    _case("dilation 63: 63x63 dilation phases", [1, 16, 130, 130], [16, 16, 3, 3],
+          [1, 16, 256, 256], [1, 1], [0, 0, 0, 0], [63, 63], [1, 144, 16], [16, 16, 16],
+          expect_pieces=63 * 63),
+    _case("stride 62 across a 27x35 kernel: stride phases", [1, 16, 27, 1], [16, 16, 27, 35],
+          [1, 16, 53, 41], [1, 62], [0, 0, 0, 0], [1, 1], [1, 15120, 16], [16, 16, 16],
+          expect_pieces=35),
+    _case("962 taps: kernel rows folded into channels", [1, 16, 42, 27], [16, 16, 37, 26],
+          [1, 16, 78, 52], [1, 1], [0, 0, 0, 0], [1, 1], [1, 15392, 16], [16, 16, 16],
+          expect_folded=True),
 ]
 
 
@@ -309,12 +319,15 @@ def test_npu_path_equals_the_cpu_kernel(fake_ascend, dtype):
             ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.maximum(abs(a), abs(b)), 2.0 ** emin))) - mantissa)
             k = case["w"][0] * case["w"][2] * case["w"][3]
             bound = ulp + 2 * k * 2.0 ** -24 * size * 1.01
+            whole = plan.pieces[0].launches
             out.append(dict(name=case["name"], exact=exact,
                             within=bool(np.all(np.abs(a - b) <= bound)),
                             max_ulp=float((np.abs(a - b) / ulp).max()),
-                            stripes=sum(s.api is not None for s in plan.stripes),
-                            halo=plan.rows.first < 0, zero_output=plan.zero_output,
-                            launches=len(plan.batch_chunks(case["dy"][0])) * len(plan.stripes)))
+                            pieces=len(plan.pieces),
+                            folded=any(pp.piece.groups > 1 for pp in plan.pieces),
+                            stripes=sum(s.api is not None for s in whole.stripes),
+                            halo=whole.rows.first < 0, zero_output=whole.zero_output,
+                            launches=plan.launch_count))
             plan_module.MAX_BLOCKS = 65535
         out.append(dict(faults=fake_counter("kernel_faults"), live=fake_counter("live_allocations")))
         emit(out)
@@ -324,19 +337,24 @@ def test_npu_path_equals_the_cpu_kernel(fake_ascend, dtype):
     for case, result in zip(CASES, results):
         assert result["exact"], result
         assert result["within"], result
-        assert result["stripes"] == case.get("expect_stripes", 1), result
-        assert result["halo"] == case.get("expect_halo", False), result
-        assert result["launches"] == case.get("expect_launches", result["stripes"]), result
+        assert result["pieces"] == case.get("expect_pieces", 1), result
+        assert result["folded"] == case.get("expect_folded", False), result
+        if result["pieces"] == 1:
+            assert result["stripes"] == case.get("expect_stripes", 1), result
+            assert result["halo"] == case.get("expect_halo", False), result
+            assert result["launches"] == case.get("expect_launches", result["stripes"]), result
         if case.get("expect_zero_output"):
             assert result["zero_output"], result
 
 
-def test_a_problem_no_api_launch_fits_goes_to_the_cpu_in_auto_and_raises_in_npu_mode(fake_ascend):
-    """3x3 kernel, dilation 63: TS6 accepts one-pixel L1 tiles, but the API's dy window (whole
-    stride-dilated rows, 16-pixel M blocks) exceeds L1 for every stripe width."""
-    case = _case("dilation 63", [1, 16, 130, 130], [16, 16, 3, 3], [1, 16, 256, 256], [1, 1],
-                 [0, 0, 0, 0], [63, 63], [1, 144, 16], [16, 16, 16], dtype="DT_FP16")
+def test_a_problem_without_a_plan_goes_to_the_cpu_in_auto_and_raises_in_npu_mode(fake_ascend):
+    """The safety net: were a problem to fit no launch even after the rewrites (simulated by an
+    L1 the API cannot use at all), ``auto`` computes it on the CPU and ``npu`` says why."""
+    case = _case("no L1", [1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], [1, 1], [1, 1, 1, 1],
+                 [1, 1], [16, 144, 16], [16, 16, 16], dtype="DT_FP16")
     result = run_python(f"""
+        import pypto.device._plan as plan_module
+        plan_module.L1_API_BYTES = 0
         call = make_call({case!r})
         out = dict(auto=device.select_backend(call))
         device.set_device("npu")

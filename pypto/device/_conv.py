@@ -36,6 +36,37 @@ def _check_done(device, done_slots, first, stop, token):
             "rebuild it with 'python -m pypto._kernels.ascendc.build' on this host")
 
 
+def _run_piece(device, planned, dy, w, out, workspace, first_slot, token):
+    """Launch one sub-problem and write its dx into ``out`` (a view of the call's dx)."""
+    p, plan = planned.problem, planned.launches
+    dtype = dy.dtype
+    done_slots = workspace + SYSTEM_WORKSPACE_BYTES  # the user workspace starts there
+    weight = device.upload(weight_to_fractal_z(w))
+    chunks = plan.batch_chunks(p.n)
+    slot = first_slot
+    for stripe in planned.runs:
+        cols = stripe.cols
+        dy_device = device.upload(dy_to_nc1hwc0(dy, plan.rows, cols))
+        dx_shape = (p.n, ceil_div(p.cin, C0), p.hin, cols.size, C0)
+        dx_bytes = int(np.prod(dx_shape)) * dtype.itemsize
+        dx_device = device.alloc(dx_bytes)
+        if plan.zero_output:
+            device.zero(dx_device, dx_bytes)
+        stripe_slot = slot
+        for batch_start, batch_count in chunks:
+            device.launch(batch_count * plan.blocks_per_image, dy_device, weight, dx_device,
+                          workspace, plan.launch(stripe, batch_start, batch_count, slot, token))
+            slot += 1
+        device.synchronize()
+        _check_done(device, done_slots, stripe_slot, slot, token)
+        dx = device.download(dx_device, dx_bytes).view(dtype).reshape(dx_shape)
+        out[..., cols.start:cols.start + cols.size] = nc1hwc0_to_nchw(dx, p.cin)
+        device.free(dy_device)
+        device.free(dx_device)
+    device.free(weight)
+    return slot
+
+
 def conv_backward_input_npu(call, dy, w):
     """dx of a validated call (``pypto._validation.ValidatedCall``) from host arrays dy and w."""
     p = call.problem
@@ -43,39 +74,20 @@ def conv_backward_input_npu(call, dy, w):
     plan = plan_launches(call)
     runtime = _runtime.get()
     out = np.zeros((p.n, p.cin, p.hin, p.win), dtype=dtype)
-    stripes = [stripe for stripe in plan.stripes if stripe.api is not None]
-    if not stripes:  # no dy element reaches dx: all zero
+    pieces = [planned for planned in plan.pieces if planned.runs]
+    if not pieces:  # no dy element reaches dx: all zero
         return out
     dy = np.ascontiguousarray(dy, dtype=dtype)
     w = np.ascontiguousarray(w, dtype=dtype)
-    chunks = plan.batch_chunks(p.n)
-    n_launches = len(stripes) * len(chunks)
+    n_launches = plan.launch_count
     token = secrets.randbits(32) | 1  # never 0, the value of a zeroed slot
-    cin1 = ceil_div(p.cin, C0)
 
     with runtime.session() as device:
-        weight = device.upload(weight_to_fractal_z(w))
         workspace = device.alloc(SYSTEM_WORKSPACE_BYTES + n_launches * DONE_SLOT_BYTES)
-        done_slots = workspace + SYSTEM_WORKSPACE_BYTES  # the user workspace starts there
-        device.zero(done_slots, n_launches * DONE_SLOT_BYTES)
+        device.zero(workspace + SYSTEM_WORKSPACE_BYTES, n_launches * DONE_SLOT_BYTES)
         slot = 0
-        for stripe in stripes:
-            cols = stripe.cols
-            dy_device = device.upload(dy_to_nc1hwc0(dy, plan.rows, cols))
-            dx_shape = (p.n, cin1, p.hin, cols.size, C0)
-            dx_bytes = int(np.prod(dx_shape)) * dtype.itemsize
-            dx_device = device.alloc(dx_bytes)
-            if plan.zero_output:
-                device.zero(dx_device, dx_bytes)
-            first_slot = slot
-            for batch_start, batch_count in chunks:
-                device.launch(batch_count * plan.blocks_per_image, dy_device, weight, dx_device,
-                              workspace, plan.launch(stripe, batch_start, batch_count, slot, token))
-                slot += 1
-            device.synchronize()
-            _check_done(device, done_slots, first_slot, slot, token)
-            dx = device.download(dx_device, dx_bytes).view(dtype).reshape(dx_shape)
-            out[..., cols.start:cols.start + cols.size] = nc1hwc0_to_nchw(dx, p.cin)
-            device.free(dy_device)
-            device.free(dx_device)
+        for planned in pieces:
+            piece = planned.piece
+            slot = _run_piece(device, planned, piece.dy(dy), piece.weight(w),
+                              out[piece.dx_index()], workspace, slot, token)
     return out

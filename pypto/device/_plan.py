@@ -21,7 +21,9 @@ this order: L1 double buffering, dy L1 depth (``stepKa``), weight L1 depth (``st
 splits W into stripes, each a launch over its own dy window (full width, then halving down to
 one column); last, ``baseM = 16``. Backprop
 padding above load3d's 255 (only very large dilated kernels) becomes zero rows or columns
-materialised in the dy window. A problem with no fitting plan raises NpuUnsupportedError.
+materialised in the dy window. A problem with no fitting launch is rewritten into sub-problems
+(``_decompose``: stride phases, dilation phases, folded taps), each planned the same way; one
+that fits nothing even then raises NpuUnsupportedError.
 """
 
 import functools
@@ -30,11 +32,13 @@ from typing import Optional
 
 from .._dtypes import DataType
 from .._tiling import BUFFER_BYTES, C0, ceil_align, ceil_div
+from ._decompose import Piece, decompositions, piece_tiling
 from ._errors import NpuUnsupportedError
 from ._launch_struct import (B2_BASEK_GE_HKWK, B2_BASEK_LT_HKWK, B2_HKWK_EQ_ONE, BF16, FP16,
                              MAGIC, MAX_BLOCKS, ConvDxApiTiling, ConvDxLaunch)
 
-__all__ = ["AxisWindow", "Blocks", "Stripe", "LaunchPlan", "axis_window", "plan_launches"]
+__all__ = ["AxisWindow", "Blocks", "Stripe", "LaunchPlan", "PlannedPiece", "CallPlan", "axis_window",
+           "plan_launches"]
 
 MAX_BACKPROP_PAD = 255           # load3d's padding limit
 L1_API_BYTES = BUFFER_BYTES["L1"] - 128  # TOTAL_L1_SIZE on dav-c220: the framework keeps 128 B
@@ -269,8 +273,9 @@ def _stripes(p, rows, start, rows_per_task, cin_per_task, init_output):
     return None
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=1024)
 def _plan(p, t, dtype):
+    """The launches of one (sub-)problem, or None when no stripe of it fits the API."""
     rows_per_task, cin_per_task, m_tasks, n_tasks, images_per_launch = _task_grid(p, t)
     rows = axis_window(0, p.hin, p.hout, p.kh, p.sh, p.pt, p.dh)
     # Stride > 1 leaves dx positions without contributions; the API skips, not writes, them
@@ -281,15 +286,59 @@ def _plan(p, t, dtype):
     stripes = () if rows is None else _stripes(p, rows, _user_blocks(p, t), rows_per_task,
                                                 cin_per_task, init_output)
     if stripes is None:
-        raise NpuUnsupportedError(
-            f"no launch of AscendC's Conv3DBackpropInput fits this problem (kernel "
-            f"{p.kh}x{p.kw}, dilation {p.dh}x{p.dw}, stride {p.sh}x{p.sw}, dy {p.hout}x{p.wout}): "
-            f"the dy window of every W stripe tried needs more than the {L1_API_BYTES} bytes of "
-            "L1 the API has; compute it on the CPU")
+        return None
     return LaunchPlan(DTYPE_CODES[dtype], rows, stripes, rows_per_task, cin_per_task, m_tasks,
                       n_tasks, images_per_launch, zero_output=init_output or skips_blocks)
 
 
+@dataclass(frozen=True)
+class PlannedPiece:
+    """One sub-problem of a call (``_decompose.Piece``), its geometry and its launches."""
+
+    piece: Piece
+    problem: object  # ConvProblem of the sub-problem
+    launches: LaunchPlan
+
+    @property
+    def runs(self):
+        """Launch stripes that read anything (the others leave their dx zero)."""
+        return [stripe for stripe in self.launches.stripes if stripe.api is not None]
+
+    @property
+    def launch_count(self):
+        return len(self.runs) * len(self.launches.batch_chunks(self.problem.n))
+
+
+@dataclass(frozen=True, eq=False)
+class CallPlan:
+    """A call's sub-problems (one, unless no single launch fits) and their launches."""
+
+    pieces: tuple  # of PlannedPiece
+
+    @property
+    def launch_count(self):
+        return sum(piece.launch_count for piece in self.pieces)
+
+
+@functools.lru_cache(maxsize=64)
+def _call_plan(p, t, dtype):
+    for pieces in decompositions(p):
+        planned = []
+        for piece in pieces:
+            sub = piece.problem(p)
+            launches = _plan(sub, piece_tiling(t, sub), dtype)
+            if launches is None:
+                break
+            planned.append(PlannedPiece(piece, sub, launches))
+        else:
+            return CallPlan(tuple(planned))
+    raise NpuUnsupportedError(
+        f"no launch of AscendC's Conv3DBackpropInput fits this problem (kernel {p.kh}x{p.kw}, "
+        f"dilation {p.dh}x{p.dw}, stride {p.sh}x{p.sw}, dy {p.hout}x{p.wout}), not even after "
+        f"splitting it into stride and dilation phases and folding its taps: every dy window "
+        f"needs more than the {L1_API_BYTES} bytes of L1 the API has; compute it on the CPU")
+
+
 def plan_launches(call):
     """The launch plan of a validated call (``pypto._validation.ValidatedCall``); cached."""
-    return _plan(call.problem, call.tiling, call.dtype)
+    return _call_plan(call.problem, call.tiling, call.dtype)
