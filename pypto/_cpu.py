@@ -11,7 +11,8 @@ import numpy as np
 
 from . import _config
 from ._dtypes import DataType, numpy_dtype
-from .error import PyptoMemoryError, PyptoRtError
+from ._memory import check_host_memory
+from .error import PyptoRtError
 
 __all__ = ["conv_backward_input_cpu", "openmp_enabled", "kernel_info", "ISA_LEVELS"]
 
@@ -87,31 +88,6 @@ def _vec_chunks(vec_tile, p):
     return min(vec_tile[1], p.cin), min(vec_tile[-1], p.win)
 
 
-def _size(nbytes):
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.2f} {unit}"
-    return f"{nbytes} bytes"
-
-
-_ALWAYS_FITS = 32 << 20  # below this, no call reads /proc/meminfo (it costs ~10 µs)
-
-
-def _check_memory(call, threads, copies, kernel_tiles):
-    need = call.tiling.cpu_memory_bytes(call.problem, threads, kernel_tiles) + copies
-    if need < _ALWAYS_FITS and _config._get("memory_limit") is None \
-            and "PYPTO_MEMORY_LIMIT" not in os.environ:
-        return
-    limit = _config.get_memory_limit()
-    if limit is not None and need > limit:
-        p = call.problem
-        raise PyptoMemoryError(
-            f"conv_backward_input would need about {_size(need)} (output "
-            f"{_size(p.n * p.cin * p.hin * p.win * p.dtype_size)} plus weight panels, tile scratch "
-            f"and input copies) but the memory limit is {_size(limit)}; raise it with "
-            "pypto.set_options(memory_limit=...) or PYPTO_MEMORY_LIMIT, or use smaller shapes")
-
-
 def conv_backward_input_cpu(call, dy, w):
     """dx for a validated call (``pypto._validation.ValidatedCall``) from host arrays dy and w.
 
@@ -122,7 +98,9 @@ def conv_backward_input_cpu(call, dy, w):
     threads = min(_config.get_num_threads(), call.tiling.cpu_work_items(p, kernel_tiles))
     np_dtype = numpy_dtype(call.dtype)
     copies = sum(a.size * 2 for a in (dy, w) if not _is_kernel_ready(a, np_dtype))
-    _check_memory(call, threads, copies, kernel_tiles)  # before any copy or allocation
+    # before any copy or allocation
+    check_host_memory(call.tiling.cpu_memory_bytes(p, threads, kernel_tiles) + copies, p,
+                      "weight panels, tile scratch and input copies")
     out = np.empty((p.n, p.cin, p.hin, p.win), dtype=np_dtype)
     _KERNEL.dgrad(_bits(dy, np_dtype), _bits(w, np_dtype), out.view(np.uint16),
                   _KERNEL_DTYPE[call.dtype], (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw),

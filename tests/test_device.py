@@ -373,6 +373,35 @@ def test_a_problem_without_a_plan_goes_to_the_cpu_in_auto_and_raises_in_npu_mode
         assert "no launch of AscendC's Conv3DBackpropInput fits" in text and "CPU" in text
 
 
+def test_the_npu_path_checks_host_memory_before_touching_the_device(fake_ascend):
+    """The memory limit covers the NPU path's host copies (re-laid-out dy, weight, dx; a folded
+    problem's dy copies): above it, PyptoMemoryError before any device call; the estimate
+    covers what the path really allocates."""
+    case = _case("962 taps, folded", [1, 16, 42, 27], [16, 16, 37, 26], [1, 16, 78, 52], [1, 1],
+                 [0, 0, 0, 0], [1, 1], [1, 15392, 16], [16, 16, 16], dtype="DT_FP16")
+    result = run_python(f"""
+        import tracemalloc
+        from pypto.device._plan import plan_launches
+        call = make_call({case!r})
+        dy, w = arrays({case!r}, True)
+        estimate = plan_launches(call).host_bytes(call.problem)
+        try:
+            with pypto.options(memory_limit=estimate // 2):
+                device.conv_backward_input_npu(call, dy, w)
+            refused = None
+        except pypto.error.PyptoMemoryError as exc:
+            refused = str(exc)
+        mallocs = fake_counter("malloc")
+        tracemalloc.start()
+        device.conv_backward_input_npu(call, dy, w)
+        peak = tracemalloc.get_traced_memory()[1]
+        emit(dict(refused=refused, mallocs=mallocs, estimate=estimate, peak=peak))
+    """, fake_ascend.env(PYPTO_DEVICE="npu"))
+    assert result["refused"] and "NPU's layouts" in result["refused"], result
+    assert result["mallocs"] == 0
+    assert result["peak"] <= result["estimate"], result
+
+
 # --- failures: a clear exception, and nothing left allocated -----------------------------------
 def test_injected_failures_raise_clear_errors_and_free_every_buffer(fake_ascend):
     injections = [("FAKE_ACL_FAIL_MALLOC", "3"), ("FAKE_ACL_FAIL_MEMCPY", "2"),

@@ -9,6 +9,7 @@ import secrets
 import numpy as np
 
 from .._dtypes import numpy_dtype
+from .._memory import check_host_memory
 from .._tiling import C0, ceil_div
 from . import _runtime
 from ._errors import KernelNotRunError
@@ -72,6 +73,10 @@ def conv_backward_input_npu(call, dy, w):
     p = call.problem
     dtype = numpy_dtype(call.dtype)
     plan = plan_launches(call)
+    copies = sum(a.size * p.dtype_size for a in (dy, w)
+                 if not (a.dtype == dtype and a.flags.c_contiguous))
+    check_host_memory(plan.host_bytes(p) + copies, p,  # before any copy or allocation
+                      "dy, weight and dx in the NPU's layouts, and input copies")
     runtime = _runtime.get()
     out = np.zeros((p.n, p.cin, p.hin, p.win), dtype=dtype)
     pieces = [planned for planned in plan.pieces if planned.runs]

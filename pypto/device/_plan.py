@@ -308,6 +308,18 @@ class PlannedPiece:
     def launch_count(self):
         return len(self.runs) * len(self.launches.batch_chunks(self.problem.n))
 
+    def host_bytes(self, cin):
+        """Host memory this piece's re-layout needs at its peak (``_conv._run_piece``)."""
+        p, size = self.problem, self.problem.dtype_size
+        cout16, cin16 = ceil_align(p.cout, C0), ceil_align(cin, C0)
+        folded = self.piece.groups > 1  # a folded piece copies dy and the weight first
+        copies = (p.n * p.cout * p.hout * p.wout + p.cout * cin * p.taps) * size if folded else 0
+        # each re-layout holds its zero-padded source and its transposed result at once
+        stripe = max((2 * p.n * (cout16 * self.launches.rows.count * s.cols.count  # dy window
+                                 + cin16 * p.hin * s.cols.size) * size           # dx
+                      for s in self.runs), default=0)
+        return copies + 2 * cin16 * cout16 * p.taps * size + stripe
+
 
 @dataclass(frozen=True, eq=False)
 class CallPlan:
@@ -318,6 +330,11 @@ class CallPlan:
     @property
     def launch_count(self):
         return sum(piece.launch_count for piece in self.pieces)
+
+    def host_bytes(self, p):
+        """Host memory of a call at its peak: the output and the largest piece's copies."""
+        output = p.n * p.cin * p.hin * p.win * p.dtype_size
+        return output + max((piece.host_bytes(p.cin) for piece in self.pieces), default=0)
 
 
 @functools.lru_cache(maxsize=64)
