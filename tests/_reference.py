@@ -82,6 +82,24 @@ def dgrad_reference(dy, w, input_hw, strides, pads_hw, dilations):
     return np.ascontiguousarray(_scatter_taps(dy, w, input_hw, strides, pads_hw, dilations))
 
 
+def dgrad_brute_force(dy, w, input_hw, strides, pads_hw, dilations):
+    """The same dgrad as a plain loop over (ho, wo, kh, kw), for any integer padding (negative
+    too): dx[.., ho*sh - pt + kh*dh, wo*sw - pl + kw*dw] += dy[.., ho, wo] @ w[.., kh, kw]."""
+    dy, w = _f64(dy), _f64(w)
+    n, _, hout, wout = dy.shape
+    _, cin, kh_n, kw_n = w.shape
+    dx = np.zeros((n, cin) + tuple(input_hw))
+    for ho in range(hout):
+        for wo in range(wout):
+            for kh in range(kh_n):
+                for kw in range(kw_n):
+                    hi = ho * strides[0] - pads_hw[0] + kh * dilations[0]
+                    wi = wo * strides[1] - pads_hw[1] + kw * dilations[1]
+                    if 0 <= hi < input_hw[0] and 0 <= wi < input_hw[1]:
+                        dx[:, :, hi, wi] += dy[:, :, ho, wo] @ w[:, :, kh, kw]
+    return dx
+
+
 def dgrad_abs_reference(dy, w, input_hw, strides, pads_hw, dilations):
     """sum |dy * w| over the terms of each dx element (the scale of the accumulation error)."""
     return dgrad_reference(np.abs(_f64(dy)), np.abs(_f64(w)), input_hw, strides, pads_hw,

@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import pytest
+from _reference import dgrad_brute_force
 
 from pypto._dtypes import DataType
 from pypto._shapes import forward_out_size
@@ -73,24 +74,6 @@ def test_phases_and_folds_cover_every_contribution_exactly_once():
                 assert sorted(got) == sorted(_piece_triples(a)), (axis, groups)
 
 
-def _dgrad64(dy, w, size_in, strides, pads, dilations):
-    """Plain float64 dgrad for any integer padding (negative too): i = j*s - p + t*d."""
-    n, cout, hout, wout = dy.shape
-    _, cin, kh, kw = w.shape
-    dx = np.zeros((n, cin) + tuple(size_in))
-    for th in range(kh):
-        for tw in range(kw):
-            contrib = np.einsum("nojk,oc->ncjk", dy, w[:, :, th, tw])
-            for j in range(hout):
-                i = j * strides[0] - pads[0] + th * dilations[0]
-                if not 0 <= i < size_in[0]:
-                    continue
-                cols = np.arange(wout) * strides[1] - pads[1] + tw * dilations[1]
-                inside = (cols >= 0) & (cols < size_in[1])
-                dx[:, :, i, cols[inside]] += contrib[:, :, j, inside]
-    return dx
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_pieces_recompose_the_whole_dgrad(seed):
     """Each candidate piece list, computed piece by piece from its own dy/weight copies and put
@@ -105,13 +88,14 @@ def test_pieces_recompose_the_whole_dgrad(seed):
     p = ConvProblem(2, 3, 5, hin, win, hout, wout, kh, kw, sh, sw, ph, ph, pw, pw, dh, dw)
     np_rng = np.random.default_rng(seed)
     dy, w = np_rng.standard_normal((2, 5, hout, wout)), np_rng.standard_normal((5, 3, kh, kw))
-    want = _dgrad64(dy, w, (hin, win), (sh, sw), (ph, pw), (dh, dw))
+    want = dgrad_brute_force(dy, w, (hin, win), (sh, sw), (ph, pw), (dh, dw))
     for pieces in list(decompositions(p))[:6]:
         got = np.zeros_like(want)
         for piece in pieces:
             sub = piece.problem(p)
-            got[piece.dx_index()] = _dgrad64(piece.dy(dy), piece.weight(w), (sub.hin, sub.win),
-                                             (sub.sh, sub.sw), (sub.pt, sub.pl), (sub.dh, sub.dw))
+            got[piece.dx_index()] = dgrad_brute_force(piece.dy(dy), piece.weight(w),
+                                                      (sub.hin, sub.win), (sub.sh, sub.sw),
+                                                      (sub.pt, sub.pl), (sub.dh, sub.dw))
             assert piece.dy(dy).shape == (p.n, sub.cout, sub.hout, sub.wout)
             assert piece.weight(w).shape == (sub.cout, p.cin, sub.kh, sub.kw)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

@@ -47,6 +47,7 @@ from pypto import pypto_impl
 from _reference import (
     conv2d_forward_reference,
     dgrad_abs_reference,
+    dgrad_brute_force,
     dgrad_reference,
     round_once,
     round_once_f64,
@@ -230,20 +231,6 @@ def check_accuracy(out, prob, dy, w, label=""):
 # ---------------------------------------------------------------------------------------------
 # The reference itself: a sanity check against a brute-force loop and the exact roundings
 # ---------------------------------------------------------------------------------------------
-def _brute_force_dgrad(dy, w, hw, s, p, d):
-    n, cout, hout, wout = dy.shape
-    _, cin, kh_n, kw_n = w.shape
-    dx = np.zeros((n, cin) + tuple(hw))
-    for ho in range(hout):
-        for wo in range(wout):
-            for kh in range(kh_n):
-                for kw in range(kw_n):
-                    hi, wi = ho * s[0] - p[0] + kh * d[0], wo * s[1] - p[1] + kw * d[1]
-                    if 0 <= hi < hw[0] and 0 <= wi < hw[1]:
-                        dx[:, :, hi, wi] += dy[:, :, ho, wo] @ w[:, :, kh, kw]
-    return dx
-
-
 @pytest.mark.parametrize("geom", [
     ((2, 1), (1, 0), (1, 2), (3, 2), "max"),
     ((3, 3), (0, 2), (2, 1), (1, 5), "max"),
@@ -258,7 +245,7 @@ def test_reference_matches_brute_force(geom):
     w = rng.standard_normal((4, 3) + k)
     hw = (prob["hin"], prob["win"])
     np.testing.assert_allclose(dgrad_reference(dy, w, hw, s, p, d),
-                               _brute_force_dgrad(dy, w, hw, s, p, d), rtol=0, atol=1e-12)
+                               dgrad_brute_force(dy, w, hw, s, p, d), rtol=0, atol=1e-12)
 
 
 def test_round_once_matches_numpy_and_ml_dtypes():

@@ -87,25 +87,30 @@ def whole_axis(size_in, size_out, kernel, stride, pad, dilation):
     return AxisPiece(0, 1, size_in, 0, 1, size_out, 0, 1, kernel, stride, pad, dilation)
 
 
+def _first_solution(target, factor, modulus):
+    """The least x >= 0 with x*factor = target (mod modulus), or None when there is none."""
+    g = gcd(factor, modulus)
+    if target % g:
+        return None
+    return target // g * pow(factor // g, -1, modulus // g) % (modulus // g)
+
+
 def stride_phases(a):
     """The stride phases of ``a`` (stride 1 each); dx indices no tap reaches are left out."""
     if a.stride == 1:
         return [a]
     s, d = a.stride, a.dilation
-    g = gcd(s, d)
-    s_g = s // g
+    step = s // gcd(s, d)  # taps of one phase are step apart
     pieces = []
     for r in range(min(s, a.size_in)):
-        if (r + a.pad) % g:
-            continue  # no tap lands on this residue
-        t0 = (r + a.pad) // g * pow(d // g, -1, s_g) % s_g
-        if t0 >= a.kernel:
+        t0 = _first_solution(r + a.pad, d, s)  # first tap with t*d = r + p (mod s)
+        if t0 is None or t0 >= a.kernel:
             continue
         pieces.append(replace(
             a, dx_start=a.dx_start + r * a.dx_step, dx_step=a.dx_step * s,
             size_in=ceil_div(a.size_in - r, s), tap_start=a.tap_start + t0 * a.tap_step,
-            tap_step=a.tap_step * s_g, kernel=ceil_div(a.kernel - t0, s_g), stride=1,
-            pad=(a.pad + r - t0 * d) // s, dilation=d // g))
+            tap_step=a.tap_step * step, kernel=ceil_div(a.kernel - t0, step), stride=1,
+            pad=(a.pad + r - t0 * d) // s, dilation=d * step // s))
     return pieces
 
 
@@ -114,20 +119,17 @@ def dilation_phases(a):
     if a.dilation == 1:
         return [a]
     s, d = a.stride, a.dilation
-    g = gcd(s, d)
-    d_g = d // g
+    step = d // gcd(s, d)  # dy indices of one phase are step apart
     pieces = []
     for r in range(min(d, a.size_in)):
-        if (r + a.pad) % g:
-            continue  # no dy index lands on this residue
-        j0 = (r + a.pad) // g * pow(s // g, -1, d_g) % d_g
-        if j0 >= a.size_out:
+        j0 = _first_solution(r + a.pad, s, d)  # first dy index with j*s = r + p (mod d)
+        if j0 is None or j0 >= a.size_out:
             continue
         pieces.append(replace(
             a, dx_start=a.dx_start + r * a.dx_step, dx_step=a.dx_step * d,
             size_in=ceil_div(a.size_in - r, d), dy_start=a.dy_start + j0 * a.dy_step,
-            dy_step=a.dy_step * d_g, size_out=ceil_div(a.size_out - j0, d_g), stride=s // g,
-            pad=(r + a.pad - j0 * s) // d, dilation=1))
+            dy_step=a.dy_step * step, size_out=ceil_div(a.size_out - j0, step),
+            stride=s * step // d, pad=(r + a.pad - j0 * s) // d, dilation=1))
     return pieces
 
 
