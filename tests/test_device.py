@@ -312,7 +312,9 @@ def test_npu_path_equals_the_cpu_kernel(fake_ascend, dtype):
             call = make_call(case)
             plan = plan_launches(call)
             dy, w = arrays(case, exact=True)
+            mallocs = fake_counter("malloc")
             npu, cpu = device.conv_backward_input_npu(call, dy, w), conv_backward_input_cpu(call, dy, w)
+            mallocs = fake_counter("malloc") - mallocs
             exact = bool(npu.dtype == cpu.dtype and np.array_equal(npu.view(np.uint16), cpu.view(np.uint16)))
             dy, w = arrays(case, exact=False, seed=1)
             npu, cpu = device.conv_backward_input_npu(call, dy, w), conv_backward_input_cpu(call, dy, w)
@@ -326,7 +328,7 @@ def test_npu_path_equals_the_cpu_kernel(fake_ascend, dtype):
             out.append(dict(name=case["name"], exact=exact,
                             within=bool(np.all(np.abs(a - b) <= bound)),
                             max_ulp=float((np.abs(a - b) / ulp).max()),
-                            pieces=len(plan.pieces),
+                            pieces=len(plan.pieces), mallocs=mallocs,
                             folded=any(pp.piece.groups > 1 for pp in plan.pieces),
                             stripes=sum(s.api is not None for s in whole.stripes),
                             halo=whole.rows.first < 0, zero_output=whole.zero_output,
@@ -341,6 +343,7 @@ def test_npu_path_equals_the_cpu_kernel(fake_ascend, dtype):
         assert result["exact"], result
         assert result["within"], result
         assert result["pieces"] == case.get("expect_pieces", 1), result
+        assert result["mallocs"] == 4, result  # weight, dy, dx, workspace: reused by every launch
         assert result["folded"] == case.get("expect_folded", False), result
         if result["pieces"] == 1:
             assert result["stripes"] == case.get("expect_stripes", 1), result

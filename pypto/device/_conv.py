@@ -37,20 +37,32 @@ def _check_done(device, done_slots, first, stop, token):
             "rebuild it with 'python -m pypto._kernels.ascendc.build' on this host")
 
 
-def _run_piece(device, planned, dy, w, out, workspace, first_slot, token):
+def _buffer_bytes(plan, dtype_size):
+    """(weight, dy window, dx stripe) bytes: one device buffer each, sized for the largest use."""
+    weight = dy = dx = 0
+    for planned in plan.pieces:
+        p = planned.problem
+        cin16, cout16 = ceil_div(p.cin, C0) * C0, ceil_div(p.cout, C0) * C0
+        weight = max(weight, cin16 * cout16 * p.taps * dtype_size)
+        for stripe in planned.runs:
+            dy = max(dy, p.n * cout16 * planned.launches.rows.count * stripe.cols.count * dtype_size)
+            dx = max(dx, p.n * cin16 * p.hin * stripe.cols.size * dtype_size)
+    return weight, dy, dx
+
+
+def _run_piece(device, buffers, planned, dy, w, out, first_slot, token):
     """Launch one sub-problem and write its dx into ``out`` (a view of the call's dx)."""
     p, plan = planned.problem, planned.launches
+    weight, dy_device, dx_device, workspace = buffers
     dtype = dy.dtype
-    done_slots = workspace + SYSTEM_WORKSPACE_BYTES  # the user workspace starts there
-    weight = device.upload(weight_to_fractal_z(w))
+    device.copy_in(weight, weight_to_fractal_z(w))
     chunks = plan.batch_chunks(p.n)
     slot = first_slot
     for stripe in planned.runs:
         cols = stripe.cols
-        dy_device = device.upload(dy_to_nc1hwc0(dy, plan.rows, cols))
+        device.copy_in(dy_device, dy_to_nc1hwc0(dy, plan.rows, cols))
         dx_shape = (p.n, ceil_div(p.cin, C0), p.hin, cols.size, C0)
         dx_bytes = int(np.prod(dx_shape)) * dtype.itemsize
-        dx_device = device.alloc(dx_bytes)
         if plan.zero_output:
             device.zero(dx_device, dx_bytes)
         stripe_slot = slot
@@ -59,17 +71,18 @@ def _run_piece(device, planned, dy, w, out, workspace, first_slot, token):
                           workspace, plan.launch(stripe, batch_start, batch_count, slot, token))
             slot += 1
         device.synchronize()
-        _check_done(device, done_slots, stripe_slot, slot, token)
+        _check_done(device, workspace + SYSTEM_WORKSPACE_BYTES, stripe_slot, slot, token)
         dx = device.download(dx_device, dx_bytes).view(dtype).reshape(dx_shape)
         out[..., cols.start:cols.start + cols.size] = nc1hwc0_to_nchw(dx, p.cin)
-        device.free(dy_device)
-        device.free(dx_device)
-    device.free(weight)
     return slot
 
 
 def conv_backward_input_npu(call, dy, w):
-    """dx of a validated call (``pypto._validation.ValidatedCall``) from host arrays dy and w."""
+    """dx of a validated call (``pypto._validation.ValidatedCall``) from host arrays dy and w.
+
+    Four device buffers per call (weight, dy window, dx stripe, workspace), each allocated once
+    at its largest size and reused by every sub-problem and stripe.
+    """
     p = call.problem
     dtype = numpy_dtype(call.dtype)
     plan = plan_launches(call)
@@ -86,13 +99,16 @@ def conv_backward_input_npu(call, dy, w):
     w = np.ascontiguousarray(w, dtype=dtype)
     n_launches = plan.launch_count
     token = secrets.randbits(32) | 1  # never 0, the value of a zeroed slot
+    weight_bytes, dy_bytes, dx_bytes = _buffer_bytes(plan, p.dtype_size)
 
     with runtime.session() as device:
+        weight = device.alloc(weight_bytes)
         workspace = device.alloc(SYSTEM_WORKSPACE_BYTES + n_launches * DONE_SLOT_BYTES)
+        buffers = (weight, device.alloc(dy_bytes), device.alloc(dx_bytes), workspace)
         device.zero(workspace + SYSTEM_WORKSPACE_BYTES, n_launches * DONE_SLOT_BYTES)
         slot = 0
         for planned in pieces:
             piece = planned.piece
-            slot = _run_piece(device, planned, piece.dy(dy), piece.weight(w),
-                              out[piece.dx_index()], workspace, slot, token)
+            slot = _run_piece(device, buffers, planned, piece.dy(dy), piece.weight(w),
+                              out[piece.dx_index()], slot, token)
     return out

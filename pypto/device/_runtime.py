@@ -113,10 +113,15 @@ class Session:
     def upload(self, array):
         array = np.ascontiguousarray(array)
         pointer = self.alloc(array.nbytes)
+        self.copy_in(pointer, array)
+        return pointer
+
+    def copy_in(self, pointer, array):
+        """Copy a host array into device memory we hold (at least ``array.nbytes`` there)."""
+        array = np.ascontiguousarray(array)
         ret = self._acl.aclrtMemcpy(pointer, array.nbytes, array.ctypes.data, array.nbytes,
                                     ACL_MEMCPY_HOST_TO_DEVICE)
         self._acl.check(ret, "aclrtMemcpy")
-        return pointer
 
     def download(self, pointer, nbytes):
         host = np.empty(nbytes, dtype=np.uint8)
