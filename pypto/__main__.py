@@ -169,6 +169,9 @@ def _cmd_info(args):
           f"{', '.join(info['cpu_levels'])}), micro-kernel {info['mr']}x{info['nr']}, "
           f"bf16 dot product {'yes' if info['bf16_dot'] else 'no'}, OpenMP "
           f"{'on' if info['openmp'] else 'off'}, {pypto.get_num_threads()} thread(s)")
+    reason = pypto.device.unavailable_reason()
+    print(f"npu: {'available' if reason is None else 'unavailable: ' + reason}; backend "
+          f"requested: {pypto.get_device()} (set_device / PYPTO_DEVICE)")
     return 0
 
 

@@ -70,3 +70,4 @@ def test_tiles_explains_and_exit_code_says_legal():
 def test_info():
     done = _cli("info")
     assert done.returncode == 0 and "cpu kernel: ISA" in done.stdout
+    assert "npu: " in done.stdout and "backend requested: auto" in done.stdout
