@@ -8,8 +8,8 @@ the error classes. Importing this package loads no library: ACL is opened on fir
 Modules: ``_discovery`` (where things are), ``_prototypes`` (the C prototype table),
 ``_acl`` (loading and binding), ``_runtime`` (bring-up, threads, buffers, teardown),
 ``_launch_struct`` (ctypes mirror of the kernel's tiling header), ``_plan`` (user tiles ->
-AscendC launches), ``_decompose`` (exact rewrites of what one launch cannot hold), ``_layout`` (NCHW <-> NC1HWC0 / FRACTAL_Z), ``_conv`` (the op),
-``_select`` (backend choice), ``_errors``.
+AscendC launches), ``_decompose`` (exact rewrites of what one launch cannot hold), ``_layout``
+(NCHW <-> NC1HWC0 / FRACTAL_Z), ``_conv`` (the op), ``_select`` (backend choice), ``_errors``.
 """
 
 from ._errors import (AclError, AclInternalError, AclResourceError, AclUsageError,

@@ -37,19 +37,6 @@ def _check_done(device, done_slots, first, stop, token):
             "rebuild it with 'python -m pypto._kernels.ascendc.build' on this host")
 
 
-def _buffer_bytes(plan, dtype_size):
-    """(weight, dy window, dx stripe) bytes: one device buffer each, sized for the largest use."""
-    weight = dy = dx = 0
-    for planned in plan.pieces:
-        p = planned.problem
-        cin16, cout16 = ceil_div(p.cin, C0) * C0, ceil_div(p.cout, C0) * C0
-        weight = max(weight, cin16 * cout16 * p.taps * dtype_size)
-        for stripe in planned.runs:
-            dy = max(dy, p.n * cout16 * planned.launches.rows.count * stripe.cols.count * dtype_size)
-            dx = max(dx, p.n * cin16 * p.hin * stripe.cols.size * dtype_size)
-    return weight, dy, dx
-
-
 def _run_piece(device, buffers, planned, dy, w, out, first_slot, token):
     """Launch one sub-problem and write its dx into ``out`` (a view of the call's dx)."""
     p, plan = planned.problem, planned.launches
@@ -99,7 +86,7 @@ def conv_backward_input_npu(call, dy, w):
     w = np.ascontiguousarray(w, dtype=dtype)
     n_launches = plan.launch_count
     token = secrets.randbits(32) | 1  # never 0, the value of a zeroed slot
-    weight_bytes, dy_bytes, dx_bytes = _buffer_bytes(plan, p.dtype_size)
+    weight_bytes, dy_bytes, dx_bytes = plan.buffer_bytes()
 
     with runtime.session() as device:
         weight = device.alloc(weight_bytes)

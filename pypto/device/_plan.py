@@ -31,14 +31,14 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .._dtypes import DataType
-from .._tiling import BUFFER_BYTES, C0, ceil_align, ceil_div
+from .._tiling import BUFFER_BYTES, C0, ConvProblem, ceil_align, ceil_div
 from ._decompose import Piece, decompositions, piece_tiling
 from ._errors import NpuUnsupportedError
 from ._launch_struct import (B2_BASEK_GE_HKWK, B2_BASEK_LT_HKWK, B2_HKWK_EQ_ONE, BF16, FP16,
                              MAGIC, MAX_BLOCKS, ConvDxApiTiling, ConvDxLaunch)
 
-__all__ = ["AxisWindow", "Blocks", "Stripe", "LaunchPlan", "PlannedPiece", "CallPlan", "axis_window",
-           "plan_launches"]
+__all__ = ["AxisWindow", "Blocks", "Stripe", "LaunchPlan", "PlannedPiece", "CallPlan",
+           "axis_window", "plan_launches"]
 
 MAX_BACKPROP_PAD = 255           # load3d's padding limit
 L1_API_BYTES = BUFFER_BYTES["L1"] - 128  # TOTAL_L1_SIZE on dav-c220: the framework keeps 128 B
@@ -296,7 +296,7 @@ class PlannedPiece:
     """One sub-problem of a call (``_decompose.Piece``), its geometry and its launches."""
 
     piece: Piece
-    problem: object  # ConvProblem of the sub-problem
+    problem: ConvProblem  # the sub-problem's
     launches: LaunchPlan
 
     @property
@@ -308,17 +308,22 @@ class PlannedPiece:
     def launch_count(self):
         return len(self.runs) * len(self.launches.batch_chunks(self.problem.n))
 
-    def host_bytes(self, cin):
-        """Host memory this piece's re-layout needs at its peak (``_conv._run_piece``)."""
-        p, size = self.problem, self.problem.dtype_size
-        cout16, cin16 = ceil_align(p.cout, C0), ceil_align(cin, C0)
+    def buffer_bytes(self):
+        """(weight, largest dy window, largest dx stripe) in the kernel's layouts, in bytes."""
+        p = self.problem
+        cout16, cin16 = ceil_align(p.cout, C0), ceil_align(p.cin, C0)
+        dy = max((cout16 * self.launches.rows.count * s.cols.count for s in self.runs), default=0)
+        dx = max((cin16 * p.hin * s.cols.size for s in self.runs), default=0)
+        return tuple(elements * p.dtype_size for elements in
+                     (cin16 * cout16 * p.taps, p.n * dy, p.n * dx))
+
+    def host_bytes(self):
+        """Host memory this piece's re-layout needs at its peak (``_conv._run_piece``): each
+        re-laid-out array exists twice for a moment (zero-padded source, transposed result)."""
+        p = self.problem
         folded = self.piece.groups > 1  # a folded piece copies dy and the weight first
-        copies = (p.n * p.cout * p.hout * p.wout + p.cout * cin * p.taps) * size if folded else 0
-        # each re-layout holds its zero-padded source and its transposed result at once
-        stripe = max((2 * p.n * (cout16 * self.launches.rows.count * s.cols.count  # dy window
-                                 + cin16 * p.hin * s.cols.size) * size           # dx
-                      for s in self.runs), default=0)
-        return copies + 2 * cin16 * cout16 * p.taps * size + stripe
+        copies = (p.n * p.cout * p.hout * p.wout + p.cout * p.cin * p.taps) if folded else 0
+        return copies * p.dtype_size + 2 * sum(self.buffer_bytes())
 
 
 @dataclass(frozen=True, eq=False)
@@ -334,7 +339,12 @@ class CallPlan:
     def host_bytes(self, p):
         """Host memory of a call at its peak: the output and the largest piece's copies."""
         output = p.n * p.cin * p.hin * p.win * p.dtype_size
-        return output + max((piece.host_bytes(p.cin) for piece in self.pieces), default=0)
+        return output + max((piece.host_bytes() for piece in self.pieces), default=0)
+
+    def buffer_bytes(self):
+        """(weight, dy window, dx stripe): one device buffer each, sized for the largest use."""
+        sizes = [piece.buffer_bytes() for piece in self.pieces] or [(0, 0, 0)]
+        return tuple(max(column) for column in zip(*sizes))
 
 
 @functools.lru_cache(maxsize=64)
