@@ -115,7 +115,8 @@ def stride_phases(a):
 
 
 def dilation_phases(a):
-    """The dilation phases of ``a`` (dilation 1 each); dx indices no dy index reaches are left out."""
+    """The dilation phases of ``a`` (dilation 1 each); dx indices no dy index reaches are left
+    out."""
     if a.dilation == 1:
         return [a]
     s, d = a.stride, a.dilation
@@ -159,7 +160,8 @@ class Piece:
         return (Ellipsis, self.rows.dx_slice(), self.cols.dx_slice())
 
     def dy(self, dy):
-        """This piece's dy ``[N, Cout*groups, Hout', Wout']`` from the whole dy (a view if it can)."""
+        """This piece's dy ``[N, Cout*groups, Hout', Wout']`` from the whole dy (a view when not
+        folded)."""
         picked = dy[:, :, self.rows.dy_slice(), self.cols.dy_slice()]
         if self.groups == 1:
             return picked
