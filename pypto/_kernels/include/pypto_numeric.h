@@ -11,6 +11,9 @@
 
 #include <stdint.h>
 #include <string.h>
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
 
 enum { PYPTO_FP16 = 0, PYPTO_BF16 = 1 };
 
@@ -74,13 +77,44 @@ static inline void pypto_widen(const uint16_t *restrict src, float *restrict dst
         for (i = 0; i < n; i++) dst[i] = pypto_half_to_float(src[i]);
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+/* 16 floats at once, bit for bit what pypto_float_to_half / pypto_float_to_bf16 give: fp16 by
+ * vcvtps2ph (IEEE round-to-nearest-even, subnormals and NaN payloads included), bf16 by the
+ * same integer rounding as the scalar function. */
+static inline __m256i pypto_narrow16(__m512 v, int dtype)
+{
+    if (dtype != PYPTO_BF16)
+        return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512i x = _mm512_castps_si512(v);
+    __m512i high = _mm512_srli_epi32(x, 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    __m512i bias = _mm512_add_epi32(_mm512_and_si512(high, _mm512_set1_epi32(1)),
+                                    _mm512_set1_epi32(0x7fff));
+    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(x, bias), 16);
+    rounded = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
+    return _mm512_cvtepi32_epi16(rounded);
+}
+#endif
+
 static inline void pypto_narrow(const float *restrict src, uint16_t *restrict dst, int64_t n, int dtype)
 {
-    int64_t i;
+    int64_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    /* whole vectors, then one masked vector: rows are often shorter than 16 */
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i), pypto_narrow16(_mm512_loadu_ps(src + i), dtype));
+    if (i < n) {
+        __mmask16 tail = (__mmask16)((1u << (n - i)) - 1u);
+        _mm256_mask_storeu_epi16(dst + i, tail,
+                                 pypto_narrow16(_mm512_maskz_loadu_ps(tail, src + i), dtype));
+    }
+    return;
+#endif
     if (dtype == PYPTO_BF16)
-        for (i = 0; i < n; i++) dst[i] = pypto_float_to_bf16(src[i]);
+        for (; i < n; i++) dst[i] = pypto_float_to_bf16(src[i]);
     else
-        for (i = 0; i < n; i++) dst[i] = pypto_float_to_half(src[i]);
+        for (; i < n; i++) dst[i] = pypto_float_to_half(src[i]);
 }
 
 /* Smallest biased exponent among the nonzero bf16 values (255 when all are zero; 0 when any is
