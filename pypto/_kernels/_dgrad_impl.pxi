@@ -49,6 +49,10 @@ cdef extern from "pypto_gemm.h" nogil:
                            float *c, int64_t ldc)
     void pypto_ukernel_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
                             int64_t j0, float *c, int64_t ldc)
+    void pypto_ukernel_f32_half(int64_t kc, const float *w, const float *const *a_rows,
+                                int64_t j0, float *c, int64_t ldc)
+    void pypto_ukernel_bf16_half(int64_t kc_pairs, const uint32_t *w,
+                                 const uint32_t *const *a_rows, int64_t j0, float *c, int64_t ldc)
 
 cdef extern from *:
     """
@@ -242,10 +246,13 @@ cdef void _multiply(const Geometry *g, int64_t phase, int64_t c_first, int64_t n
     cdef int64_t k_len = _k_len(g, g.tap_count[phase])
     cdef int64_t t_end = t0 + _round_up(t_count, PYPTO_NR)
     cdef int64_t n0, n_end, cb, jb, panel
+    cdef bint half
     # Register-width column blocks outside, channel blocks inside: one block of A rows stays in
     # L1 while every channel's weight panel passes over it.
     jb = t0
     while jb < t_end:
+        # a last block with at most NR/2 positions left needs only the half-width kernel
+        half = t0 + t_count - jb <= PYPTO_NR // 2
         n0 = 0
         while n0 < n_count1:                                       # N-L0
             n_end = _min(n0 + g.nl0, n_count1)
@@ -253,14 +260,13 @@ cdef void _multiply(const Geometry *g, int64_t phase, int64_t c_first, int64_t n
             while cb < n_end:                                      # MR channels at a time
                 panel = g.w_offset[phase] + (c_first + cb) * k_len
                 if g.dot_bf16:
-                    pypto_ukernel_bf16(k_count,
-                                       <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_MR,
-                                       <const uint32_t *const *>rows, jb,
-                                       acc + cb * ldc + jb, ldc)
+                    (pypto_ukernel_bf16_half if half else pypto_ukernel_bf16)(
+                        k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_MR,
+                        <const uint32_t *const *>rows, jb, acc + cb * ldc + jb, ldc)
                 else:
-                    pypto_ukernel_f32(k_count,
-                                      <const float *>g.w_packed + panel + k_first * PYPTO_MR,
-                                      <const float *const *>rows, jb, acc + cb * ldc + jb, ldc)
+                    (pypto_ukernel_f32_half if half else pypto_ukernel_f32)(
+                        k_count, <const float *>g.w_packed + panel + k_first * PYPTO_MR,
+                        <const float *const *>rows, jb, acc + cb * ldc + jb, ldc)
                 cb += PYPTO_MR
             n0 = n_end
         jb += PYPTO_NR

@@ -154,4 +154,42 @@ static inline void pypto_ukernel_bf16(int64_t kc_pairs, const uint32_t *restrict
 #endif
 }
 
+/* The last register block of an M tile often holds no more than NR/2 positions: these
+ * variants compute C[MR x NR/2] only (same k order, so the same bits). Elsewhere they are the
+ * full kernels. */
+static inline void pypto_ukernel_f32_half(int64_t kc, const float *restrict w,
+                                          const float *const *a_rows, int64_t j0,
+                                          float *restrict c, int64_t ldc)
+{
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
+    __m512 acc[8];
+    for (int r = 0; r < 8; r++) acc[r] = _mm512_loadu_ps(c + r * ldc);
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 a = _mm512_loadu_ps(a_rows[k] + j0);
+        for (int r = 0; r < 8; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(w[k * 8 + r]), a, acc[r]);
+    }
+    for (int r = 0; r < 8; r++) _mm512_storeu_ps(c + r * ldc, acc[r]);
+#else
+    pypto_ukernel_f32(kc, w, a_rows, j0, c, ldc);
+#endif
+}
+
+static inline void pypto_ukernel_bf16_half(int64_t kc_pairs, const uint32_t *restrict w,
+                                           const uint32_t *const *a_rows, int64_t j0,
+                                           float *restrict c, int64_t ldc)
+{
+#ifdef PYPTO_ISA_AVX512BF16
+    __m512 acc[8];
+    for (int r = 0; r < 8; r++) acc[r] = _mm512_loadu_ps(c + r * ldc);
+    for (int64_t kp = 0; kp < kc_pairs; kp++) {
+        __m512bh a = (__m512bh)_mm512_loadu_si512((const void *)(a_rows[kp] + j0));
+        for (int r = 0; r < 8; r++)
+            acc[r] = _mm512_dpbf16_ps(acc[r], a, (__m512bh)_mm512_set1_epi32((int)w[kp * 8 + r]));
+    }
+    for (int r = 0; r < 8; r++) _mm512_storeu_ps(c + r * ldc, acc[r]);
+#else
+    pypto_ukernel_bf16(kc_pairs, w, a_rows, j0, c, ldc);
+#endif
+}
+
 #endif
