@@ -12,6 +12,8 @@
  *   PYPTO_ISA_AVX2        AVX2 + FMA: 4x24 fp32 FMA (8x32 would spill the 16 ymm registers)
  *   PYPTO_ISA_BASELINE    plain C 4x16, vectorized by the compiler for whatever it targets
  *
+ * The AVX-512 kernels also come in 8x16 (the *_half variants) for an M tile's last block.
+ *
  * Each C element is accumulated in fp32 over k in ascending order (pairs (k, k+1) at a time in
  * the bf16 kernel), independent of where the block sits: threads never change a bit.
  */
