@@ -1,9 +1,11 @@
-"""The vectorized fp32 -> fp16/bf16 rounding of the AVX-512 builds against the scalar one.
+"""The vectorized fp32 -> fp16/bf16 rounding of the AVX-512 and AVX2 builds against the scalar
+one.
 
 The kernel rounds each accumulator once (the op's only rounding); AVX-512 builds do it 16 values
-at a time (pypto_narrow16 in pypto/_kernels/include/pypto_numeric.h). A small C program runs
-every fp32 bit pattern through both. Kept out of test_numerics.py, which test_isa_levels.py
-re-runs once per ISA level: this check does not depend on the level the kernel runs at.
+at a time (pypto_narrow16 in pypto/_kernels/include/pypto_numeric.h), AVX2 builds 8 at a time
+(pypto_narrow8). A small C program runs every fp32 bit pattern through both. Kept out of
+test_numerics.py, which test_isa_levels.py re-runs once per ISA level: this check does not
+depend on the level the kernel runs at.
 """
 
 import shutil
@@ -18,11 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.skipif(not shutil.which("gcc"), reason="no C compiler")
-@pytest.mark.skipif("avx512" not in kernel_info()["cpu_levels"], reason="CPU without AVX-512")
-def test_vector_narrowing_equals_the_scalar_one_on_every_fp32_pattern(tmp_path):
-    """All 2^32 fp32 patterns, fp16 and bf16: identical results (about 10 s)."""
+@pytest.mark.parametrize("level, march", [("avx512", "x86-64-v4"), ("avx2", "x86-64-v3")])
+def test_vector_narrowing_equals_the_scalar_one_on_every_fp32_pattern(tmp_path, level, march):
+    """All 2^32 fp32 patterns, fp16 and bf16: identical results (about 10 s per level)."""
+    if level not in kernel_info()["cpu_levels"]:
+        pytest.skip(f"this CPU cannot run {level} code")
     exe = tmp_path / "narrow_exhaustive"
-    subprocess.run(["gcc", "-O2", "-march=x86-64-v4", "-ffp-contract=off", "-fno-math-errno",
+    subprocess.run(["gcc", "-O2", f"-march={march}", "-ffp-contract=off", "-fno-math-errno",
                     f"-I{ROOT / 'pypto' / '_kernels' / 'include'}",
                     str(ROOT / "tests" / "c" / "narrow_exhaustive.c"), "-o", str(exe)], check=True)
     done = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)

@@ -1,6 +1,7 @@
-/* Every fp32 bit pattern through the AVX-512 narrowing (pypto_narrow16, 16 at a time) and
- * through the scalar functions it replaces in AVX-512 builds: the results must be identical.
- * Built and run by tests/test_numerics.py; exit status 1 on any difference. */
+/* Every fp32 bit pattern through the vector narrowing (AVX-512: pypto_narrow16, 16 at a time;
+ * AVX2 + F16C: pypto_narrow8, 8 at a time; by the -march it is built with) and through the
+ * scalar functions it replaces: the results must be identical.
+ * Built and run by tests/test_narrowing.py; exit status 1 on any difference. */
 #include <stdio.h>
 #include <string.h>
 
@@ -17,7 +18,12 @@ int main(void)
                 uint32_t u = (uint32_t)(base + j);
                 memcpy(&f[j], &u, 4);
             }
+#ifdef __AVX512F__
             _mm256_storeu_si256((__m256i *)got, pypto_narrow16(_mm512_loadu_ps(f), dtype));
+#else
+            _mm_storeu_si128((__m128i *)got, pypto_narrow8(_mm256_loadu_ps(f), dtype));
+            _mm_storeu_si128((__m128i *)(got + 8), pypto_narrow8(_mm256_loadu_ps(f + 8), dtype));
+#endif
             for (int j = 0; j < 16; j++) {
                 uint16_t want = dtype == PYPTO_BF16 ? pypto_float_to_bf16(f[j])
                                                     : pypto_float_to_half(f[j]);
