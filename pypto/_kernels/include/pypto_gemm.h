@@ -10,7 +10,7 @@
  *                         kernel (vdpbf16ps: k in pairs, A rows of bf16 pairs, W as [k/2][MR][2])
  *   PYPTO_ISA_AVX512      AVX-512F: 8x32 fp32 FMA
  *   PYPTO_ISA_AVX2        AVX2 + FMA: 4x24 fp32 FMA (8x32 would spill the 16 ymm registers)
- *   PYPTO_ISA_BASELINE    plain C 4x16, vectorized by the compiler for whatever it targets
+ *   PYPTO_ISA_BASELINE    portable C 4x8 on GCC/Clang 4-float vectors (SSE2, NEON, ...)
  *
  * The AVX-512 kernels also come in 8x16 (the *_half variants) for an M tile's last block.
  *
@@ -45,7 +45,11 @@ enum { PYPTO_MR = 8, PYPTO_NR = 32 };
 #elif defined(PYPTO_ISA_AVX2)
 enum { PYPTO_MR = 4, PYPTO_NR = 24 };
 #else
-enum { PYPTO_MR = 4, PYPTO_NR = 16 };
+enum { PYPTO_MR = 4, PYPTO_NR = 8 };
+#include <string.h>
+typedef float pypto_v4 __attribute__((vector_size(16)));
+static inline pypto_v4 pypto_v4_load(const float *p) { pypto_v4 v; memcpy(&v, p, sizeof v); return v; }
+static inline void pypto_v4_store(float *p, pypto_v4 v) { memcpy(p, &v, sizeof v); }
 #endif
 
 #ifdef PYPTO_ISA_AVX512BF16
@@ -122,18 +126,26 @@ static inline void pypto_ukernel_f32(int64_t kc, const float *restrict w,
 #undef PYPTO_ACC_LOAD
 #undef PYPTO_ACC_STORE
 #else
-    float acc[PYPTO_MR][PYPTO_NR];
-    for (int r = 0; r < PYPTO_MR; r++)
-        for (int j = 0; j < PYPTO_NR; j++) acc[r][j] = c[r * ldc + j];
+    /* Eight named 4-float vectors (GCC/Clang vector extensions: SSE on x86, NEON on AArch64):
+     * plain float arrays here were spilled to the stack inside the loop. The products of two
+     * fp16/bf16 values are exact in fp32, so b * a + acc rounds once, like an FMA. */
+    pypto_v4 c00 = pypto_v4_load(c), c01 = pypto_v4_load(c + 4);
+    pypto_v4 c10 = pypto_v4_load(c + ldc), c11 = pypto_v4_load(c + ldc + 4);
+    pypto_v4 c20 = pypto_v4_load(c + 2 * ldc), c21 = pypto_v4_load(c + 2 * ldc + 4);
+    pypto_v4 c30 = pypto_v4_load(c + 3 * ldc), c31 = pypto_v4_load(c + 3 * ldc + 4);
     for (int64_t k = 0; k < kc; k++) {
-        const float *arow = a_rows[k] + j0;
-        for (int r = 0; r < PYPTO_MR; r++) {
-            float b = w[k * PYPTO_MR + r];
-            for (int j = 0; j < PYPTO_NR; j++) acc[r][j] += b * arow[j];
-        }
+        const float *a = a_rows[k] + j0;
+        pypto_v4 a0 = pypto_v4_load(a), a1 = pypto_v4_load(a + 4);
+        const float *b = w + k * 4;
+        c00 += b[0] * a0, c01 += b[0] * a1;
+        c10 += b[1] * a0, c11 += b[1] * a1;
+        c20 += b[2] * a0, c21 += b[2] * a1;
+        c30 += b[3] * a0, c31 += b[3] * a1;
     }
-    for (int r = 0; r < PYPTO_MR; r++)
-        for (int j = 0; j < PYPTO_NR; j++) c[r * ldc + j] = acc[r][j];
+    pypto_v4_store(c, c00), pypto_v4_store(c + 4, c01);
+    pypto_v4_store(c + ldc, c10), pypto_v4_store(c + ldc + 4, c11);
+    pypto_v4_store(c + 2 * ldc, c20), pypto_v4_store(c + 2 * ldc + 4, c21);
+    pypto_v4_store(c + 3 * ldc, c30), pypto_v4_store(c + 3 * ldc + 4, c31);
 #endif
 }
 
