@@ -21,6 +21,7 @@
 #define PYPTO_GEMM_H
 
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #define PYPTO_ISA_AVX512BF16 1
@@ -46,7 +47,6 @@ enum { PYPTO_MR = 8, PYPTO_NR = 32 };
 enum { PYPTO_MR = 4, PYPTO_NR = 24 };
 #else
 enum { PYPTO_MR = 4, PYPTO_NR = 8 };
-#include <string.h>
 typedef float pypto_v4 __attribute__((vector_size(16)));
 static inline pypto_v4 pypto_v4_load(const float *p) { pypto_v4 v; memcpy(&v, p, sizeof v); return v; }
 static inline void pypto_v4_store(float *p, pypto_v4 v) { memcpy(p, &v, sizeof v); }
