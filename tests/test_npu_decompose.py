@@ -5,6 +5,7 @@ definition of dgrad; tests/test_device.py runs them through the fake AscendCL ru
 """
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -69,7 +70,7 @@ def test_phases_and_folds_cover_every_contribution_exactly_once():
         assert all(a.stride == 1 and a.dilation == 1 for a in both)
         for a in both[:3]:
             for groups in (2, 3, a.kernel):
-                folded = type(a)(**{**a.__dict__, "groups": groups})
+                folded = replace(a, groups=groups)
                 got = _piece_triples(folded)
                 assert sorted(got) == sorted(_piece_triples(a)), (axis, groups)
 
@@ -146,7 +147,7 @@ def test_every_accepted_extreme_problem_has_an_npu_plan():
     paddings up to 255, with tiles the op accepts: each gets launches that fit the API's L1
     (before the rewrites, about one in four of these had none)."""
     rng = random.Random(2026)
-    planned = rewritten = folded = 0
+    planned = rewritten = 0
     while planned < 1500:
         p = _extreme_problem(rng)
         t = p and _legal_tiles(rng, p)
@@ -158,7 +159,6 @@ def test_every_accepted_extreme_problem_has_an_npu_plan():
         rewritten += len(plan.pieces) != 1 or plan.pieces[0].piece != Piece(
             whole_axis(p.hin, p.hout, p.kh, p.sh, p.pt, p.dh),
             whole_axis(p.win, p.wout, p.kw, p.sw, p.pl, p.dw))
-        folded += any(pp.piece.groups > 1 for pp in plan.pieces)
     assert rewritten > 100  # the sample does reach the rewrites
 
 
