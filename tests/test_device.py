@@ -383,8 +383,7 @@ def test_the_npu_path_checks_host_memory_before_touching_the_device(fake_ascend)
     """The memory limit covers the NPU path's host copies (re-laid-out dy, weight, dx; a folded
     problem's dy copies): above it, PyptoMemoryError before any device call; the estimate
     covers what the path really allocates."""
-    case = _case("962 taps, folded", [1, 16, 42, 27], [16, 16, 37, 26], [1, 16, 78, 52], [1, 1],
-                 [0, 0, 0, 0], [1, 1], [1, 15392, 16], [16, 16, 16], dtype="DT_FP16")
+    case = dict(next(c for c in CASES if c.get("expect_folded")), dtype="DT_FP16")
     result = run_python(f"""
         import tracemalloc
         from pypto.device._plan import plan_launches
