@@ -57,14 +57,20 @@ def openmp_flags():
     return [flag], [flag]
 
 
-# One build of the kernel per ISA level; pypto._cpu picks the best one the CPU runs at import.
+def load_by_path(name, *path):
+    """A module of the package loaded from its file: the package is not importable yet."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(*path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# One build of the kernel per ISA level, with the flags of pypto/_kernels/isa_levels.py (the one
+# table of levels); pypto._cpu imports a level's module only on a CPU that has its features.
 # The micro-kernel header selects its SIMD code from the macros these flags define.
-ISA_FLAGS = {
-    "baseline": [],
-    "avx2": ["-march=x86-64-v3"],
-    "avx512": ["-march=x86-64-v4"],
-    "avx512_bf16": ["-march=x86-64-v4", "-mavx512bf16"],
-}
+ISA = load_by_path("pypto_isa_levels", "pypto", "_kernels", "isa_levels.py")
 
 
 def compiler_accepts(flags):
@@ -79,11 +85,11 @@ def compiler_accepts(flags):
 
 
 def isa_levels():
-    if platform.machine().lower() not in ("x86_64", "amd64", "i686", "x86"):
-        say(f"{platform.machine()}: building the portable C kernel only.")
-        return ["baseline"]
-    levels = [name for name, flags in ISA_FLAGS.items() if not flags or compiler_accepts(flags)]
-    say(f"kernel ISA levels built: {', '.join(levels)}")
+    machine = platform.machine().lower()
+    arch = "x86_64" if machine in ("x86_64", "amd64") else machine
+    levels = [level for level in ISA.LEVELS if level.arch in ("any", arch)
+              and (not level.flags or compiler_accepts(list(level.flags)))]
+    say(f"{machine}: kernel ISA levels built: {', '.join(level.name for level in levels)}")
     return levels
 
 
@@ -91,30 +97,22 @@ def extensions():
     from Cython.Build import cythonize
 
     omp_compile, omp_link = openmp_flags()
+    # The feature check: baseline flags only, since it runs before anything else is known.
+    features = Extension("pypto._kernels._cpu_features", ["pypto/_kernels/_cpu_features.pyx"],
+                         include_dirs=["pypto/_kernels/include"], extra_compile_args=["-O2"])
     kernels = [Extension(
-        f"pypto._kernels._dgrad_{isa}",
-        [f"pypto/_kernels/_dgrad_{isa}.pyx"],
+        f"pypto._kernels._dgrad_{level.name}",
+        [f"pypto/_kernels/_dgrad_{level.name}.pyx"],
         include_dirs=["pypto/_kernels/include"],
         # fp-contract off: a*b+c in plain C stays two roundings at every level, so only the
         # micro-kernels' explicit FMAs differ between levels.
-        extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off"] + ISA_FLAGS[isa]
+        extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off"] + list(level.flags)
         + omp_compile,
         extra_link_args=omp_link,
-    ) for isa in isa_levels()]
-    return cythonize(kernels, language_level=3, compiler_directives={
+    ) for level in isa_levels()]
+    return cythonize([features] + kernels, language_level=3, compiler_directives={
         "boundscheck": False, "wraparound": False, "initializedcheck": False, "cdivision": True,
     })
-
-
-def ascendc_builder():
-    """pypto/_kernels/ascendc/build.py, loaded by path: the package is not importable yet."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "pypto_ascendc_build", os.path.join("pypto", "_kernels", "ascendc", "build.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class BuildPyWithNpuKernel(build_py):
@@ -125,7 +123,8 @@ class BuildPyWithNpuKernel(build_py):
         super().run()
         package = "pypto" if getattr(self, "editable_mode", False) \
             else os.path.join(self.build_lib, "pypto")
-        ascendc_builder().build_kernel_library(os.path.join(package, "device", "lib"))
+        load_by_path("pypto_ascendc_build", "pypto", "_kernels", "ascendc", "build.py") \
+            .build_kernel_library(os.path.join(package, "device", "lib"))
 
 
 setup(ext_modules=extensions(), cmdclass={"build_py": BuildPyWithNpuKernel})

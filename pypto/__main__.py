@@ -12,6 +12,7 @@ Bad arguments print one ``error:`` line and exit with code 2.
 """
 
 import argparse
+import platform
 import sys
 import time
 
@@ -165,10 +166,12 @@ def _cmd_tiles(args):
 def _cmd_info(args):
     info = kernel_info()
     print(f"pypto {pypto.__version__}")
-    print(f"cpu kernel: ISA {info['isa']} (built {', '.join(info['built_levels'])}; this CPU runs "
-          f"{', '.join(info['cpu_levels'])}), micro-kernel {info['mr']}x{info['nr']}, "
-          f"bf16 dot product {'yes' if info['bf16_dot'] else 'no'}, OpenMP "
-          f"{'on' if info['openmp'] else 'off'}, {pypto.get_num_threads()} thread(s)")
+    print(f"cpu kernel: ISA {info['isa']} [{info['reason']}], micro-kernel "
+          f"{info['mr']}x{info['nr']}, bf16 dot product {'yes' if info['bf16_dot'] else 'no'}, "
+          f"OpenMP {'on' if info['openmp'] else 'off'}, {pypto.get_num_threads()} thread(s)")
+    print(f"cpu levels: built {', '.join(info['built_levels'])}; this CPU runs "
+          f"{', '.join(info['cpu_levels'])} ({platform.machine()}; features: "
+          f"{' '.join(info['cpu_features']) or 'none detected'})")
     reason = pypto.device.unavailable_reason()
     print(f"npu: {'available' if reason is None else 'unavailable: ' + reason}; backend "
           f"requested: {pypto.get_device()} (set_device / PYPTO_DEVICE)")

@@ -1,69 +1,117 @@
 """The CPU backend: choose the kernel build for this CPU, lay the data out, run it.
 
-One kernel module is built per ISA level (baseline, avx2, avx512, avx512_bf16); the best one
-that both the build and the CPU have is used, unless ``PYPTO_CPU_ISA`` names a level.
+One kernel module is built per ISA level (pypto/_kernels/isa_levels.py). Like NumPy's CPU
+dispatch, nothing built above the baseline runs before the CPU has been checked: the feature
+table comes from ``_cpu_features`` (baseline build), the built levels are found without
+importing them, and only the level chosen, one the CPU has every feature for, is imported, on
+first use. ``PYPTO_CPU_ISA`` names a level; one that this CPU or build lacks is a PyptoRtError,
+raised before that level's code is loaded.
 """
 
 import importlib
+import importlib.util
 import os
+import threading
 
 import numpy as np
 
 from . import _config
 from ._dtypes import DataType, numpy_dtype
+from ._kernels import isa_levels
 from ._memory import check_host_memory
 from .error import PyptoRtError
 
-__all__ = ["conv_backward_input_cpu", "openmp_enabled", "kernel_info", "ISA_LEVELS"]
+__all__ = ["conv_backward_input_cpu", "openmp_enabled", "kernel_info", "load_level",
+           "ISA_LEVELS"]
 
-ISA_LEVELS = ("baseline", "avx2", "avx512", "avx512_bf16")
+ISA_LEVELS = isa_levels.LEVEL_NAMES
 _KERNEL_DTYPE = {DataType.DT_FP16: 0, DataType.DT_BF16: 1}
 
 
-def _built_levels():
-    built = {}
-    for level in ISA_LEVELS:
-        try:
-            built[level] = importlib.import_module(f"pypto._kernels._dgrad_{level}")
-        except ImportError:
-            pass
-    if "baseline" not in built:
+def _import_features():
+    try:
+        from ._kernels import _cpu_features
+    except ImportError:
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         raise ImportError(
             f"pypto's CPU kernel is not built in {here}: this looks like the source tree, "
             "imported because it is the current folder. Install with `pip install .` and run "
             "from another folder (or use the `pypto` command), or build in place with "
-            "`pip install -e .`.")
-    return built
+            "`pip install -e .`.") from None
+    return _cpu_features.cpu_features()
 
 
-def _choose(built, requested):
-    runnable = [level for level in built["baseline"].cpu_levels() if level in built]
+CPU_FEATURES = _import_features()
+# Built: the module file exists (find_spec locates it without running any of its code).
+BUILT_LEVELS = tuple(level for level in ISA_LEVELS
+                     if importlib.util.find_spec(f"pypto._kernels._dgrad_{level}") is not None)
+CPU_LEVELS = tuple(level for level in ISA_LEVELS
+                   if not isa_levels.missing_features(level, CPU_FEATURES))
+
+
+def _why_not(level):
+    """Why ``level`` cannot run here, or None when it can."""
+    if level not in BUILT_LEVELS:
+        return "not built in this installation"
+    missing = isa_levels.missing_features(level, CPU_FEATURES)
+    if missing:
+        return f"the CPU (or OS) lacks {', '.join(missing)}"
+    return None
+
+
+def _choose(requested):
+    """(level, why it was chosen) for ``PYPTO_CPU_ISA``'s value (empty: the best that runs)."""
     if not requested:
-        return built[runnable[-1]]
+        level = [lv for lv in ISA_LEVELS if _why_not(lv) is None][-1]
+        above = ISA_LEVELS[ISA_LEVELS.index(level) + 1:]
+        return level, "the best level built and supported by this CPU" + (
+            f"; {above[0]}: {_why_not(above[0])}" if above else "")
     if requested not in ISA_LEVELS:
-        raise PyptoRtError(ValueError(f"PYPTO_CPU_ISA={requested!r}: expected one of {ISA_LEVELS}"))
-    if requested not in runnable:
+        raise PyptoRtError(ValueError(
+            f"PYPTO_CPU_ISA={requested!r}: expected one of {ISA_LEVELS}"))
+    why_not = _why_not(requested)
+    if why_not:
         raise PyptoRtError(RuntimeError(
-            f"PYPTO_CPU_ISA={requested!r} cannot be used here: levels built and supported by this "
-            f"CPU are {runnable}"))
-    return built[requested]
+            f"PYPTO_CPU_ISA={requested!r} cannot be used here: {why_not}; levels built and "
+            f"supported by this CPU are {[lv for lv in ISA_LEVELS if _why_not(lv) is None]}"))
+    return requested, f"PYPTO_CPU_ISA={requested}"
 
 
-_BUILT = _built_levels()
-_KERNEL = _choose(_BUILT, os.environ.get("PYPTO_CPU_ISA", "").strip().lower())
+def load_level(level):
+    """The kernel module of ``level``, imported only if this CPU runs it (PyptoRtError if not)."""
+    why_not = _why_not(level) if level in ISA_LEVELS else "unknown level"
+    if why_not:
+        raise PyptoRtError(RuntimeError(f"ISA level {level!r} cannot be loaded: {why_not}"))
+    return importlib.import_module(f"pypto._kernels._dgrad_{level}")
+
+
+_lock = threading.Lock()
+_chosen = None  # (module, reason), set on first use
+
+
+def _kernel():
+    global _chosen
+    if _chosen is None:
+        with _lock:
+            if _chosen is None:
+                level, reason = _choose(os.environ.get("PYPTO_CPU_ISA", "").strip().lower())
+                _chosen = (load_level(level), reason)
+    return _chosen[0]
 
 
 def openmp_enabled():
     """True when the kernels were built with OpenMP."""
-    return _KERNEL.openmp_enabled()
+    return _kernel().openmp_enabled()
 
 
 def kernel_info():
-    """The kernel in use: ISA level, register block (MR x NR), OpenMP, bf16 dot product."""
-    return {"isa": _KERNEL.ISA, "mr": _KERNEL.MR, "nr": _KERNEL.NR,
-            "openmp": _KERNEL.openmp_enabled(), "bf16_dot": _KERNEL.HAS_BF16_DOT,
-            "cpu_levels": _BUILT["baseline"].cpu_levels(), "built_levels": sorted(_BUILT)}
+    """The kernel in use: ISA level and why, register block (MR x NR), OpenMP, bf16 dot product;
+    the levels built and the levels this CPU supports; the CPU features read."""
+    kernel = _kernel()
+    return {"isa": kernel.ISA, "reason": _chosen[1], "mr": kernel.MR, "nr": kernel.NR,
+            "openmp": kernel.openmp_enabled(), "bf16_dot": kernel.HAS_BF16_DOT,
+            "cpu_levels": list(CPU_LEVELS), "built_levels": list(BUILT_LEVELS),
+            "cpu_features": sorted(name for name, on in CPU_FEATURES.items() if on)}
 
 
 def _is_kernel_ready(array, np_dtype):
@@ -102,7 +150,7 @@ def conv_backward_input_cpu(call, dy, w):
     check_host_memory(call.tiling.cpu_memory_bytes(p, threads, kernel_tiles) + copies, p,
                       "weight panels, tile scratch and input copies")
     out = np.empty((p.n, p.cin, p.hin, p.win), dtype=np_dtype)
-    _KERNEL.dgrad(_bits(dy, np_dtype), _bits(w, np_dtype), out.view(np.uint16),
+    _kernel().dgrad(_bits(dy, np_dtype), _bits(w, np_dtype), out.view(np.uint16),
                   _KERNEL_DTYPE[call.dtype], (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw),
                   kernel_tiles, _vec_chunks(call.vec_tile, p), threads)
     return out

@@ -265,7 +265,7 @@ def small_call_overhead(torch=None, calls=2000):
         call = validate_conv_backward_input(*args)
         kernel_tiles = call.tiling.kernel_tiles(p)
         full = best_us(lambda: pypto.conv_backward_input(*args))
-        kernel = best_us(lambda: _cpu._KERNEL.dgrad(
+        kernel = best_us(lambda: _cpu._kernel().dgrad(
             case.dy.view(np.uint16), case.w.view(np.uint16), out, 0,
             (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw), kernel_tiles, (16, 16), 1))
     print(f"\nsmall call (case a, fp16, 1 thread, hot loop): {full:.1f} us per call; kernel "

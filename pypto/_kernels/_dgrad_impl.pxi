@@ -1,7 +1,8 @@
 # The dgrad kernel body, included by one small module per ISA level (_dgrad_avx512_bf16.pyx,
 # _dgrad_avx512.pyx, _dgrad_avx2.pyx, _dgrad_baseline.pyx): setup.py compiles each with its own
-# -march, and the C headers pick their SIMD code from the compiler's macros. pypto._cpu chooses
-# one module at import. Called only with arguments that passed every validation rule.
+# -march, and the C headers pick their SIMD code from the compiler's macros. pypto._cpu imports
+# one module, and only after the CPU check (_cpu_features) says this CPU runs its level. Called
+# only with arguments that passed every validation rule.
 #
 # Loop nest (pypto/_kernels/__init__.py has the picture):
 #
@@ -69,39 +70,6 @@ ISA = pypto_isa_name().decode()
 MR = PYPTO_MR
 NR = PYPTO_NR
 HAS_BF16_DOT = bool(PYPTO_HAVE_BF16_DOT)
-
-
-cdef extern from *:
-    """
-    static int pypto_cpu_has(int feature) {
-    #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-        __builtin_cpu_init();
-        switch (feature) {
-        case 0: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-                       && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
-        case 1: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
-                       && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")
-                       && __builtin_cpu_supports("avx512cd");
-        case 2: return __builtin_cpu_supports("avx512bf16");
-        }
-    #endif
-        (void)feature;
-        return 0;
-    }
-    """
-    int pypto_cpu_has(int feature)
-
-
-def cpu_levels():
-    """The ISA levels this CPU (and OS) can run, best last."""
-    levels = ["baseline"]
-    if pypto_cpu_has(0):
-        levels.append("avx2")
-        if pypto_cpu_has(1):
-            levels.append("avx512")
-            if pypto_cpu_has(2):
-                levels.append("avx512_bf16")
-    return levels
 
 
 def openmp_enabled():

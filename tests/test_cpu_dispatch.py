@@ -1,0 +1,146 @@
+"""The CPU dispatch rule: no code built above the baseline is loaded before the CPU check says
+the level runs, and the feature table reads the CPU right.
+
+The proof on CPUs this machine is not (no AVX2, no AVX-512, AArch64) runs in .ci/run under
+QEMU (tools/cross_cpu.py); these tests check the rule's parts on the machine at hand.
+"""
+
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from pypto._cpu import BUILT_LEVELS, CPU_FEATURES, CPU_LEVELS, kernel_info
+from pypto._kernels import isa_levels
+
+
+def _python(code, **env):
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, **env), timeout=300)
+    return done
+
+
+def _loaded_kernels_after(code, **env):
+    done = _python(code + "\nimport sys, json\nprint(json.dumps(sorted(m for m in sys.modules "
+                   "if m.startswith('pypto._kernels._dgrad_'))))", **env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+_ONE_CALL = """
+import numpy as np, pypto
+dy = pypto.from_numpy(np.ones((1, 16, 4, 4), np.float16))
+w = pypto.from_numpy(np.ones((16, 16, 3, 3), np.float16))
+pypto.set_convbp_input_tile_shapes(pypto.pypto_impl.ConvBpTileL1Info(16, 144, 16),
+                                   pypto.pypto_impl.ConvBpTileL0Info(16, 16, 16))
+pypto.set_vec_tile_shapes(16, 16, 16, 16)
+pypto.conv_backward_input(dy, [1, 16, 4, 4], w, pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1])
+"""
+
+
+def test_import_loads_no_kernel_module():
+    """`import pypto` and `pypto --help` run no kernel module's code at all."""
+    assert _loaded_kernels_after("import pypto, pypto._cpu, pypto.__main__") == []
+
+
+@pytest.mark.parametrize("level", [lv for lv in CPU_LEVELS if lv in BUILT_LEVELS])
+def test_only_the_chosen_level_is_loaded(level):
+    assert _loaded_kernels_after(_ONE_CALL, PYPTO_CPU_ISA=level) == [f"pypto._kernels._dgrad_{level}"]
+
+
+def test_default_is_the_best_runnable_level():
+    runnable = [lv for lv in CPU_LEVELS if lv in BUILT_LEVELS]
+    assert kernel_info()["isa"] == runnable[-1]
+    assert kernel_info()["reason"].startswith("the best level")
+
+
+def test_a_level_the_cpu_lacks_is_refused_before_its_code_loads():
+    """With the feature table emptied (a CPU with nothing above the baseline), every x86 level
+    is refused with a PyptoRtError naming what is missing, and its module is never imported."""
+    higher = [lv for lv in BUILT_LEVELS if lv != "baseline"]
+    if not higher:
+        pytest.skip("only the baseline level is built here")
+    code = f"""
+import sys, pypto._cpu as cpu
+from pypto.error import PyptoRtError
+cpu.CPU_FEATURES = {{}}
+for level in {higher!r}:
+    try:
+        cpu.load_level(level)
+    except PyptoRtError as exc:
+        assert "lacks" in str(exc) and "avx" in str(exc), exc
+    else:
+        raise SystemExit(level + " was loaded")
+print(sorted(m for m in sys.modules if m.startswith("pypto._kernels._dgrad_")))
+"""
+    done = _python(code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_forced_level_the_cpu_lacks_is_a_clear_error():
+    absent = [lv for lv in isa_levels.LEVEL_NAMES if lv not in CPU_LEVELS]
+    if not absent:
+        pytest.skip("this CPU runs every level")
+    done = subprocess.run([sys.executable, "-m", "pypto", "info"], capture_output=True, text=True,
+                          env=dict(os.environ, PYPTO_CPU_ISA=absent[0]), timeout=300)
+    assert done.returncode == 2
+    assert f"PYPTO_CPU_ISA={absent[0]!r} cannot be used here" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_every_level_requires_what_its_flags_allow():
+    """x86-64-v3 is more than AVX2 (BMI, LZCNT, MOVBE, F16C, FMA, the v2 set); v4 adds the
+    AVX-512 subsets and the OS's ZMM state. Each level needs everything the one below needs."""
+    by_name = isa_levels.BY_NAME
+    assert set(by_name["avx2"].requires) >= {"avx2", "fma", "f16c", "bmi1", "bmi2", "lzcnt",
+                                             "movbe", "os_avx", "sse4_2", "popcnt"}
+    assert set(by_name["avx512"].requires) >= set(by_name["avx2"].requires) | {
+        "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "os_avx512"}
+    assert set(by_name["avx512_bf16"].requires) >= set(by_name["avx512"].requires) | {
+        "avx512_bf16"}
+    for level in isa_levels.LEVELS[1:]:
+        assert all(name in CPU_FEATURES for name in level.requires) or \
+            platform.machine() not in ("x86_64", "AMD64"), level
+
+
+# Linux's /proc/cpuinfo names for our feature names where they differ (an independent reading:
+# the kernel's own CPUID decoding, with what it disabled removed).
+_CPUINFO_NAME = {"sse3": "pni", "lzcnt": "abm", "sse4_1": "sse4_1", "bmi1": "bmi1"}
+
+
+def _cpuinfo_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+    except OSError:
+        return None, None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return key.strip(), set(value.split())
+    return None, None
+
+
+def test_feature_table_agrees_with_proc_cpuinfo():
+    key, flags = _cpuinfo_flags()
+    machine = platform.machine()
+    expected_key = {"x86_64": "flags", "aarch64": "Features"}.get(machine)
+    if key is None or key != expected_key:
+        # also the case under QEMU user emulation, which shows the host's /proc/cpuinfo
+        pytest.skip(f"no /proc/cpuinfo feature line for {machine}")
+    checked = 0
+    for name, present in CPU_FEATURES.items():
+        if name.startswith("os_") or name == "osxsave":
+            continue  # not in /proc/cpuinfo; XGETBV state
+        cpuinfo_name = _CPUINFO_NAME.get(name, name)
+        assert present == (cpuinfo_name in flags), (name, present)
+        checked += 1
+    assert checked >= 8
+    if machine == "x86_64":
+        # the OS saves AVX(-512) state where it reports those features
+        assert CPU_FEATURES["os_avx"] == ("avx" in flags)
+        assert CPU_FEATURES["os_avx512"] == ("avx512f" in flags)
