@@ -85,11 +85,10 @@ def compiler_accepts(flags):
 
 
 def isa_levels():
-    machine = platform.machine().lower()
-    arch = "x86_64" if machine in ("x86_64", "amd64") else machine
-    levels = [level for level in ISA.LEVELS if level.arch in ("any", arch)
-              and (not level.flags or compiler_accepts(list(level.flags)))]
-    say(f"{machine}: kernel ISA levels built: {', '.join(level.name for level in levels)}")
+    levels = [level for level in ISA.levels_for(platform.machine())
+              if not level.flags or compiler_accepts(list(level.flags))]
+    say(f"{platform.machine()}: kernel ISA levels built: "
+        f"{', '.join(level.name for level in levels)}")
     return levels
 
 

@@ -11,6 +11,7 @@ raised before that level's code is loaded.
 import importlib
 import importlib.util
 import os
+import platform
 import threading
 
 import numpy as np
@@ -63,7 +64,8 @@ def _choose(requested):
     """(level, why it was chosen) for ``PYPTO_CPU_ISA``'s value (empty: the best that runs)."""
     if not requested:
         level = [lv for lv in ISA_LEVELS if _why_not(lv) is None][-1]
-        above = ISA_LEVELS[ISA_LEVELS.index(level) + 1:]
+        here = [lv.name for lv in isa_levels.levels_for(platform.machine())]
+        above = here[here.index(level) + 1:]
         return level, "the best level built and supported by this CPU" + (
             f"; {above[0]}: {_why_not(above[0])}" if above else "")
     if requested not in ISA_LEVELS:

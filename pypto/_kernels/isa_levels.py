@@ -36,6 +36,12 @@ LEVEL_NAMES = tuple(level.name for level in LEVELS)
 BY_NAME = {level.name: level for level in LEVELS}
 
 
+def levels_for(machine):
+    """The levels that exist for a machine (``platform.machine()``), best last."""
+    arch = "x86_64" if machine.lower() in ("x86_64", "amd64") else machine.lower()
+    return tuple(level for level in LEVELS if level.arch in ("any", arch))
+
+
 def missing_features(level, features):
     """The features ``level`` needs that ``features`` (name -> bool) does not have, in order."""
     return [name for name in BY_NAME[level].requires if not features.get(name)]
