@@ -21,8 +21,22 @@ Tiling (pypto._tiling is the model; the user's L1/L0 tiles drive it)::
             C block += W panel x A rows                         (register-blocked micro-kernel)
         round C once (RNE) -> fp16/bf16, store NCHW in vec-tile chunks
 
-Modules: _dgrad_impl.pxi holds the loops; _dgrad_<isa>.pyx include it once per ISA level
-(baseline, avx2, avx512, avx512_bf16; flags in setup.py); include/pypto_gemm.h holds the
-micro-kernels, include/pypto_numeric.h the exact fp16/bf16 conversions. Scratch per thread is
-sized by the tiles (accumulator, one frame, A row pointers): there is no whole-image im2col.
+Modules: _dgrad_impl.pxi holds the loops; _dgrad_<isa>.pyx include it once per ISA level; the
+levels, their compiler flags and the CPU features each needs are one table, isa_levels.py
+(setup.py builds from it); include/pypto_gemm.h holds the micro-kernels, include/pypto_numeric.h
+the exact fp16/bf16 conversions. Scratch per thread is sized by the tiles (accumulator, one
+frame, A row pointers): there is no whole-image im2col.
+
+CPU dispatch (the NumPy rule: nothing above the baseline runs before the CPU check)::
+
+    _cpu_features (built for the baseline only)  -> CPUID + XGETBV / AArch64 HWCAP feature table
+    pypto._cpu: levels whose every required feature is present  ∩  levels built (find_spec,
+                which locates a module file without running it)
+    first kernel use: import _dgrad_<best such level> (or PYPTO_CPU_ISA's, refused with a
+                PyptoRtError before any import when the CPU or the build lacks it)
+
+A _dgrad_<isa> module is compiled whole with its level's -march, so even its module
+initialisation may use that level's instructions: it is imported only after the check, and no
+other code of it (helpers, static data) is reachable before. `pypto info` prints the level in
+use and why.
 """
