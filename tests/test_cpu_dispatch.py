@@ -7,6 +7,7 @@ QEMU (tools/cross_cpu.py); these tests check the rule's parts on the machine at 
 
 import json
 import os
+import pathlib
 import platform
 import subprocess
 import sys
@@ -17,10 +18,13 @@ from pypto._cpu import BUILT_LEVELS, CPU_FEATURES, CPU_LEVELS, kernel_info
 from pypto._kernels import isa_levels
 
 
+# not the checkout's root, where the source tree would shadow the installed package
+HERE = pathlib.Path(__file__).resolve().parent
+
+
 def _python(code, **env):
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=dict(os.environ, **env), timeout=300)
-    return done
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, **env), timeout=300, cwd=HERE)
 
 
 def _loaded_kernels_after(code, **env):
@@ -86,7 +90,7 @@ def test_forced_level_the_cpu_lacks_is_a_clear_error():
     if not absent:
         pytest.skip("this CPU runs every level")
     done = subprocess.run([sys.executable, "-m", "pypto", "info"], capture_output=True, text=True,
-                          env=dict(os.environ, PYPTO_CPU_ISA=absent[0]), timeout=300)
+                          env=dict(os.environ, PYPTO_CPU_ISA=absent[0]), timeout=300, cwd=HERE)
     assert done.returncode == 2
     assert f"PYPTO_CPU_ISA={absent[0]!r} cannot be used here" in done.stderr
     assert "Traceback" not in done.stderr
