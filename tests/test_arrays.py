@@ -34,6 +34,7 @@ import pypto
 from pypto.error import PyptoMemoryError
 
 from _reference import round_once
+from _slowdown import limit
 from test_numerics import (auto_tiles, call_op, check_accuracy, make_data, make_problem,
                            set_tiles, size_of)
 
@@ -503,7 +504,7 @@ _ENV_SCRIPT = textwrap.dedent("""
 def test_env_memory_limit_is_honored(env, first, tmp_path):
     # cwd: not the source tree, whose pypto/ folder would shadow an installed package
     result = subprocess.run([sys.executable, "-c", _ENV_SCRIPT], capture_output=True, text=True,
-                            env={**os.environ, "PYPTO_MEMORY_LIMIT": env}, timeout=60,
+                            env={**os.environ, "PYPTO_MEMORY_LIMIT": env}, timeout=limit(60),
                             cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

@@ -6,12 +6,14 @@ import sys
 
 import pytest
 
+from _slowdown import limit
+
 HERE = pathlib.Path(__file__).resolve().parent
 
 
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "pypto", *args], capture_output=True, text=True,
-                          timeout=300, cwd=HERE)
+                          timeout=limit(300), cwd=HERE)
 
 
 PROBLEM = ["--grad-output", "2,32,7,7", "--weight", "32,24,3,3", "--strides", "2,2",

@@ -17,6 +17,8 @@ import pytest
 from pypto._cpu import BUILT_LEVELS, CPU_FEATURES, CPU_LEVELS, kernel_info
 from pypto._kernels import isa_levels
 
+from _slowdown import limit
+
 
 # not the checkout's root, where the source tree would shadow the installed package
 HERE = pathlib.Path(__file__).resolve().parent
@@ -24,7 +26,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 def _python(code, **env):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=dict(os.environ, **env), timeout=300, cwd=HERE)
+                          env=dict(os.environ, **env), timeout=limit(300), cwd=HERE)
 
 
 def _loaded_kernels_after(code, **env):
@@ -90,7 +92,8 @@ def test_forced_level_the_cpu_lacks_is_a_clear_error():
     if not absent:
         pytest.skip("this CPU runs every level")
     done = subprocess.run([sys.executable, "-m", "pypto", "info"], capture_output=True, text=True,
-                          env=dict(os.environ, PYPTO_CPU_ISA=absent[0]), timeout=300, cwd=HERE)
+                          env=dict(os.environ, PYPTO_CPU_ISA=absent[0]), timeout=limit(300),
+                          cwd=HERE)
     assert done.returncode == 2
     assert f"PYPTO_CPU_ISA={absent[0]!r} cannot be used here" in done.stderr
     assert "Traceback" not in done.stderr

@@ -28,6 +28,8 @@ import pytest
 from pypto.device import _launch_struct as layout
 from pypto.device._plan import MAX_BACKPROP_PAD, axis_window
 
+from _slowdown import limit
+
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_SOURCES = ROOT / "tests" / "fake_ascend"
 KERNEL_SOURCES = ROOT / "pypto" / "_kernels" / "ascendc"
@@ -115,7 +117,8 @@ PRELUDE = textwrap.dedent("""
 def run_python(code, env, expect_rc=0):
     """Run PRELUDE + code in a fresh interpreter; the value it emit()ted."""
     done = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], env=env,
-                          capture_output=True, text=True, timeout=300, cwd=str(ROOT / "tests"))
+                          capture_output=True, text=True, timeout=limit(300),
+                          cwd=str(ROOT / "tests"))
     assert done.returncode == expect_rc, f"rc={done.returncode}\n{done.stdout}\n{done.stderr}"
     results = [line[len("RESULT "):] for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     return json.loads(results[-1]) if results else None
@@ -136,7 +139,7 @@ def test_without_an_npu_is_available_is_false_fast_and_loads_nothing():
                   runtime_imported="pypto.device._runtime" in sys.modules))
     """, clean_env())
     assert result["available"] is False
-    assert result["ms"] < 10, result
+    assert result["ms"] < limit(10), result
     assert "/dev/davinci" in result["reason"]
     assert not result["acl_mapped"] and not result["runtime_imported"]
 
@@ -660,7 +663,7 @@ def test_kernel_build_runs_the_cmake_project_with_a_toolkit(tmp_path, monkeypatc
 def test_npu_check_example(fake_ascend, with_fake_npu, tmp_path):
     env = fake_ascend.env() if with_fake_npu else dict(clean_env(), PYPTO_NPU_DEV_DIR=str(tmp_path))
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "npu_check.py")], env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=limit(300))
     assert done.returncode == 0, done.stdout + done.stderr
     if with_fake_npu:
         assert done.stdout.count("NPU and CPU agree") == 4, done.stdout

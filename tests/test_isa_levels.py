@@ -12,6 +12,8 @@ import pytest
 
 from pypto._cpu import BUILT_LEVELS, CPU_LEVELS, kernel_info, load_level
 
+from _slowdown import limit
+
 HERE = pathlib.Path(__file__).resolve().parent
 RUNNABLE = [level for level in CPU_LEVELS if level in BUILT_LEVELS]
 
@@ -19,7 +21,7 @@ RUNNABLE = [level for level in CPU_LEVELS if level in BUILT_LEVELS]
 def _run(code_or_args, level):
     env = dict(os.environ, PYPTO_CPU_ISA=level)
     return subprocess.run([sys.executable, *code_or_args], capture_output=True, text=True,
-                          env=env, cwd=HERE, timeout=600)
+                          env=env, cwd=HERE, timeout=limit(600))
 
 
 @pytest.mark.parametrize("level", [lv for lv in RUNNABLE if lv != kernel_info()["isa"]])

@@ -16,6 +16,8 @@ import pytest
 
 from pypto._cpu import kernel_info
 
+from _slowdown import limit
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -29,6 +31,6 @@ def test_vector_narrowing_equals_the_scalar_one_on_every_fp32_pattern(tmp_path, 
     subprocess.run(["gcc", "-O2", f"-march={march}", "-ffp-contract=off", "-fno-math-errno",
                     f"-I{ROOT / 'pypto' / '_kernels' / 'include'}",
                     str(ROOT / "tests" / "c" / "narrow_exhaustive.c"), "-o", str(exe)], check=True)
-    done = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([str(exe)], capture_output=True, text=True, timeout=limit(300))
     assert done.returncode == 0, done.stdout
     assert done.stdout.startswith("0 mismatches"), done.stdout
