@@ -115,9 +115,17 @@ def _normalize(key, value):
     if key == "num_threads":
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise FeError(ValueError(f"num_threads must be None or an int >= 1, but got {value!r}."))
-        return value
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            count = operator.index(value)  # ints and NumPy integers
+        except TypeError:
+            raise FeError(TypeError(f"num_threads must be None or an int, but got {value!r} of "
+                                    f"type {type(value).__name__}.")) from None
+        if not 1 <= count <= MAX_THREADS:
+            raise FeError(ValueError(f"num_threads must be None or an int in [1, {MAX_THREADS}], "
+                                     f"but got {count}."))
+        return count
     if key == "memory_limit":
         if value is None:
             return None
@@ -222,8 +230,13 @@ def get_vec_tile_shapes():
     return list(_get("vec_tile_shapes"))
 
 
+# More threads than this gain nothing on any CPU the kernel runs on, and each costs a stack
+MAX_THREADS = 1024
+
+
 def set_num_threads(num_threads):
-    """Threads for the CPU kernel in the current scope; None follows ``OMP_NUM_THREADS``/the CPU count."""
+    """Threads for the CPU kernel in the current scope, 1 to MAX_THREADS; None follows
+    ``OMP_NUM_THREADS`` (capped at MAX_THREADS) or the CPU count."""
     set_options(num_threads=num_threads)
 
 
@@ -233,7 +246,7 @@ def _env_threads(env_value):
         n = int(env_value.split(",")[0])
     except (AttributeError, ValueError):
         return None
-    return n if n >= 1 else None
+    return min(n, MAX_THREADS) if n >= 1 else None
 
 
 def get_num_threads():

@@ -13,6 +13,7 @@ import importlib.util
 import os
 import platform
 import threading
+import warnings
 
 import numpy as np
 
@@ -20,6 +21,8 @@ from . import _config
 from ._dtypes import DataType, numpy_dtype
 from ._kernels import isa_levels
 from ._memory import check_host_memory
+from ._nonfinite import non_finite_mask, with_real_taps_only
+from ._validation import check_host_arrays
 from .error import PyptoRtError
 
 __all__ = ["conv_backward_input_cpu", "openmp_enabled", "kernel_info", "load_level",
@@ -101,6 +104,57 @@ def _kernel():
     return _chosen[0]
 
 
+# --- threads ----------------------------------------------------------------------------------
+# libgomp ends the process when it cannot create a thread, and its thread pool does not survive
+# fork: a child that enters a parallel region of more than one thread after its parent's pool
+# served one waits forever. So a call never asks OpenMP for more threads than were just shown
+# to start, and a child forked after the kernel ran on several threads runs on one.
+_most_threads_run = 1  # the most threads a call has run on in this process (libgomp keeps them)
+_forked_after_threads = False
+
+
+def _after_fork_in_child():
+    global _forked_after_threads
+    _forked_after_threads = _forked_after_threads or _most_threads_run > 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _threads_that_start(wanted):
+    """How many threads, this one included, can run (up to ``wanted``): starts the others idle,
+    with the default stack size OpenMP uses too, and ends them."""
+    release, started = threading.Event(), []
+    try:
+        for _ in range(wanted - 1):
+            thread = threading.Thread(target=release.wait, daemon=True)
+            thread.start()
+            started.append(thread)
+    except RuntimeError:  # "can't start new thread": no memory or address space, or a limit
+        pass
+    finally:
+        release.set()
+        for thread in started:
+            thread.join()
+    return len(started) + 1
+
+
+def _usable_threads(wanted):
+    """``wanted``, or fewer when this process cannot run that many OpenMP threads."""
+    global _most_threads_run
+    if _forked_after_threads:
+        return 1
+    if wanted > _most_threads_run:
+        with _lock:
+            can = _threads_that_start(wanted)
+            if can < wanted:
+                warnings.warn(f"pypto: only {can} of the {wanted} threads asked for could be "
+                              f"started; running on {can}", RuntimeWarning, stacklevel=4)
+            wanted = can
+            _most_threads_run = max(_most_threads_run, wanted)
+    return wanted
+
+
 def openmp_enabled():
     """True when the kernels were built with OpenMP."""
     return _kernel().openmp_enabled()
@@ -144,13 +198,18 @@ def conv_backward_input_cpu(call, dy, w):
     Checks the memory the call needs against the limit before allocating anything.
     """
     p = call.problem
+    check_host_arrays(p, dy, w)
     kernel_tiles = call.tiling.kernel_tiles(p)
-    threads = min(_config.get_num_threads(), call.tiling.cpu_work_items(p, kernel_tiles))
+    threads = _usable_threads(min(_config.get_num_threads(),
+                                  call.tiling.cpu_work_items(p, kernel_tiles)))
     np_dtype = numpy_dtype(call.dtype)
     copies = sum(a.size * 2 for a in (dy, w) if not _is_kernel_ready(a, np_dtype))
     # before any copy or allocation
     check_host_memory(call.tiling.cpu_memory_bytes(p, threads, kernel_tiles) + copies, p,
                       "weight panels, tile scratch and input copies")
+    non_finite = non_finite_mask(w, call.dtype)
+    if non_finite is not None:
+        return with_real_taps_only(conv_backward_input_cpu, call, dy, w, non_finite)
     out = np.empty((p.n, p.cin, p.hin, p.win), dtype=np_dtype)
     _kernel().dgrad(_bits(dy, np_dtype), _bits(w, np_dtype), out.view(np.uint16),
                   _KERNEL_DTYPE[call.dtype], (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw),

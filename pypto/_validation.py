@@ -14,7 +14,8 @@ from . import _config
 from ._dtypes import DataType, dtype_size
 from ._shapes import MAX_DIM, clipped_bounds, forward_out_size
 from ._tiling import BUFFER_BYTES, C0, ConvProblem, Tiling, ceil_align
-from .error import ConvBpInputError, ConvBpRuntimeError, ConvBpTypeError, ConvBpValueError
+from .error import (ConvBpInputError, ConvBpRuntimeError, ConvBpTypeError, ConvBpValueError,
+                    PyptoRtError)
 
 __all__ = ["RULES", "validate_conv_backward_input", "ValidatedCall"]
 
@@ -493,3 +494,13 @@ _CHECKS = {rule_id: check for rule_id, _, check in RULES}
 
 __all__ += ["check_shape_args", "problem_from_shapes", "rule_message", "tile_violation",
             "ConvBpInputError"]
+
+
+def check_host_arrays(problem, dy, w):
+    """Both backends read and write by the arrays' shapes: they must be the validated ones."""
+    p = problem
+    for name, array, want in (("grad_output", dy, (p.n, p.cout, p.hout, p.wout)),
+                              ("weight", w, (p.cout, p.cin, p.kh, p.kw))):
+        if array.shape != want:
+            raise PyptoRtError(RuntimeError(f"{name} data has shape {list(array.shape)}, but the "
+                                            f"validated call needs {list(want)}"))

@@ -23,7 +23,14 @@ class ConvBpTile:
         return self._impl.tileL0Info
 
     def __getattr__(self, name):
+        # only reached for names the wrapper lacks; private and special names are not forwarded,
+        # so copy and pickle (which probe them before _impl exists) see a plain AttributeError
+        if name.startswith("_"):
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
         return getattr(self._impl, name)
+
+    def __reduce__(self):
+        return type(self), (self._impl.tileL1Info, self._impl.tileL0Info)
 
     def __repr__(self):
         return repr(self._impl)

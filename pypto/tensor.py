@@ -109,7 +109,15 @@ class Tensor:
         if self._data is None:
             raise FeError(RuntimeError(f"Tensor '{self.name}' {self.shape} holds no data: it only "
                                        "describes a shape. Use pypto.from_numpy to attach data."))
-        return self._data
+        data = self._data
+        # NumPy lets the caller change an array's shape or dtype in place (``a.shape = ...``)
+        # after wrapping: the tensor's shape is what was validated, so the two must agree
+        if data.shape != tuple(self._shape) or from_numpy_dtype(data.dtype) != self._dtype:
+            raise FeError(RuntimeError(
+                f"Tensor '{self.name}' is {self._dtype} {self.shape}, but the array it wraps is "
+                f"now {data.dtype} {list(data.shape)}: it was changed in place after wrapping. "
+                "Wrap it again with pypto.from_numpy."))
+        return data
 
     def __dlpack__(self, stream=None):
         """Export the host data through DLPack (zero copy), e.g. ``torch.from_dlpack(t)``.
@@ -138,16 +146,22 @@ class Tensor:
         """
         if not isinstance(other, Tensor):
             raise FeError(TypeError(f"'{type(other).__name__}' type cannot be moved to Tensor"))
-        if self._data is not None and other._data is not None:
+        if self._data is not None and other._data is None:
+            raise FeError(ValueError(
+                f"cannot move the shape-only tensor '{other.name}' {other.shape} into tensor "
+                f"'{self.name}', which wraps an array: it holds no values to write (an op given "
+                "shape-only inputs returns a shape-only result)"))
+        if self._data is not None:
             if other.shape != self.shape or other.dtype != self.dtype:
                 raise FeError(ValueError(
                     f"cannot move a {other.dtype} tensor of shape {other.shape} into the "
                     f"{self.dtype} tensor '{self.name}' of shape {self.shape}"))
-            if not self._data.flags.writeable:
+            target = self.numpy()  # checks the array was not reshaped since it was wrapped
+            if not target.flags.writeable:
                 raise FeError(ValueError(f"cannot move into tensor '{self.name}': its array is "
                                          "read-only"))
             # "equiv": same type in any byte order (a big-endian caller array is fine)
-            np.copyto(self._data, other._data, casting="equiv")
+            np.copyto(target, other.numpy(), casting="equiv")
             return
         self._shape, self._dtype = other.shape, other.dtype
         self._ori_shape = other.ori_shape

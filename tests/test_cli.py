@@ -40,7 +40,7 @@ def test_run_with_given_tiles_and_size():
     (["run", *PROBLEM, "--input-size", "2,24,20,13"], "input_size[2] must be in [13, 14]"),
     (["run", *PROBLEM, "--l1", "13,140,16", "--l0", "16,16,16"], "Invalid tileKL1:140"),
     (["run", *PROBLEM, "--l1", "16,144"], "--l1 takes 3 ints"),
-    (["--threads", "0"], "num_threads must be None or an int >= 1"),
+    (["--threads", "0"], "num_threads must be None or an int in [1, 1024], but got 0"),
 ])
 def test_validation_errors_are_one_line_and_exit_2(args, text):
     done = _cli(*args)

@@ -38,6 +38,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import pypto
+from pypto._config import MAX_THREADS
 from pypto.error import ConvBpInputError
 
 import strategies as S
@@ -301,19 +302,22 @@ def test_huge_vector_tile_values_give_a_result_or_a_pypto_error(vec):
     check_accuracy(result.numpy(), case.prob, dy, w, f"vec {vec}")
 
 
-@pytest.mark.parametrize("threads", [2 ** 31, 2 ** 40])
-def test_huge_num_threads_gives_a_result_or_a_pypto_error(threads):
-    """num_threads accepts any int >= 1; with a memory limit large enough for the guard to pass,
-    a count the kernel cannot take (> 2**31 - 1) must still end in a PyptoError."""
+@pytest.mark.parametrize("threads", [MAX_THREADS + 1, 2 ** 31, 2 ** 40])
+def test_num_threads_beyond_the_bound_is_refused_when_set(threads):
+    """num_threads is bounded (libgomp ends the process when it cannot create a thread):
+    a count above MAX_THREADS is a PyptoError naming the range, at set time."""
+    with pytest.raises(pypto.PyptoError, match=rf"num_threads must be None or an int in "
+                                               rf"\[1, {MAX_THREADS}\], but got {threads}"):
+        pypto.set_options(num_threads=threads)
+    assert pypto.get_options()["num_threads"] is None
+
+
+def test_the_most_threads_allowed_gives_a_result():
     case = _small_valid_case()
     dy, w = case.arrays()
     case.configure()
-    pypto.set_options(num_threads=threads, memory_limit=2 ** 90)
-    try:
-        result = case.op(*case.tensors((dy, w)))
-    except pypto.PyptoError:
-        return
-    check_accuracy(result.numpy(), case.prob, dy, w, f"threads {threads}")
+    pypto.set_num_threads(MAX_THREADS)
+    check_accuracy(case.op(*case.tensors((dy, w))).numpy(), case.prob, dy, w, "MAX_THREADS")
 
 
 @pytest.mark.parametrize("bad", [int, np.int64, np.zeros(4), np.array([16, 16]), np.array(16.5),

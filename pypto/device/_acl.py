@@ -8,6 +8,7 @@ import error of the package.
 import ctypes
 import os
 
+from ._elf import elf_problem
 from ._errors import ACL_SUCCESS, NpuUnavailableError, acl_error
 from ._prototypes import PROTOTYPES
 
@@ -41,6 +42,9 @@ def open_library(path, library, message_source=None):
     runtime symbols it does not link itself, so libascendcl.so must be global before it loads.
     ``message_source`` (the ACL library) supplies aclGetRecentErrMsg to a library without it.
     """
+    problem = elf_problem(path)  # a truncated library would end the process inside dlopen
+    if problem:
+        raise NpuUnavailableError(f"cannot load {path}: {problem}")
     try:
         handle = ctypes.CDLL(str(path), mode=os.RTLD_NOW | ctypes.RTLD_GLOBAL)
     except OSError as exc:

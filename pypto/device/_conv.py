@@ -10,6 +10,8 @@ import numpy as np
 
 from .._dtypes import numpy_dtype
 from .._memory import check_host_memory
+from .._nonfinite import non_finite_mask, with_real_taps_only
+from .._validation import check_host_arrays
 from .._tiling import C0, ceil_div
 from . import _runtime
 from ._errors import KernelNotRunError
@@ -71,12 +73,16 @@ def conv_backward_input_npu(call, dy, w):
     at its largest size and reused by every sub-problem and stripe.
     """
     p = call.problem
+    check_host_arrays(p, dy, w)
     dtype = numpy_dtype(call.dtype)
     plan = plan_launches(call)
     copies = sum(a.size * p.dtype_size for a in (dy, w)
                  if not (a.dtype == dtype and a.flags.c_contiguous))
     check_host_memory(plan.host_bytes(p) + copies, p,  # before any copy or allocation
                       "dy, weight and dx in the NPU's layouts, and input copies")
+    non_finite = non_finite_mask(w, call.dtype)
+    if non_finite is not None:
+        return with_real_taps_only(conv_backward_input_npu, call, dy, w, non_finite)
     runtime = _runtime.get()
     out = np.zeros((p.n, p.cin, p.hin, p.win), dtype=dtype)
     pieces = [planned for planned in plan.pieces if planned.runs]
