@@ -21,6 +21,7 @@ against the formula; it is marked slow and runs only with ``PYPTO_BIG_TEST=1``.
 """
 
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -570,3 +571,129 @@ def test_output_beyond_2_31_elements():
     product = dy[0, 0, h, x].astype(np.float64) * w[0, ci, 0, 0].astype(np.float64)
     expected = round_once(product, FP16)
     assert np.array_equal(flat[picks].view(np.uint16), expected.view(np.uint16))
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrays changed in place after wrapping
+# ---------------------------------------------------------------------------------------------
+# NumPy lets a caller change an array's shape or dtype in place (``a.shape = ...``, ``a.dtype =
+# ...``) after from_numpy wrapped it. The kernel must never see the new shape: a weight reshaped
+# so that Cin grows made the write-out run past the output buffer (heap corruption); a reshaped
+# dy gave a wrong result silently. Run in a fresh interpreter, so a regression cannot take the
+# test session down with it.
+_IN_PLACE_SCRIPT = """
+import sys
+import numpy as np, pypto
+from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
+which, new_shape, new_dtype = sys.argv[1], eval(sys.argv[2]), sys.argv[3]
+dy = np.ones((1, 16, 4, 4), np.float16)
+w = np.ones((16, 16, 3, 3), np.float16)
+tensors = {"dy": pypto.from_numpy(dy), "w": pypto.from_numpy(w)}
+target = {"dy": dy, "w": w}[which]
+if new_shape:
+    target.shape = new_shape
+if new_dtype:
+    target.dtype = new_dtype
+pypto.set_convbp_input_tile_shapes(ConvBpTileL1Info(4, 144, 16), ConvBpTileL0Info(16, 16, 16))
+pypto.set_vec_tile_shapes(16, 16, 16, 16)
+try:
+    pypto.conv_backward_input(tensors["dy"], [1, 16, 4, 4], tensors["w"], pypto.DT_FP16,
+                              [1, 1], [1, 1, 1, 1], [1, 1])
+    print("computed")
+except pypto.PyptoError as exc:
+    print("refused", exc)
+"""
+
+
+@pytest.mark.parametrize("which, new_shape, new_dtype", [
+    ("w", (16, 144, 1, 1), ""), ("w", (16, 16, 9, 1), ""), ("w", (144, 16, 1, 1), ""),
+    ("w", (2304,), ""), ("dy", (1, 16, 16, 1), ""), ("dy", (1, 256, 1, 1), ""),
+    ("dy", (16, 1, 4, 4), ""), ("w", "", "int16"), ("dy", "", "uint16"),
+])
+def test_array_changed_in_place_after_wrapping_is_refused(which, new_shape, new_dtype):
+    done = subprocess.run([sys.executable, "-c", _IN_PLACE_SCRIPT, which, repr(new_shape),
+                           new_dtype], capture_output=True, text=True, timeout=limit(120),
+                          cwd=pathlib.Path(__file__).resolve().parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("refused ErrCode: F00003, RuntimeError: "), done.stdout
+    assert "changed in place after wrapping" in done.stdout and "from_numpy" in done.stdout
+
+
+def test_kernel_entry_refuses_arrays_that_are_not_the_validated_shapes():
+    from pypto._cpu import conv_backward_input_cpu
+    from pypto._validation import validate_conv_backward_input
+    dy, w = make_data(SAME, FP16, np.random.default_rng(3))
+    set_tiles(*auto_tiles(SAME))
+    call = validate_conv_backward_input(pypto.from_numpy(dy), size_of(SAME), pypto.from_numpy(w),
+                                        pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1], 1)
+    for bad_dy, bad_w in ((dy.reshape(1, 16, 144, 1), w), (dy, w.reshape(16, 144, 1, 1)),
+                          (dy[:, :, :-1], w)):
+        with pytest.raises(pypto.PyptoError, match="but the validated call needs"):
+            conv_backward_input_cpu(call, bad_dy, bad_w)
+
+
+def test_moving_a_shape_only_result_into_an_array_is_refused():
+    out = np.full(size_of(SAME), 7, np.float16)
+    target = pypto.from_numpy(out)
+    shape_only = pypto.Tensor(size_of(SAME), pypto.DT_FP16, "TensorOut")
+    with pytest.raises(pypto.PyptoError, match="holds no values to write"):
+        target.move(shape_only)
+    assert (out == 7).all()
+    # shape-only inputs give a shape-only result: moving that into an array is the same error
+    set_tiles(*auto_tiles(SAME))
+    result = pypto.conv_backward_input(pypto.Tensor([1, 16, 12, 12], pypto.DT_FP16),
+                                       size_of(SAME),
+                                       pypto.Tensor([16, 16, 3, 3], pypto.DT_FP16),
+                                       pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1])
+    assert not result.has_data
+    with pytest.raises(pypto.PyptoError, match="holds no values to write"):
+        target.move(result)
+    assert (out == 7).all()
+
+
+def test_moving_into_an_array_reshaped_since_wrapping_is_refused():
+    out = np.zeros(size_of(SAME), np.float16)
+    target = pypto.from_numpy(out)
+    out.shape = (1, 16, 144, 1)
+    dy, w = make_data(SAME, FP16, np.random.default_rng(4))
+    with pytest.raises(pypto.PyptoError, match="changed in place after wrapping"):
+        target.move(op(SAME, dy, w))
+    assert (out == 0).all()
+
+
+# The guard also honours the address-space limit (ulimit -v): a call that fits the memory but
+# not the address space is a PyptoMemoryError, not NumPy's MemoryError.
+_ADDRESS_SPACE_SCRIPT = """
+import resource
+import numpy as np, pypto
+from pypto._memory import address_space_room
+from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
+with open("/proc/self/statm") as f:
+    mapped = int(f.read().split()[0]) * resource.getpagesize()
+limit = mapped + (256 << 20)
+resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
+if resource.getrlimit(resource.RLIMIT_AS)[0] != limit or address_space_room() is None:
+    print("not applied")  # e.g. QEMU user mode keeps the address-space limit to itself
+    raise SystemExit
+dy = pypto.from_numpy(np.ones((1, 16, 512, 512), np.float16))  # stride 8: dx is 512 MiB
+w = pypto.from_numpy(np.ones((16, 16, 1, 1), np.float16))
+pypto.set_convbp_input_tile_shapes(ConvBpTileL1Info(16, 16, 16), ConvBpTileL0Info(16, 16, 16))
+pypto.set_vec_tile_shapes(16, 16, 16, 16)
+pypto.set_options(memory_limit="1T")
+try:
+    pypto.conv_backward_input(dy, [1, 16, 4096, 4096], w, pypto.DT_FP16, [8, 8], [0, 0, 0, 0],
+                              [1, 1])
+    print("computed")
+except pypto.PyptoError as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_memory_guard_honours_the_address_space_limit():
+    done = subprocess.run([sys.executable, "-c", _ADDRESS_SPACE_SCRIPT], capture_output=True,
+                          text=True, timeout=limit(120), cwd=pathlib.Path(__file__).resolve().parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    if done.stdout.strip() == "not applied":
+        pytest.skip("setrlimit(RLIMIT_AS) does not take effect here")
+    assert done.stdout.startswith("PyptoMemoryError"), done.stdout
+    assert "address-space limit" in done.stdout and "ulimit -v" in done.stdout

@@ -1,5 +1,7 @@
 """Public API surface and configuration scopes (specification sections 2 and 5)."""
 
+import copy
+import pickle
 import re
 import threading
 
@@ -209,6 +211,23 @@ def test_convbp_tile_default_and_valid():
     assert not pypto_impl.ConvBpTile().valid()
     assert pypto_impl.ConvBpTile(l1(), l0()).valid()
     assert not pypto_impl.ConvBpTile(l1(), l0(32, 16, 16)).valid()
+
+
+@pytest.mark.parametrize("make", [lambda: pypto.ConvBpTile(l1(32, 288, 16), l0(16, 144, 16)),
+                                  lambda: pypto_impl.ConvBpTile(l1(32, 288, 16), l0(16, 144, 16)),
+                                  lambda: l1(32, 288, 16), lambda: l0(16, 144, 16)],
+                         ids=["config.ConvBpTile", "pypto_impl.ConvBpTile", "L1Info", "L0Info"])
+def test_tile_records_copy_and_pickle(make):
+    original = make()
+    for how in (copy.copy, copy.deepcopy, lambda t: pickle.loads(pickle.dumps(t))):
+        twin = how(original)
+        assert type(twin) is type(original) and repr(twin) == repr(original)
+    deep = copy.deepcopy(original)
+    if isinstance(original, (pypto.ConvBpTile, pypto_impl.ConvBpTile)):
+        deep.tileL1Info.tileML1 = 64  # the copy's records are its own
+        assert original.tileL1Info.tileML1 == 32 and original.valid() and deep.valid()
+    with pytest.raises(AttributeError):
+        original.no_such_field  # noqa: B018 - a plain AttributeError, not a RecursionError
 
 
 # ------------------------------------------------------------------------------------------------

@@ -552,6 +552,59 @@ def test_unavailable_reasons_are_specific_and_bring_up_is_undone(fake_ascend, se
     assert fake_ascend.report()["finalize"] == inits  # a failed bring-up undoes its aclInit
 
 
+@pytest.mark.parametrize("which", ["kernel", "acl"])
+@pytest.mark.parametrize("keep", [0, 63, 64, 700, "half", "all but one"])
+def test_a_truncated_library_is_refused_before_it_is_loaded(fake_ascend, tmp_path, which, keep):
+    """glibc's dlopen itself ends the process (SIGBUS) on a library whose segments run past the
+    end of the file: pypto info, is_available() and an auto-mode call must see "unavailable"."""
+    source = fake_ascend.kernel if which == "kernel" else fake_ascend.acl
+    data = source.read_bytes()
+    size = {"half": len(data) // 2, "all but one": len(data) - 1}.get(keep, keep)
+    if which == "kernel":
+        broken = tmp_path / "libpypto_conv_dx.so"
+        env = fake_ascend.env(PYPTO_NPU_KERNEL_LIB=broken)
+    else:
+        broken = tmp_path / "lib64" / "libascendcl.so"
+        broken.parent.mkdir()
+        env = fake_ascend.env(ASCEND_HOME_PATH=tmp_path)
+    broken.write_bytes(data[:size])
+    result = run_python("""
+        reason = device.unavailable_reason()
+        case = dict(dtype="DT_FP16", dy=[1, 16, 5, 32], w=[16, 16, 3, 3], input_size=[1, 16, 5, 32],
+                    strides=[1, 1], paddings=[1, 1, 1, 1], dilations=[1, 1], l1=[16, 144, 16],
+                    l0=[16, 16, 16])
+        call = make_call(case)
+        dy, w = arrays(case, exact=False)
+        op = pypto.conv_backward_input(pypto.from_numpy(dy), case["input_size"],
+                                       pypto.from_numpy(w), pypto.DT_FP16, [1, 1], [1, 1, 1, 1],
+                                       [1, 1]).numpy()
+        emit(dict(available=device.is_available(), reason=reason,
+                  auto_equals_cpu=bool(np.array_equal(op, conv_backward_input_cpu(call, dy, w)))))
+    """, env)
+    assert result["available"] is False and result["auto_equals_cpu"]
+    assert str(broken) in result["reason"], result
+    assert any(word in result["reason"] for word in ("truncated", "shorter than an ELF header"))
+    info = subprocess.run([sys.executable, "-m", "pypto", "info"], capture_output=True, text=True,
+                          env=env, timeout=limit(120), cwd=str(ROOT / "tests"))
+    assert info.returncode == 0, info.stderr
+    assert str(broken) in info.stdout
+
+
+def test_files_that_are_no_shared_library_are_refused_with_the_reason(tmp_path):
+    from pypto.device._elf import elf_problem
+    text = tmp_path / "text.so"
+    text.write_text("not a library\n" * 10)
+    assert elf_problem(text) == "it is not an ELF file"
+    assert elf_problem(tmp_path / "missing.so").startswith("cannot read it")
+    assert elf_problem(tmp_path).startswith("cannot read it")
+    program = Path(sys.executable).resolve()
+    assert elf_problem(program) in (None, "it is not a shared library (ELF type 2)")  # PIE or not
+    header = bytearray(program.read_bytes()[:64])
+    header[4] = 1  # 32-bit class
+    (tmp_path / "elf32.so").write_bytes(bytes(header))
+    assert elf_problem(tmp_path / "elf32.so") == "it is not a 64-bit little-endian ELF file"
+
+
 def test_a_missing_acl_library_names_where_it_looked(fake_ascend, tmp_path):
     result = run_python("emit(device.unavailable_reason())",
                         fake_ascend.env(ASCEND_HOME_PATH=tmp_path))

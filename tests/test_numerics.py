@@ -725,3 +725,65 @@ def test_property_random_problems(case):
     dy, w = make_data(prob, dtype, np.random.default_rng(seed))
     out = run_op(prob, dy, w, tiles, vec)
     check_accuracy(out, prob, dy, w, f"hypothesis {prob} {tiles} {vec} {dtype_name}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Inf and NaN: only real taps contribute (the definition's semantics, and PyTorch's)
+# ---------------------------------------------------------------------------------------------
+def check_non_finite(out, prob, dy, w, label=""):
+    """Inf/NaN exactly where the float64 definition has them (same sign for Inf); the finite
+    elements within the bound of the module docstring."""
+    hw, s, p, d = geometry(prob)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref = dgrad_reference(dy, w, hw, s, p, d)
+        abs_ref = dgrad_abs_reference(np.where(np.isfinite(dy), dy, 0),
+                                      np.where(np.isfinite(w), w, 0), hw, s, p, d)
+    o = out.astype(np.float64)
+    for name, test in (("NaN", np.isnan), ("+Inf", np.isposinf), ("-Inf", np.isneginf)):
+        wrong = test(o) != test(ref)
+        assert not wrong.any(), (f"{label}: {int(wrong.sum())} elements disagree on {name}, "
+                                 f"first at {tuple(np.argwhere(wrong)[0])}")
+    finite = np.isfinite(ref)
+    u = np.maximum(ulp(round_once_f64(np.where(finite, ref, 0), out.dtype), out.dtype),
+                   ulp(np.where(finite, o, 0), out.dtype))
+    bound = 0.5 * u + prob["cout"] * prob["kh"] * prob["kw"] * U32 * abs_ref
+    assert (np.abs(o[finite] - ref[finite]) <= bound[finite]).all(), f"{label}: finite elements off"
+
+
+@pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan])
+@pytest.mark.parametrize("dtype_name", ["fp16", "bf16"])
+def test_non_finite_weight_reaches_only_through_real_taps(value, dtype_name):
+    """A 2x2 dy, no padding, 3x3 kernel: w[0, 0, 2, 2] meets dy only at dx rows/cols 2..3; the
+    kernels' zero halo must not turn it into NaN anywhere else (0 * Inf)."""
+    dtype, _ = DTYPES[dtype_name]
+    prob = make_problem(n=1, cin=16, cout=16, hout=2, wout=2, kh=3, kw=3)
+    dy = np.ones((1, 16, 2, 2), dtype)
+    w = np.zeros((16, 16, 3, 3), dtype)
+    w[0, 0] = 1
+    w[0, 0, 2, 2] = value
+    out = run_op(prob, dy, w).astype(np.float64)
+    expected = np.array([[1, 2, 2, 1], [2, 4, 4, 2], [2, 4, value, value], [1, 2, value, value]])
+    np.testing.assert_array_equal(out[0, 0], expected)  # NaN == NaN here
+    assert (out[0, 1:] == 0).all()
+    check_non_finite(out.astype(dtype), prob, dy, w, f"single {value} {dtype_name}")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.filter_too_much,
+                                                                  HealthCheck.too_slow])
+@given(problems_and_tiles(), st.integers(1, 4), st.integers(0, 3), st.booleans())
+def test_property_non_finite_weights_and_dy(case, n_bad_w, n_bad_dy, zeros_in_dy):
+    """Random problems and tiles with Inf/NaN in w (and sometimes in dy, and exact zeros in dy
+    where Inf * 0 must give NaN by definition)."""
+    prob, tiles, vec, dtype_name, seed = case
+    pypto.reset_options()
+    dtype, _ = DTYPES[dtype_name]
+    rng = np.random.default_rng(seed)
+    dy, w = make_data(prob, dtype, rng)
+    specials = np.array([np.inf, -np.inf, np.nan])
+    for array, count in ((w, n_bad_w), (dy, n_bad_dy)):
+        for _ in range(count):
+            array[tuple(rng.integers(0, s) for s in array.shape)] = rng.choice(specials)
+    if zeros_in_dy:
+        dy[rng.random(dy.shape) < 0.2] = 0
+    out = run_op(prob, dy, w, tiles, vec)
+    check_non_finite(out, prob, dy, w, f"hypothesis {prob} {tiles} {dtype_name}")

@@ -13,8 +13,14 @@
 * Ctrl-C: SIGINT sent 0.3 s into a jit call that would take several seconds ends the process
   with KeyboardInterrupt within 2 s (the kernel checks for signals between chunks of work
   items), and the caller's output array is left untouched.
+* Fork: libgomp's thread pool does not survive fork; a child forked after calls on several
+  threads (os.fork, multiprocessing's fork start method) gets the same result on one thread
+  instead of hanging.
+* Thread creation: asking for more threads than the process can start (an address-space
+  limit) runs on those it can, with a RuntimeWarning, instead of libgomp ending the process.
 """
 
+import json
 import signal
 import subprocess
 import sys
@@ -28,6 +34,7 @@ import numpy as np
 import pytest
 
 import pypto
+from pypto._config import MAX_THREADS
 from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
 from _slowdown import limit
@@ -430,3 +437,101 @@ def test_ctrl_c_interrupts_a_long_call(kernel_threads, tmp_path):
           f"(threads={kernel_threads or 'all'}): process ended {ended:.2f} s later")
     assert ended < limit(2.0), \
         f"took {ended:.2f} s after SIGINT (call would take {expected_duration} s)"
+
+
+# --- fork ---------------------------------------------------------------------------------------
+_FORK_SCRIPT = textwrap.dedent("""
+    import json, multiprocessing, os, sys
+    import numpy as np, pypto
+    from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
+
+    def call(threads):
+        pypto.set_num_threads(threads)
+        rng = np.random.default_rng(5)
+        dy = pypto.from_numpy(rng.standard_normal((4, 32, 16, 16)).astype(np.float16))
+        w = pypto.from_numpy(rng.standard_normal((32, 32, 3, 3)).astype(np.float16))
+        pypto.set_convbp_input_tile_shapes(ConvBpTileL1Info(16, 288, 16),
+                                           ConvBpTileL0Info(16, 16, 16))
+        pypto.set_vec_tile_shapes(16, 16, 16, 16)
+        out = pypto.conv_backward_input(dy, [4, 32, 16, 16], w, pypto.DT_FP16, [1, 1],
+                                        [1, 1, 1, 1], [1, 1])
+        return out.numpy().view(np.uint16).tobytes().hex()
+
+    def in_pool(threads):
+        return call(threads)
+
+    how = sys.argv[1]
+    parent = call(2)
+    if how == "os.fork":
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(write, json.dumps([call(2), call(None)]).encode())
+            os._exit(0)
+        os.close(write)
+        chunks = []
+        while chunk := os.read(read, 1 << 20):
+            chunks.append(chunk)
+        os.waitpid(pid, 0)
+        children = json.loads(b"".join(chunks))
+    else:
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            children = pool.map(in_pool, [2, None, 1, 2])
+    print(json.dumps(dict(parent_again=call(2) == parent,
+                          children_equal=[child == parent for child in children])))
+""")
+
+
+@pytest.mark.parametrize("how", ["os.fork", "multiprocessing fork pool"])
+def test_a_forked_child_computes_instead_of_hanging(how, tmp_path):
+    try:
+        done = subprocess.run([sys.executable, "-c", _FORK_SCRIPT, how], capture_output=True,
+                              text=True, timeout=limit(60), cwd=tmp_path)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a call in a child made by {how} after a 2-thread call did not return")
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["parent_again"] and all(result["children_equal"]), result
+
+
+# --- thread creation under an address-space limit -------------------------------------------------
+_THREAD_LIMIT_SCRIPT = textwrap.dedent("""
+    import resource, sys, warnings
+    import numpy as np, pypto
+    from pypto._config import MAX_THREADS
+    from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
+    shape = [64, 16, 32, 32]  # 2048 work items with these tiles: every thread gets work
+    rng = np.random.default_rng(6)
+    dy = rng.standard_normal(shape).astype(np.float16)
+    w = rng.standard_normal((16, 16, 3, 3)).astype(np.float16)
+    pypto.set_convbp_input_tile_shapes(ConvBpTileL1Info(32, 144, 16), ConvBpTileL0Info(16, 16, 16))
+    pypto.set_vec_tile_shapes(16, 16, 16, 16)
+
+    def call():
+        return pypto.conv_backward_input(pypto.from_numpy(dy), shape, pypto.from_numpy(w),
+                                         pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1]).numpy()
+
+    pypto.set_num_threads(1)
+    one = call()
+    with open("/proc/self/statm") as f:
+        mapped = int(f.read().split()[0]) * resource.getpagesize()
+    # room for the call's memory and some threads' stacks, far from MAX_THREADS of them
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + (1 << 30), resource.RLIM_INFINITY))
+    pypto.set_num_threads(MAX_THREADS)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        many = call()
+    print("equal" if np.array_equal(one.view(np.uint16), many.view(np.uint16)) else "differ",
+          "|", "; ".join(str(w.message) for w in caught))
+""")
+
+
+def test_more_threads_than_can_start_run_on_those_that_can(tmp_path):
+    done = subprocess.run([sys.executable, "-c", _THREAD_LIMIT_SCRIPT], capture_output=True,
+                          text=True, timeout=limit(120), cwd=tmp_path)
+    assert "Thread creation failed" not in done.stderr, "libgomp ended the process"
+    assert done.returncode == 0, done.stderr[-2000:]
+    verdict, _, warned = done.stdout.strip().partition(" | ")
+    assert verdict == "equal", done.stdout
+    if warned:  # QEMU user mode, for one, does not apply the limit: then no thread fails
+        assert f"of the {MAX_THREADS} threads asked for could be started" in warned, warned
