@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import os
 import platform
+import resource
 import threading
 import warnings
 
@@ -20,7 +21,7 @@ import numpy as np
 from . import _config
 from ._dtypes import DataType, numpy_dtype
 from ._kernels import isa_levels
-from ._memory import check_host_memory
+from ._memory import address_space_room, check_host_memory
 from ._nonfinite import non_finite_mask, with_real_taps_only
 from ._validation import check_host_arrays
 from .error import PyptoRtError
@@ -139,11 +140,38 @@ def _threads_that_start(wanted):
     return len(started) + 1
 
 
-def _usable_threads(wanted):
-    """``wanted``, or fewer when this process cannot run that many OpenMP threads."""
+def _thread_stack_bytes():
+    """The stack an OpenMP thread gets: OMP_STACKSIZE, else glibc's default (RLIMIT_STACK)."""
+    text = os.environ.get("OMP_STACKSIZE", "").strip().upper()
+    if text:
+        unit = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], None)
+        try:
+            return int(text[:-1] if unit else text) * (unit or 1 << 10)
+        except ValueError:
+            pass
+    soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    return 32 << 20 if soft == resource.RLIM_INFINITY else soft
+
+
+_ADDRESS_SLACK = 64 << 20  # for malloc arenas, guard pages and the interpreter's own needs
+
+
+def _usable_threads(wanted, shared_bytes, per_thread_bytes):
+    """``wanted``, or fewer when this process cannot run that many OpenMP threads: the
+    address-space limit leaves room for fewer (each thread needs its stack and its scratch),
+    or fewer start."""
     global _most_threads_run
     if _forked_after_threads:
         return 1
+    room = address_space_room()
+    if room is not None and wanted > 1:
+        fit = 1 + max(0, room - _ADDRESS_SLACK - shared_bytes - per_thread_bytes) \
+            // (per_thread_bytes + _thread_stack_bytes())
+        if fit < wanted:
+            warnings.warn(f"pypto: the address-space limit (ulimit -v) leaves room for {fit} of "
+                          f"the {wanted} threads asked for; running on {fit}", RuntimeWarning,
+                          stacklevel=4)
+            wanted = fit
     if wanted > _most_threads_run:
         with _lock:
             can = _threads_that_start(wanted)
@@ -200,10 +228,13 @@ def conv_backward_input_cpu(call, dy, w):
     p = call.problem
     check_host_arrays(p, dy, w)
     kernel_tiles = call.tiling.kernel_tiles(p)
-    threads = _usable_threads(min(_config.get_num_threads(),
-                                  call.tiling.cpu_work_items(p, kernel_tiles)))
     np_dtype = numpy_dtype(call.dtype)
     copies = sum(a.size * 2 for a in (dy, w) if not _is_kernel_ready(a, np_dtype))
+    one_thread = call.tiling.cpu_memory_bytes(p, 1, kernel_tiles)
+    threads = _usable_threads(min(_config.get_num_threads(),
+                                  call.tiling.cpu_work_items(p, kernel_tiles)),
+                              one_thread + copies,
+                              call.tiling.cpu_memory_bytes(p, 2, kernel_tiles) - one_thread)
     # before any copy or allocation
     check_host_memory(call.tiling.cpu_memory_bytes(p, threads, kernel_tiles) + copies, p,
                       "weight panels, tile scratch and input copies")

@@ -18,6 +18,9 @@
   instead of hanging.
 * Thread creation: asking for more threads than the process can start (an address-space
   limit) runs on those it can, with a RuntimeWarning, instead of libgomp ending the process.
+  The count is capped twice: by the room the limit leaves (a stack and scratch per thread),
+  then by how many idle threads actually start (Python's, which also take malloc arenas: a
+  conservative count).
 """
 
 import json
@@ -534,4 +537,4 @@ def test_more_threads_than_can_start_run_on_those_that_can(tmp_path):
     verdict, _, warned = done.stdout.strip().partition(" | ")
     assert verdict == "equal", done.stdout
     if warned:  # QEMU user mode, for one, does not apply the limit: then no thread fails
-        assert f"of the {MAX_THREADS} threads asked for could be started" in warned, warned
+        assert f"of the {MAX_THREADS} threads asked for" in warned and "running on" in warned
