@@ -13,7 +13,7 @@ import operator
 import os
 import threading
 
-from .error import FeError
+from .error import FeError, argument_errors_are_pypto_errors
 from .pypto_impl import ConvBpTile, ConvBpTileL0Info, ConvBpTileL1Info
 
 __all__ = [
@@ -102,8 +102,13 @@ def _normalize(key, value):
         # do not change what was set.
         return ConvBpTile(copy.copy(l1), copy.copy(l0))
     if key == "vec_tile_shapes":
+        try:
+            values = list(value)
+        except TypeError:
+            raise FeError(TypeError(f"vec_tile_shapes must be a list of ints, but got {value!r} "
+                                    f"of type {type(value).__name__}.")) from None
         shapes = []
-        for v in value:
+        for v in values:
             try:
                 if isinstance(v, bool):
                     raise TypeError
@@ -151,6 +156,7 @@ def _parse_bytes(value, name):
     return value
 
 
+@argument_errors_are_pypto_errors
 def set_options(**values):
     """Set options in the current scope.
 
@@ -163,11 +169,13 @@ def set_options(**values):
         _set(key, value)
 
 
+@argument_errors_are_pypto_errors
 def get_options():
     """The effective value of every option, as a dict (copies)."""
     return {key: copy.deepcopy(_get(key)) for key in _DEFAULTS}
 
 
+@argument_errors_are_pypto_errors
 def reset_options():
     """Clear every value set in the current scope (at top level: back to the defaults)."""
     scope = _current_scope()
@@ -200,6 +208,7 @@ class options(contextlib.ContextDecorator):
         return self._local.cms.pop().__exit__(*exc)
 
 
+@argument_errors_are_pypto_errors
 def set_convbp_input_tile_shapes(tile_l1_info, tile_l0_info):
     """Set the L1 and L0 tile shapes of conv_backward_input in the current scope.
 
@@ -214,17 +223,20 @@ def set_convbp_input_tile_shapes(tile_l1_info, tile_l0_info):
     set_options(convbp_tile_shapes=(tile_l1_info, tile_l0_info))
 
 
+@argument_errors_are_pypto_errors
 def get_convbp_input_tile_shapes():
     """``(ConvBpTileL1Info, ConvBpTileL0Info)`` in effect; all zeros when never set."""
     tile = _get("convbp_tile_shapes")
     return copy.copy(tile.tileL1Info), copy.copy(tile.tileL0Info)
 
 
+@argument_errors_are_pypto_errors
 def set_vec_tile_shapes(*shapes):
     """Set the vector tile shapes (write-out blocking) in the current scope: 4 or 5 ints."""
     set_options(vec_tile_shapes=shapes)
 
 
+@argument_errors_are_pypto_errors
 def get_vec_tile_shapes():
     """The vector tile shapes in effect, a list (``[]`` when never set)."""
     return list(_get("vec_tile_shapes"))
@@ -234,6 +246,7 @@ def get_vec_tile_shapes():
 MAX_THREADS = 1024
 
 
+@argument_errors_are_pypto_errors
 def set_num_threads(num_threads):
     """Threads for the CPU kernel in the current scope, 1 to MAX_THREADS; None follows
     ``OMP_NUM_THREADS`` (capped at MAX_THREADS) or the CPU count."""
@@ -249,6 +262,7 @@ def _env_threads(env_value):
     return min(n, MAX_THREADS) if n >= 1 else None
 
 
+@argument_errors_are_pypto_errors
 def get_num_threads():
     """Threads the CPU kernel will use: the scoped setting, else ``OMP_NUM_THREADS``, else all CPUs."""
     n = _get("num_threads")

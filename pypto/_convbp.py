@@ -3,12 +3,13 @@
 from ._shapes import clipped_bounds
 from .device import select_backend
 from ._validation import check_shape_args, validate_conv_backward_input
-from .error import ConvBpValueError, FeError
+from .error import ConvBpValueError, FeError, argument_errors_are_pypto_errors
 from .tensor import Tensor
 
 __all__ = ["conv_backward_input", "conv_backward_input_size_range"]
 
 
+@argument_errors_are_pypto_errors
 def conv_backward_input(grad_output, input_size, weight, out_dtype, strides, paddings, dilations,
                         *, groups=1):
     """Gradient of a 2-D convolution with respect to its input (dgrad, "dx").
@@ -73,6 +74,7 @@ def _backend(call):
     return _cpu_compute
 
 
+@argument_errors_are_pypto_errors
 def conv_backward_input_size_range(grad_output_shape, weight_shape, strides, paddings, dilations):
     """The valid ``input_size`` heights and widths for a dgrad, one ``(min, max)`` per axis.
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from . import _config
 from ._tiling import BUFFER_BYTES, C0, MAX_L0_LOOPS, ConvProblem, Tiling, ceil_align, ceil_div
 from ._validation import TILE_RULES, problem_from_shapes, rule_message
-from .error import FeError
+from .error import FeError, argument_errors_are_pypto_errors
 from .pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
 __all__ = ["explain_convbp_input_tiling", "TilingReport"]
@@ -114,6 +114,7 @@ def _nearest_legal(p, t):
     return best
 
 
+@argument_errors_are_pypto_errors
 def explain_convbp_input_tiling(grad_output_shape, weight_shape, input_size, dtype, strides,
                                 paddings, dilations, tile_l1_info, tile_l0_info,
                                 vec_tile_shapes=None):
@@ -143,7 +144,13 @@ def explain_convbp_input_tiling(grad_output_shape, weight_shape, input_size, dty
     p = problem_from_shapes(grad_output_shape, weight_shape, input_size, dtype, strides,
                             paddings, dilations)
     t = Tiling.from_infos(tile_l1_info, tile_l0_info)
-    vec_tile = _config.get_vec_tile_shapes() if vec_tile_shapes is None else list(vec_tile_shapes)
+    try:
+        vec_tile = _config.get_vec_tile_shapes() if vec_tile_shapes is None \
+            else list(vec_tile_shapes)
+    except TypeError:
+        raise FeError(TypeError(f"vec_tile_shapes must be a list of ints, but got "
+                                f"{vec_tile_shapes!r} of type {type(vec_tile_shapes).__name__}."))\
+            from None
     rules = []
     for rule_id in TILE_RULES + ("V1",):
         message = rule_message(rule_id, p, t, vec_tile)

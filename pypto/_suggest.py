@@ -8,7 +8,7 @@ the NPU rules (the op's own TS1-TS6 checks) all pass.
 
 from ._tiling import C0, Tiling, ceil_align, ceil_div
 from ._validation import problem_from_shapes, tile_violation
-from .error import ConvBpValueError
+from .error import ConvBpValueError, argument_errors_are_pypto_errors
 from .pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
 __all__ = ["suggest_convbp_input_tile_shapes"]
@@ -44,6 +44,7 @@ def _candidates(p):
                         yield Tiling(ml1, kl1, nl, m0, kl0, nl)
 
 
+@argument_errors_are_pypto_errors
 def suggest_convbp_input_tile_shapes(grad_output_shape, weight_shape, input_size, dtype, strides,
                                      paddings, dilations):
     """Suggest L1/L0 tiles for a dgrad: legal on an Atlas A2/A3 NPU (rules TS1-TS6), fast here.

@@ -9,6 +9,9 @@ constraint id of the specification (``"T1"`` ... ``"V1"``) that the call broke, 
 the builtin ``TypeError`` / ``ValueError`` so plain ``except ValueError`` works as well.
 """
 
+import functools
+import inspect
+
 __all__ = [
     "PyptoError", "PyptoGeneralError", "FeError", "PyptoRtError", "PyptoMemoryError", "PassError",
     "VerifyError",
@@ -107,3 +110,25 @@ class ConvBpRuntimeError(ConvBpInputError, RuntimeError):
     """The call is well formed but cannot run yet (e.g. tile shapes were never set)."""
 
     builtin = RuntimeError
+
+
+def argument_errors_are_pypto_errors(func):
+    """A public function called with missing, extra or misnamed arguments raises a PyptoError
+    (an FeError of TypeError) like every other bad use, not Python's bare TypeError. Costs
+    nothing on a good call: the signature is checked only once a TypeError came out."""
+    signature = inspect.signature(func)
+
+    @functools.wraps(func)
+    def checked(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except TypeError as exc:
+            if isinstance(exc, PyptoError):
+                raise
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as wrong:
+                raise FeError(TypeError(f"{func.__name__}{signature}: {wrong}")) from None
+            raise
+
+    return checked

@@ -11,7 +11,7 @@ import operator
 import numpy as np
 
 from ._dtypes import DataType, TileOpFormat, from_numpy_dtype, numpy_dtype
-from .error import FeError
+from .error import FeError, argument_errors_are_pypto_errors
 
 __all__ = ["Tensor", "tensor", "from_numpy", "from_torch"]
 
@@ -119,21 +119,45 @@ class Tensor:
                 "Wrap it again with pypto.from_numpy."))
         return data
 
-    def __dlpack__(self, stream=None):
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """Export the host data through DLPack (zero copy), e.g. ``torch.from_dlpack(t)``.
 
-        NumPy's DLPack has no bfloat16, so bf16 data goes out through torch's (when installed)
-        as a torch.bfloat16 view of the same memory.
+        The keywords are the protocol's (array API 2023.12). fp16 and other NumPy dtypes go out
+        through NumPy's exporter, with its rules. NumPy's DLPack has no bfloat16, so bf16 data
+        goes out through torch's (when installed) as a torch.bfloat16 view of the same memory;
+        a read-only array is exported as a copy (never as a writable view of it), or refused
+        with ``copy=False``. ``np.from_dlpack`` cannot import bfloat16: use ``np.asarray(t)``.
         """
         array = self.numpy()
-        if self._dtype == DataType.DT_BF16:
-            try:
-                import torch
-            except ImportError:
-                raise FeError(RuntimeError("exporting bfloat16 through DLPack needs PyTorch "
-                                           "(NumPy's DLPack has no bfloat16)")) from None
-            return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16).__dlpack__()
-        return array.__dlpack__() if stream is None else array.__dlpack__(stream=stream)
+        if self._dtype != DataType.DT_BF16:
+            kwargs = {k: v for k, v in (("stream", stream), ("max_version", max_version),
+                                        ("dl_device", dl_device), ("copy", copy)) if v is not None}
+            return array.__dlpack__(**kwargs)
+        try:
+            import torch
+        except ImportError:
+            raise FeError(RuntimeError("exporting bfloat16 through DLPack needs PyTorch "
+                                       "(NumPy's DLPack has no bfloat16)")) from None
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"the data is on the CPU, not on DLPack device {tuple(dl_device)}")
+        if not array.flags.writeable or copy:
+            if copy is False:
+                raise BufferError("the array is read-only and copy=False: a DLPack export "
+                                  "would let the consumer write into it")
+            array = array.copy()
+        exported = torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+        return exported.__dlpack__() if max_version is None else \
+            exported.__dlpack__(max_version=max_version)
+
+    def __array__(self, dtype=None, copy=None):
+        """``np.asarray(t)``: the host data (bf16 as ``ml_dtypes.bfloat16``), no copy unless
+        ``dtype`` or ``copy=True`` asks for one."""
+        array = self.numpy()
+        if dtype is not None and np.dtype(dtype) != array.dtype:
+            if copy is False:
+                raise ValueError(f"converting {array.dtype} to {np.dtype(dtype)} needs a copy")
+            return array.astype(dtype)
+        return array.copy() if copy else array
 
     def __dlpack_device__(self):
         return self.numpy().__dlpack_device__()
@@ -188,6 +212,7 @@ class Tensor:
 tensor = Tensor
 
 
+@argument_errors_are_pypto_errors
 def from_numpy(array, name=""):
     """Wrap a NumPy array as a Tensor, without copying.
 
@@ -204,6 +229,7 @@ def from_numpy(array, name=""):
     return Tensor._wrap(array, name)
 
 
+@argument_errors_are_pypto_errors
 def from_torch(tensor_, name=""):
     """Wrap a CPU ``torch.Tensor`` as a pypto Tensor, sharing its memory.
 
@@ -220,11 +246,21 @@ def from_torch(tensor_, name=""):
         raise FeError(ValueError(f"from_torch: tensor is on {tensor_.device}; pass a CPU tensor "
                                  "(.cpu()) to the CPU backend."))
     t = tensor_.detach()
+    # views whose memory does not hold their values (lazy negation or conjugation), nested
+    # tensors and other layouts have no NumPy view to share
+    if t.is_nested or t.layout != torch.strided:
+        raise FeError(TypeError(f"from_torch: a {'nested' if t.is_nested else str(t.layout)} "
+                                "tensor has no dense memory to share; pass a dense tensor"))
+    if t.is_neg() or t.is_conj():
+        raise FeError(ValueError("from_torch: the tensor has its lazy negation (or conjugation) "
+                                 "bit set, so its memory does not hold its values; call "
+                                 ".resolve_neg() / .resolve_conj() first"))
     if t.dtype == torch.bfloat16:
         array = t.view(torch.int16).numpy().view(numpy_dtype(DataType.DT_BF16))
     else:
         try:
             array = t.numpy()
-        except TypeError as exc:
-            raise FeError(TypeError(f"from_torch: unsupported dtype {t.dtype}: {exc}")) from None
+        except (TypeError, RuntimeError) as exc:
+            raise FeError(TypeError(f"from_torch: cannot wrap a {t.dtype} tensor: {exc}")) \
+                from None
     return from_numpy(array, name)

@@ -724,3 +724,42 @@ def test_set_num_threads_rejects_bad_values(bad):
         pypto.set_num_threads(bad)
     assert "num_threads" in str(e.value)
     assert pypto.get_num_threads() == 2
+
+
+@pytest.mark.parametrize("call", [
+    lambda: pypto.conv_backward_input(),
+    lambda: pypto.conv_backward_input(*range(8)),
+    lambda: pypto.conv_backward_input(*range(7), group=1),
+    lambda: pypto.conv_backward_input_size_range([1]),
+    lambda: pypto.suggest_convbp_input_tile_shapes(),
+    lambda: pypto.explain_convbp_input_tiling(None),
+    lambda: pypto.set_convbp_input_tile_shapes(),
+    lambda: pypto.set_num_threads(),
+    lambda: pypto.set_options(4),
+    lambda: pypto.get_options(1),
+    lambda: pypto.from_numpy(),
+    lambda: pypto.from_torch(1, 2, 3),
+    lambda: pypto.set_device(),
+], ids=["op-none", "op-extra", "op-misnamed", "range", "suggest", "explain", "set-tiles",
+        "set-threads", "set-options", "get-options", "from-numpy", "from-torch", "set-device"])
+def test_wrong_arguments_to_public_functions_are_pypto_errors(call):
+    with pytest.raises(pypto.PyptoError) as e:
+        call()
+    assert str(e.value).startswith("ErrCode: F00001, TypeError: ")
+    assert isinstance(e.value, pypto.error.FeError)
+
+
+@pytest.mark.parametrize("junk", [5, None, 1.5, object()], ids=["int", "None", "float", "object"])
+def test_vec_tile_shapes_that_are_no_list_are_pypto_errors(junk):
+    for call in (lambda: pypto.set_options(vec_tile_shapes=junk),
+                 lambda: pypto.options(vec_tile_shapes=junk).__enter__(),
+                 lambda: pypto.explain_convbp_input_tiling(
+                     [1, 16, 4, 4], [16, 16, 3, 3], [1, 16, 4, 4], pypto.DT_FP16, [1, 1],
+                     [1, 1, 1, 1], [1, 1], l1(4, 144, 16), l0(), vec_tile_shapes=junk)):
+        try:
+            call()
+        except pypto.PyptoError as exc:
+            assert "vec_tile_shapes" in str(exc)
+        else:
+            assert junk is None  # explain: None means "the vec tiles in effect"
+    pypto.reset_options()

@@ -73,3 +73,64 @@ def test_jit_writes_into_torch_tensors_in_place():
     address = out.data_ptr()
     kernel(dy, w, out)
     assert out.data_ptr() == address and torch.equal(out, dy)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BF16])
+def test_numpy_asarray_gives_the_data_itself(dtype):
+    a = np.arange(6, dtype=dtype).reshape(2, 3)
+    t = pypto.from_numpy(a)
+    assert np.asarray(t) is a
+    assert np.asarray(t, dtype=np.float32).dtype == np.float32
+    copied = np.array(t, copy=True)
+    assert copied.ctypes.data != a.ctypes.data and np.array_equal(copied, a)
+    with pytest.raises(ValueError):
+        np.asarray(t, dtype=np.float32, copy=False)
+
+
+def test_dlpack_of_a_read_only_fp16_array_is_read_only_or_refused():
+    a = np.arange(4, dtype=np.float16)
+    a.flags.writeable = False
+    try:
+        back = np.from_dlpack(pypto.from_numpy(a))
+    except BufferError:
+        return  # an older NumPy without the read-only flag of versioned DLPack
+    assert not back.flags.writeable
+    assert np.array_equal(np.from_dlpack(pypto.from_numpy(a), copy=True), a)
+
+
+def test_dlpack_takes_the_protocols_keywords():
+    a = np.arange(4, dtype=np.float16)
+    t = pypto.from_numpy(a)
+    capsule = t.__dlpack__(stream=None, max_version=(1, 0), dl_device=(1, 0), copy=None)
+    assert capsule is not None
+    assert t.__dlpack_device__() == (1, 0)
+
+
+def test_bf16_dlpack_never_writes_through_a_read_only_array():
+    torch = pytest.importorskip("torch")
+    a = np.arange(4, dtype=BF16)
+    a.flags.writeable = False
+    t = pypto.from_numpy(a)
+    exported = torch.from_dlpack(t)
+    exported += 1  # a copy: the read-only array keeps its values
+    assert np.array_equal(a.astype(np.float32), np.arange(4, dtype=np.float32))
+    with pytest.raises(BufferError, match="read-only"):
+        t.__dlpack__(copy=False)
+    writable = np.arange(4, dtype=BF16)
+    shared = torch.from_dlpack(pypto.from_numpy(writable))
+    assert shared.data_ptr() == writable.ctypes.data  # writable arrays stay zero copy
+    assert torch.equal(torch.from_dlpack(pypto.from_numpy(writable).__dlpack__(max_version=(1, 0))),
+                       shared)
+
+
+def test_torch_views_without_their_values_in_memory_are_refused():
+    torch = pytest.importorskip("torch")
+    x = torch.arange(4, dtype=torch.float16)
+    with pytest.raises(pypto.PyptoError, match="lazy negation"):
+        pypto.from_torch(x._neg_view())
+    with pytest.raises(pypto.PyptoError, match="no dense memory to share"):
+        pypto.from_torch(torch.ones(3, 3).to_sparse())
+    with pytest.warns(UserWarning):  # torch says nested tensors are a prototype
+        nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    with pytest.raises(pypto.PyptoError, match="nested tensor"):
+        pypto.from_torch(nested)

@@ -8,7 +8,7 @@ this module loads nothing, and availability is computed once per process.
 
 import os
 
-from ..error import FeError
+from ..error import FeError, argument_errors_are_pypto_errors
 from ._discovery import quick_unavailable_reason
 from ._errors import NpuUnavailableError
 
@@ -25,12 +25,14 @@ def _checked(device, source):
     return device.strip().lower()
 
 
+@argument_errors_are_pypto_errors
 def set_device(device):
     """Choose the backend for this process: "auto", "cpu" or "npu" (None: back to PYPTO_DEVICE)."""
     global _requested
     _requested = None if device is None else _checked(device, "pypto.set_device(device)")
 
 
+@argument_errors_are_pypto_errors
 def get_device():
     """The backend requested: set_device's value, else PYPTO_DEVICE, else "auto"."""
     if _requested is not None:
