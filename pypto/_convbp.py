@@ -2,7 +2,7 @@
 
 from ._shapes import clipped_bounds
 from .device import select_backend
-from ._validation import check_shape_args, validate_conv_backward_input
+from ._validation import size_range_args, validate_conv_backward_input
 from .error import ConvBpValueError, FeError, argument_errors_are_pypto_errors
 from .tensor import Tensor
 
@@ -91,9 +91,8 @@ def conv_backward_input_size_range(grad_output_shape, weight_shape, strides, pad
     pypto.error.ConvBpInputError
         Bad argument types, ranks or ranges, or an axis on which no input size is valid.
     """
-    shapes = check_shape_args(grad_output_shape, weight_shape, strides, paddings, dilations)
-    dy, w = shapes["grad_output_shape"], shapes["weight_shape"]
-    s, p, d = shapes["strides"], shapes["paddings"], shapes["dilations"]
+    dy, w, s, p, d = size_range_args(grad_output_shape, weight_shape, strides, paddings,
+                                     dilations)
     ranges = []
     for axis, name in ((0, "H"), (1, "W")):
         lo, hi = clipped_bounds(dy[2 + axis], w[2 + axis], s[axis], p[2 * axis], p[2 * axis + 1],

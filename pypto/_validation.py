@@ -307,12 +307,16 @@ def _check_tiles_set(c):
     if not c.vec_tile:
         return ("Vector tile shapes are not set: call pypto.set_vec_tile_shapes(...) (4 or 5 "
                 "ints, e.g. 16, 16, 16, 16) before pypto.conv_backward_input.")
+    c.problem = _problem_of(c)
+    return None
+
+
+def _problem_of(c):
     n, cout, hout, wout = c.dy_shape
     _, cin, hin, win = c.input_size
     kh, kw = c.w_shape[2:]
-    c.problem = ConvProblem(n, cin, cout, hin, win, hout, wout, kh, kw, *c.strides, *c.paddings,
-                            *c.dilations, dtype_size(c.grad_output.dtype))
-    return None
+    return ConvProblem(n, cin, cout, hin, win, hout, wout, kh, kw, *c.strides, *c.paddings,
+                       *c.dilations, dtype_size(c.grad_output.dtype))
 
 
 def _positive(name, value):
@@ -445,54 +449,61 @@ def tile_violation(problem, tiling):
     return None
 
 
-def check_shape_args(grad_output_shape, weight_shape, strides, paddings, dilations):
-    """Rules T1, R1, S1, A1-A3 for the shape-only arguments of the size-range function."""
-    shapes = {}
-    for name, value in (("grad_output_shape", grad_output_shape), ("weight_shape", weight_shape),
-                        ("strides", strides), ("paddings", paddings), ("dilations", dilations)):
-        ints = _int_list(list(value) if isinstance(value, (list, tuple)) else value)
+def _shape_only_call(grad_output_shape, weight_shape, input_size, dtype, strides, paddings,
+                     dilations, skip=()):
+    """The op's own rules before the tiles (T1 ... B1, less ``skip``), run on shape-only
+    tensors: the helpers below refuse exactly what the op refuses, with the same rule ids."""
+    from .tensor import Tensor
+    shapes = []
+    for name, value in (("grad_output_shape", grad_output_shape),
+                        ("weight_shape", weight_shape)):
+        ints = _int_list(value)
         if ints is None:
             raise ConvBpTypeError("T1", f"Argument '{name}' must be a list or tuple of ints, "
                                         f"but got {value!r}.")
-        shapes[name] = ints
-    for name, want in (("grad_output_shape", 4), ("weight_shape", 4), ("strides", 2),
-                       ("paddings", 4), ("dilations", 2)):
-        if len(shapes[name]) != want:
-            raise ConvBpValueError("R1", f"Argument '{name}' must have {want} entries, but got "
-                                         f"{shapes[name]}.")
-    for name in ("grad_output_shape", "weight_shape"):
-        message = _check_each(name, shapes[name], 1, MAX_DIM)
-        if message:
-            raise ConvBpValueError("S1", message)
-    for rule_id, name, lo, hi in (("A1", "strides", 1, MAX_STRIDE_DILATION),
-                                  ("A2", "dilations", 1, MAX_STRIDE_DILATION),
-                                  ("A3", "paddings", 0, MAX_PADDING)):
-        message = _check_each(name, shapes[name], lo, hi)
-        if message:
-            raise ConvBpValueError(rule_id, message)
-    return shapes
+        shapes.append(ints)
+    if not isinstance(dtype, DataType):
+        raise ConvBpTypeError("T1", f"Argument 'dtype' must be a pypto.DataType, but got "
+                                    f"{dtype!r}.")
+    call = _Call(Tensor(shapes[0], dtype), input_size, Tensor(shapes[1], dtype), dtype, strides,
+                 paddings, dilations, 1)
+    for rule_id, error, check in RULES:
+        if rule_id == "TS0":
+            break
+        if rule_id in skip:
+            continue
+        message = check(call)
+        if message is not None:
+            raise error(rule_id, message)
+    return call
 
 
 def problem_from_shapes(grad_output_shape, weight_shape, input_size, dtype, strides, paddings,
                         dilations):
-    """The ConvProblem of shape-only arguments (for tile suggestion and explanation), after
-    checking their types, ranks and ranges (T1, R1, S1, A1-A3) and the dtype."""
-    shapes = check_shape_args(grad_output_shape, weight_shape, strides, paddings, dilations)
-    if not isinstance(dtype, DataType):
-        raise ConvBpTypeError("T1", f"dtype must be a pypto.DataType, but got {dtype!r}.")
-    size = _int_list(input_size)
-    if size is None or len(size) != 4:
-        raise ConvBpTypeError("T1", "input_size must be a list or tuple of 4 ints, but got "
-                                    f"{input_size!r}.")
-    n, cout, hout, wout = shapes["grad_output_shape"]
-    _, cin, kh, kw = shapes["weight_shape"]
-    return ConvProblem(n, cin, cout, size[2], size[3], hout, wout, kh, kw, *shapes["strides"],
-                       *shapes["paddings"], *shapes["dilations"], dtype_size(dtype))
+    """The ConvProblem of shape-only arguments (for tile suggestion and explanation), after the
+    op's rules T1 ... B1."""
+    return _problem_of(_shape_only_call(grad_output_shape, weight_shape, input_size, dtype,
+                                        strides, paddings, dilations))
+
+
+def size_range_args(grad_output_shape, weight_shape, strides, paddings, dilations):
+    """(dy shape, weight shape, strides, paddings, dilations) for the input-size range, after
+    every rule of the op that does not need the input size (O1 is what the range answers; the
+    batch and channels of the input size are taken from dy and the weight)."""
+    dy = _int_list(grad_output_shape)
+    w = _int_list(weight_shape)
+    # an input size that passes S1 and C1 whenever dy and the weight do (their own faults are
+    # reported first, under their own names)
+    placeholder = [dy[0] if dy else 1, w[1] if w and len(w) > 1 else 1, 1, 1]
+    # fp16 and bf16 are judged alike by every rule here (both are 2 bytes)
+    c = _shape_only_call(grad_output_shape, weight_shape, placeholder, DataType.DT_FP16,
+                         strides, paddings, dilations, skip=("O1",))
+    return c.dy_shape, c.w_shape, c.strides, c.paddings, c.dilations
 
 
 _CHECKS = {rule_id: check for rule_id, _, check in RULES}
 
-__all__ += ["check_shape_args", "problem_from_shapes", "rule_message", "tile_violation",
+__all__ += ["size_range_args", "problem_from_shapes", "rule_message", "tile_violation",
             "ConvBpInputError"]
 
 

@@ -41,6 +41,15 @@ def test_run_with_given_tiles_and_size():
     (["run", *PROBLEM, "--l1", "13,140,16", "--l0", "16,16,16"], "Invalid tileKL1:140"),
     (["run", *PROBLEM, "--l1", "16,144"], "--l1 takes 3 ints"),
     (["--threads", "0"], "num_threads must be None or an int in [1, 1024], but got 0"),
+    # the op refuses these problems: so does `pypto tiles`, with the op's message
+    (["tiles", "--grad-output", "1,16,8,8", "--weight", "16,16,3,3", "--input-size", "1,16,4,4",
+      "--paddings", "3,3,3,3"], "must be > padding"),
+    (["tiles", "--grad-output", "1,16,5,32", "--weight", "16,16,3,3", "--paddings", "1,1,0,2"],
+     "Only symmetric padding is supported"),
+    (["tiles", "--grad-output", "1,16,5,32", "--weight", "32,16,3,3", "--paddings", "1,1,1,1"],
+     "is not equal to Cout of weight"),
+    (["tiles", "--grad-output", "1,16,5,32", "--weight", "16,16,3,3", "--input-size",
+      "1,16,0,32", "--paddings", "1,1,1,1"], "input_size must be in the range [1,1000000]"),
 ])
 def test_validation_errors_are_one_line_and_exit_2(args, text):
     done = _cli(*args)
