@@ -12,6 +12,8 @@ Bad arguments print one ``error:`` line and exit with code 2.
 """
 
 import argparse
+import math
+import os
 import platform
 import sys
 import time
@@ -22,8 +24,11 @@ import pypto
 from pypto import pypto_impl
 from pypto._cpu import kernel_info
 from pypto._dtypes import numpy_dtype
-from pypto._numpy_dgrad import dgrad_gemm_col2im
+from pypto._memory import check_host_memory
+from pypto._numpy_dgrad import dgrad_gemm_col2im, gemm_col2im_bytes
+from pypto._suggest import smallest_tiles
 from pypto._tiling import ConvProblem
+from pypto._validation import TILE_RULES, problem_from_shapes
 
 # name: (grad_output shape, weight shape, input_size, strides, paddings, dilations, L1, L0)
 EXAMPLES = {
@@ -47,6 +52,13 @@ def run_example(name, spec, dtype, rng):
     dy_shape, w_shape, input_size, strides, paddings, dilations, l1, l0 = spec[:8]
     vec = spec[8] if len(spec) > 8 else (16, 16, 16, 16)
     np_dtype = numpy_dtype(dtype)
+    # the rules and the memory first: random data for a huge problem must not be drawn
+    problem = problem_from_shapes(dy_shape, w_shape, input_size, dtype, strides, paddings,
+                                  dilations)
+    elements = math.prod(dy_shape) + math.prod(w_shape)
+    check_host_memory(10 * elements + 7 * 8 * math.prod(input_size)
+                      + gemm_col2im_bytes(dy_shape, w_shape, input_size[2:], strides, dilations),
+                      problem, "random inputs and the float64 check of the result")
     dy = rng.uniform(-1, 1, dy_shape).astype(np_dtype)
     w = rng.uniform(-1, 1, w_shape).astype(np_dtype)
     args = (pypto.from_numpy(dy), list(input_size), pypto.from_numpy(w), dtype, list(strides),
@@ -92,7 +104,8 @@ def _add_problem_args(parser):
     parser.add_argument("--weight", type=_ints, required=True, metavar="COUT,CIN,KH,KW")
     parser.add_argument("--input-size", type=_ints, metavar="N,CIN,HIN,WIN",
                         help="default: the smallest valid size")
-    parser.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
+    parser.add_argument("--dtype", choices=["fp16", "bf16"], default=argparse.SUPPRESS,
+                        help="default fp16")
     parser.add_argument("--strides", type=_ints, default=[1, 1], metavar="SH,SW")
     parser.add_argument("--paddings", type=_ints, default=[0, 0, 0, 0], metavar="T,B,L,R")
     parser.add_argument("--dilations", type=_ints, default=[1, 1], metavar="DH,DW")
@@ -115,9 +128,17 @@ def _problem_args(args):
                       win]
     l1, l0 = args.l1, args.l0
     if l1 is None or l0 is None:
-        s_l1, s_l0 = pypto.suggest_convbp_input_tile_shapes(
-            args.grad_output, args.weight, input_size, dtype, args.strides, args.paddings,
-            args.dilations)
+        try:
+            s_l1, s_l0 = pypto.suggest_convbp_input_tile_shapes(
+                args.grad_output, args.weight, input_size, dtype, args.strides, args.paddings,
+                args.dilations)
+        except pypto.error.ConvBpInputError as exc:
+            if exc.rule not in TILE_RULES or args.command != "tiles":
+                raise
+            # no legal tiles: explain the smallest ones, which show the rule that fails
+            s_l1, s_l0 = smallest_tiles(problem_from_shapes(
+                args.grad_output, args.weight, input_size, dtype, args.strides, args.paddings,
+                args.dilations))
         l1 = l1 or list(s_l1.as_tuple())
         l0 = l0 or list(s_l0.as_tuple())
     for name, value in (("--l1", l1), ("--l0", l0)):
@@ -178,33 +199,52 @@ def _cmd_info(args):
     return 0
 
 
+def _seed(text):
+    value = _ints(text)
+    if len(value) != 1 or value[0] < 0:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}")
+    return value[0]
+
+
 def main(argv=None):
+    # Options valid before and after the command: the subcommands' copies default to
+    # SUPPRESS, so a value given before the command is not overwritten by their default.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--threads", type=int, default=None,
+    common.add_argument("--threads", type=int, default=argparse.SUPPRESS,
                         help="CPU threads (default: OMP_NUM_THREADS or all CPUs)")
     parser = argparse.ArgumentParser(
         prog="python -m pypto", parents=[common],
         description="Run pypto.conv_backward_input on built-in examples (no command), on a "
                     "problem you give (run), or explain a set of tiles (tiles).")
-    parser.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
+    parser.add_argument("--dtype", choices=["fp16", "bf16"], default=argparse.SUPPRESS,
+                        help="default fp16")
     commands = parser.add_subparsers(dest="command")
     run = commands.add_parser("run", parents=[common],
                               help="run one problem on random data and check it")
     _add_problem_args(run)
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=_seed, default=0, help="random data seed, an int >= 0")
     tiles = commands.add_parser("tiles", parents=[common],
                                 help="explain how the NPU rules judge a set of tiles")
     _add_problem_args(tiles)
     commands.add_parser("info", parents=[common], help="version, kernel build and threads")
     args = parser.parse_args(argv)
+    # the defaults, for options given nowhere (not set_defaults: parents share the actions)
+    args.threads = getattr(args, "threads", None)
+    args.dtype = getattr(args, "dtype", "fp16")
     try:
         pypto.set_num_threads(args.threads)
         handler = {None: _cmd_examples, "run": _cmd_run, "tiles": _cmd_tiles,
                    "info": _cmd_info}[args.command]
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below
+        return code
     except pypto.PyptoError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (`pypto | head`): no traceback, and none at exit either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from . import _config
 from ._tiling import BUFFER_BYTES, C0, MAX_L0_LOOPS, ConvProblem, Tiling, ceil_align, ceil_div
 from ._validation import TILE_RULES, problem_from_shapes, rule_message
-from .error import FeError, argument_errors_are_pypto_errors
+from .error import ConvBpInputError, FeError, argument_errors_are_pypto_errors
 from .pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
 __all__ = ["explain_convbp_input_tiling", "TilingReport"]
@@ -177,8 +177,12 @@ def explain_convbp_input_tiling(grad_output_shape, weight_shape, input_size, dty
         nearest = _nearest_legal(p, t) if all(v > 0 for v in t) else None
         if nearest is None:
             from ._suggest import suggest_convbp_input_tile_shapes
-            report.suggestion = suggest_convbp_input_tile_shapes(
-                grad_output_shape, weight_shape, input_size, dtype, strides, paddings, dilations)
+            try:
+                report.suggestion = suggest_convbp_input_tile_shapes(
+                    grad_output_shape, weight_shape, input_size, dtype, strides, paddings,
+                    dilations)
+            except ConvBpInputError as exc:  # no tiles are legal for this problem: say why
+                report.warnings.append(exc.msg.partition(f"{exc.builtin.__name__}: ")[2])
         else:
             report.suggestion = (ConvBpTileL1Info(nearest.ml1, nearest.kl1, nearest.nl1),
                                  ConvBpTileL0Info(nearest.ml0, nearest.kl0, nearest.nl0))

@@ -7,7 +7,7 @@ the NumPy peer (in float32). It shares no code with the Cython kernel: a differe
 
 import numpy as np
 
-__all__ = ["dgrad_gemm_col2im"]
+__all__ = ["dgrad_gemm_col2im", "gemm_col2im_bytes"]
 
 
 def dgrad_gemm_col2im(dy, w, input_hw, strides, paddings, dilations, dtype=np.float64):
@@ -39,3 +39,16 @@ def dgrad_gemm_col2im(dy, w, input_hw, strides, paddings, dilations, dtype=np.fl
                       j * dw:j * dw + (wout - 1) * sw + 1:sw] += cols[:, i, j]
         dx[img] = frame[:, pt:pt + hin, pl:pl + win]
     return dx
+
+
+def gemm_col2im_bytes(dy_shape, w_shape, input_hw, strides, dilations, itemsize=8):
+    """Upper bound of what ``dgrad_gemm_col2im`` allocates: the converted inputs, dx, the
+    padded frame and one image's column matrix."""
+    n, cout, hout, wout = dy_shape
+    _, cin, kh, kw = w_shape
+    hin, win = input_hw
+    hp = hin + (hout - 1) * strides[0] + (kh - 1) * dilations[0] + 1
+    wp = win + (wout - 1) * strides[1] + (kw - 1) * dilations[1] + 1
+    elements = (n * cout * hout * wout + cout * cin * kh * kw + n * cin * hin * win
+                + cin * hp * wp + cin * kh * kw * hout * wout)
+    return elements * itemsize

@@ -69,8 +69,20 @@ def suggest_convbp_input_tile_shapes(grad_output_shape, weight_shape, input_size
     p = problem_from_shapes(grad_output_shape, weight_shape, input_size, dtype, strides,
                             paddings, dilations)
     for tiling in _candidates(p):
-        if tile_violation(p, tiling) is None:
+        violation = tile_violation(p, tiling)
+        if violation is None:
             return (ConvBpTileL1Info(tiling.ml1, tiling.kl1, tiling.nl1),
                     ConvBpTileL0Info(tiling.ml0, tiling.kl0, tiling.nl0))
-    raise ConvBpValueError("TS6", f"No L1/L0 tiles satisfy the NPU's rules for a {p.kh}x{p.kw} kernel "
-                                  f"(even the smallest tiles exceed the 524288-byte L1 buffer).")
+    rule, message = violation  # of the smallest tiles tried: the cause no tiles fit
+    raise ConvBpValueError(rule, f"No L1/L0 tiles satisfy the NPU's rules for this problem: "
+                                 f"even the smallest, L1 {tuple(tiling[:3])} and L0 "
+                                 f"{tuple(tiling[3:])}, break {rule}: {message}")
+
+
+def smallest_tiles(p):
+    """The last, smallest tiles the suggestion tries (legal or not): what ``pypto tiles``
+    explains when no tiles are legal."""
+    for tiling in _candidates(p):
+        pass
+    return (ConvBpTileL1Info(tiling.ml1, tiling.kl1, tiling.nl1),
+            ConvBpTileL0Info(tiling.ml0, tiling.kl0, tiling.nl0))

@@ -82,3 +82,48 @@ def test_info():
     done = _cli("info")
     assert done.returncode == 0 and "cpu kernel: ISA" in done.stdout
     assert "npu: " in done.stdout and "backend requested: auto" in done.stdout
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["before the command", "after it"])
+def test_options_count_before_and_after_the_command(before):
+    options = ["--threads", "1", "--dtype", "bf16"]
+    args = [*options, "run", *PROBLEM] if before else ["run", *PROBLEM, *options]
+    done = _cli(*args)
+    assert done.returncode == 0, done.stderr
+    assert "1 thread(s)" in done.stdout and "DT_BF16" in done.stdout
+    info = _cli(*(["--threads", "1", "info"] if before else ["info", "--threads", "1"]))
+    assert "1 thread(s)" in info.stdout
+
+
+def test_run_checks_memory_before_drawing_random_data():
+    done = _cli("run", "--grad-output", "64,1024,1000,1000", "--weight", "1024,1024,3,3",
+                "--paddings", "1,1,1,1")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("error: ErrCode: F00003, MemoryError: ")
+    assert "random inputs and the float64 check" in done.stderr
+
+
+@pytest.mark.parametrize("seed", ["-1", "x", "1,2"])
+def test_bad_seed_is_a_usage_error(seed):
+    done = _cli("run", *PROBLEM, "--seed", seed)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--seed: expected an int >= 0" in done.stderr or "expected comma-separated ints" \
+        in done.stderr
+
+
+def test_a_closed_pipe_ends_quietly():
+    reader = subprocess.Popen([sys.executable, "-m", "pypto", "info"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, cwd=HERE)
+    reader.stdout.close()  # nobody reads: the first write or the flush meets EPIPE
+    _, err = reader.communicate(timeout=limit(120))
+    assert b"Traceback" not in err and b"BrokenPipeError" not in err, err
+    assert reader.returncode in (0, 1)
+
+
+def test_tiles_without_any_legal_tiles_explains_the_smallest_and_names_the_rule():
+    done = _cli("tiles", "--grad-output", "1,16,40,40", "--weight", "16,16,63,63",
+                "--input-size", "1,16,102,102")
+    assert done.returncode == 1, done.stderr
+    assert "TS6  FAIL" in done.stdout and "verdict: NOT legal" in done.stdout
+    assert "No L1/L0 tiles satisfy the NPU's rules for this problem" in done.stdout
+    assert "break TS6: MinL1LoadSize > L1size" in done.stdout

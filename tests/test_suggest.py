@@ -115,7 +115,8 @@ def test_suggest_and_explain_refuse_exactly_what_the_op_refuses(case):
             helper(*_helper_args(case))
             got = None
         except pypto.error.ConvBpInputError as exc:
-            got = exc.rule if exc.rule != "TS6" else None  # suggest: no legal tiles at all
+            # suggest: no legal tiles at all is a tile rule, not the problem's
+            got = exc.rule if exc.rule in PROBLEM_RULES else None
         assert got == rule, (case, got, rule)
 
 
