@@ -14,6 +14,7 @@ import os
 import platform
 import resource
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -126,6 +127,7 @@ def _threads_that_start(wanted):
     """How many threads, this one included, can run (up to ``wanted``): starts the others idle,
     with the default stack size OpenMP uses too, and ends them."""
     release, started = threading.Event(), []
+    tasks_before = _task_count()
     try:
         for _ in range(wanted - 1):
             thread = threading.Thread(target=release.wait, daemon=True)
@@ -137,7 +139,21 @@ def _threads_that_start(wanted):
         release.set()
         for thread in started:
             thread.join()
+        # join() returns before the OS thread has exited and given back its stack: wait for
+        # that, or OpenMP's threads would meet the probe's still in the address space
+        deadline = time.monotonic() + 2.0
+        while tasks_before is not None and _task_count() > tasks_before \
+                and time.monotonic() < deadline:
+            time.sleep(0.001)
     return len(started) + 1
+
+
+def _task_count():
+    """Threads of this process now (Linux), or None."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
 
 
 def _thread_stack_bytes():
