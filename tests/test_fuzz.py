@@ -29,6 +29,8 @@ run), so CI cannot stall.
 
 import faulthandler
 import os
+import pathlib
+import subprocess
 import sys
 import threading
 
@@ -42,6 +44,7 @@ from pypto._config import MAX_THREADS
 from pypto.error import ConvBpInputError
 
 import strategies as S
+from _slowdown import limit
 from test_numerics import check_accuracy
 
 LONG_EXAMPLES = int(os.environ.get("PYPTO_FUZZ_EXAMPLES", "0") or 0)
@@ -345,3 +348,62 @@ def test_tile_field_array_is_refused_with_a_pypto_error(field):
     with pytest.raises(pypto.PyptoError) as e:
         case.run()
     assert getattr(e.value, "rule", None) == "TS0"
+
+
+# --- classes the first probe missed ----------------------------------------------------------------
+def _factorizations(draw, size, rank):
+    dims = []
+    for _ in range(rank - 1):
+        divisors = [d for d in range(1, size + 1) if size % d == 0]
+        d = draw(st.sampled_from(divisors))
+        dims.append(d)
+        size //= d
+    return dims + [size]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_arrays_reshaped_in_place_after_wrapping_never_reach_the_kernel(data):
+    """A valid call whose dy or weight array is then given another shape of the same size in
+    place (``a.shape = ...``): refused before any kernel runs, whatever the new shape."""
+    case = data.draw(S.valid_cases(numpy_forms=False))
+    if not case.data_ok():
+        return
+    dy, w = case.arrays()
+    tensors = case.tensors((dy, w))
+    target = data.draw(st.sampled_from([dy, w]))
+    rank = data.draw(st.integers(1, 5))
+    new_shape = tuple(_factorizations(data.draw, target.size, rank))
+    if new_shape == target.shape or not target.flags.c_contiguous:
+        return
+    target.shape = new_shape
+    case.configure()
+    with pytest.raises(pypto.PyptoError, match="changed in place after wrapping"):
+        case.op(*tensors)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_library_check_never_raises_and_what_it_passes_loads(data, tmp_path_factory):
+    """elf_problem (run before dlopen) on a real shared library cut anywhere or with header
+    bytes changed: it returns a reason or None, never raises, and what it passes loads
+    without ending the process."""
+    from pypto.device._elf import elf_problem
+    library = next(pathlib.Path(np.__file__).parent.rglob("_multiarray_umath*.so"))
+    original = library.read_bytes()
+    cut = data.draw(st.integers(0, len(original) - 1))
+    broken = bytearray(original[:cut] if data.draw(st.booleans()) else original)
+    if not data.draw(st.booleans()) and len(broken) >= 64:
+        for _ in range(data.draw(st.integers(1, 4))):
+            broken[data.draw(st.integers(0, 63))] = data.draw(st.integers(0, 255))
+    path = tmp_path_factory.mktemp("elf") / "lib.so"
+    path.write_bytes(bytes(broken))
+    verdict = elf_problem(path)
+    assert verdict is None or isinstance(verdict, str)
+    if verdict is None and bytes(broken) != original:
+        # passed as loadable (a cut in unreferenced trailing bytes, a harmless header byte):
+        # then loading it must not end the process
+        done = subprocess.run([sys.executable, "-c", "import ctypes, sys\ntry:\n"
+                               "    ctypes.CDLL(sys.argv[1])\nexcept OSError:\n    pass",
+                               str(path)], capture_output=True, timeout=limit(60))
+        assert done.returncode == 0, (cut, len(original), done.returncode, done.stderr[-500:])
