@@ -122,7 +122,7 @@ class BuildPyWithNpuKernel(build_py):
         super().run()
         package = "pypto" if getattr(self, "editable_mode", False) \
             else os.path.join(self.build_lib, "pypto")
-        load_by_path("pypto_ascendc_build", "pypto", "_kernels", "ascendc", "build.py") \
+        load_by_path("pypto_ascendc_build", "pypto", "device", "kernel", "build.py") \
             .build_kernel_library(os.path.join(package, "device", "lib"))
 
 

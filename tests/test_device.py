@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FAKE_SOURCES = ROOT / "tests" / "fake_ascend"
 # the installed package's copy (the wheel ships the kernel sources): CI runs the tests against
 # an installed pypto, on AArch64 without the source tree beside them
-KERNEL_SOURCES = Path(importlib.util.find_spec("pypto._kernels.ascendc")
+KERNEL_SOURCES = Path(importlib.util.find_spec("pypto.device.kernel")
                       .submodule_search_locations[0])
 CC = shutil.which("gcc") or shutil.which("cc")
 needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler to build the fake AscendCL runtime")

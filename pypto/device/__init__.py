@@ -10,6 +10,8 @@ Modules: ``_discovery`` (where things are), ``_prototypes`` (the C prototype tab
 ``_launch_struct`` (ctypes mirror of the kernel's tiling header), ``_plan`` (user tiles ->
 AscendC launches), ``_decompose`` (exact rewrites of what one launch cannot hold), ``_layout``
 (NCHW <-> NC1HWC0 / FRACTAL_Z), ``_conv`` (the op), ``_select`` (backend choice), ``_errors``.
+The device side lives beside them in ``kernel/``: the AscendC source, the tiling header both
+sides share, CMake and ``build.py``.
 """
 
 from ._errors import (AclError, AclInternalError, AclResourceError, AclUsageError,

@@ -36,7 +36,7 @@ def _check_done(device, done_slots, first, stop, token):
             LAUNCH_SYMBOL,
             f"launch(es) {missing} synchronized cleanly but left no completion mark. The library's "
             "device binary was probably not registered (built for another SoC or CANN version): "
-            "rebuild it with 'python -m pypto._kernels.ascendc.build' on this host")
+            "rebuild it with 'python -m pypto.device.kernel.build' on this host")
 
 
 def _run_piece(device, buffers, planned, dy, w, out, first_slot, token):

@@ -88,4 +88,4 @@ def find_kernel_library():
     raise NpuUnavailableError(
         f"the NPU kernel library is not built ({PACKAGED_KERNEL} is missing): reinstall pypto on "
         "the Atlas host after sourcing CANN's set_env.sh, or run "
-        f"'python -m pypto._kernels.ascendc.build', or set {KERNEL_LIB_ENV}")
+        f"'python -m pypto.device.kernel.build', or set {KERNEL_LIB_ENV}")

@@ -1,4 +1,4 @@
-"""ctypes mirror of ``pypto/_kernels/ascendc/pypto_conv_dx_tiling.h``, the kernel's launch struct.
+"""ctypes mirror of ``pypto/device/kernel/pypto_conv_dx_tiling.h``, the kernel's launch struct.
 
 The C header is the source of truth. Field names are the header's (CANN's, for the API part),
 the constants are its ``#define``s; tests compile a C program against the header and compare

@@ -7,8 +7,8 @@ loads this file by path before the package is built.
 
 Rebuild by hand (on an Atlas host, after ``source .../set_env.sh``)::
 
-    python -m pypto._kernels.ascendc.build                 # into the installed pypto/device/lib
-    python pypto/_kernels/ascendc/build.py --soc Ascend910B3 --out /some/dir
+    python -m pypto.device.kernel.build                 # into the installed pypto/device/lib
+    python pypto/device/kernel/build.py --soc Ascend910B3 --out /some/dir
 """
 
 import argparse
@@ -24,7 +24,7 @@ KERNEL_NAME = "pypto_conv_dx"
 LIBRARY_NAME = f"lib{KERNEL_NAME}.so"
 LAUNCH_SYMBOL = f"aclrtlaunch_{KERNEL_NAME}"
 SOURCE_DIR = Path(__file__).resolve().parent
-DEFAULT_OUT_DIR = SOURCE_DIR.parent.parent / "device" / "lib"  # where pypto.device looks
+DEFAULT_OUT_DIR = SOURCE_DIR.parent / "lib"  # where pypto.device looks
 # Where CANN keeps the AscendC CMake module (ascendc.cmake), by toolkit generation.
 CMAKE_MODULE_DIRS = ("compiler/tikcpp/ascendc_kernel_cmake", "tools/tikcpp/ascendc_kernel_cmake")
 STANDARD_TOOLKIT_ROOTS = ("/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann",
