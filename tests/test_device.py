@@ -15,6 +15,7 @@ import importlib.util
 import inspect
 import json
 import os
+import platform
 import random
 import shutil
 import subprocess
@@ -696,13 +697,21 @@ endfunction()
 
 @needs_cc
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="no cmake")
-def test_kernel_build_runs_the_cmake_project_with_a_toolkit(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("layout", ["compiler", f"{platform.machine()}-linux"])
+def test_kernel_build_runs_the_cmake_project_with_a_toolkit(layout, tmp_path, monkeypatch, capsys):
     spec = importlib.util.spec_from_file_location("pypto_ascendc_build", KERNEL_SOURCES / "build.py")
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
-    module_dir = tmp_path / "cann" / "compiler" / "tikcpp" / "ascendc_kernel_cmake"
+    # older toolkits keep the CMake module under compiler/, newer asc-devkit under <arch>-linux/
+    module_dir = tmp_path / "cann" / layout / "tikcpp" / "ascendc_kernel_cmake"
     module_dir.mkdir(parents=True)
     (module_dir / "ascendc.cmake").write_text(FAKE_ASCENDC_CMAKE)
+    lib64 = tmp_path / "cann" / "lib64"  # stand-ins of the runtime libraries the kernel must name
+    lib64.mkdir()
+    (tmp_path / "empty.c").write_text("int pypto_fake_runtime_symbol;\n")
+    for name in ("ascendcl", "runtime"):
+        _compile(["-shared", "-fPIC", f"-Wl,-soname,lib{name}.so", "-o", str(lib64 / f"lib{name}.so"),
+                  str(tmp_path / "empty.c")])
     monkeypatch.setenv("ASCEND_HOME_PATH", str(tmp_path / "cann"))
     monkeypatch.delenv("SOC_VERSION", raising=False)
 
@@ -713,6 +722,10 @@ def test_kernel_build_runs_the_cmake_project_with_a_toolkit(tmp_path, monkeypatc
     assert lines[-1] == f"[pypto] NPU kernel built: {message}" and len(lines) == 2
     library = ctypes.CDLL(str(tmp_path / "out" / "libpypto_conv_dx.so"))
     assert hasattr(library, "aclrtlaunch_pypto_conv_dx") and hasattr(library, "built_without_dump")
+    if shutil.which("readelf"):  # the runtime libraries are NEEDED, not only INTERFACE
+        dynamic = subprocess.run(["readelf", "-d", str(tmp_path / "out" / "libpypto_conv_dx.so")],
+                                 capture_output=True, text=True, check=True).stdout
+        assert "[libascendcl.so]" in dynamic and "[libruntime.so]" in dynamic, dynamic
 
 
 @pytest.mark.parametrize("with_fake_npu", [False, True])

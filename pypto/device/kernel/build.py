@@ -13,6 +13,7 @@ Rebuild by hand (on an Atlas host, after ``source .../set_env.sh``)::
 
 import argparse
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -25,8 +26,10 @@ LIBRARY_NAME = f"lib{KERNEL_NAME}.so"
 LAUNCH_SYMBOL = f"aclrtlaunch_{KERNEL_NAME}"
 SOURCE_DIR = Path(__file__).resolve().parent
 DEFAULT_OUT_DIR = SOURCE_DIR.parent / "lib"  # where pypto.device looks
-# Where CANN keeps the AscendC CMake module (ascendc.cmake), by toolkit generation.
-CMAKE_MODULE_DIRS = ("compiler/tikcpp/ascendc_kernel_cmake", "tools/tikcpp/ascendc_kernel_cmake")
+# Where CANN keeps the AscendC CMake module (ascendc.cmake), by toolkit generation: older
+# toolkits' compiler/ and tools/ links, newer asc-devkit's <arch>-linux install folder.
+CMAKE_MODULE_DIRS = ("compiler/tikcpp/ascendc_kernel_cmake", "tools/tikcpp/ascendc_kernel_cmake",
+                     f"{platform.machine()}-linux/tikcpp/ascendc_kernel_cmake")
 STANDARD_TOOLKIT_ROOTS = ("/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann",
                           "~/Ascend/ascend-toolkit/latest")
 A2_A3_SOC = re.compile(r"^ascend910(b[1-4]|_93\d\d)", re.IGNORECASE)
@@ -34,6 +37,14 @@ A2_A3_SOC = re.compile(r"^ascend910(b[1-4]|_93\d\d)", re.IGNORECASE)
 
 def _say(message):
     print(f"[pypto] {message}", file=sys.stderr)
+
+
+def cmake_module_dir(root):
+    """The folder of ``ascendc.cmake`` under a toolkit root, or None."""
+    for sub in CMAKE_MODULE_DIRS:
+        if (Path(root) / sub / "ascendc.cmake").is_file():
+            return Path(root) / sub
+    return None
 
 
 def find_toolkit():
@@ -46,7 +57,7 @@ def find_toolkit():
         if not root:
             continue
         root = Path(root).expanduser()
-        if any((root / d / "ascendc.cmake").is_file() for d in CMAKE_MODULE_DIRS):
+        if cmake_module_dir(root):
             return root, None
         looked.append(f"{root} ({source})")
     where = ", ".join(looked) if looked else "ASCEND_HOME_PATH and ASCEND_TOOLKIT_HOME are unset"
@@ -110,7 +121,8 @@ def build_kernel_library(out_dir=DEFAULT_OUT_DIR, soc_version=None, jobs=None):
     with open(log_path, "w") as log:
         steps = [
             [cmake, "-S", str(SOURCE_DIR), "-B", str(build_dir), f"-DSOC_VERSION={soc}",
-             f"-DASCEND_CANN_PACKAGE_PATH={root}", "-DCMAKE_BUILD_TYPE=Release"],
+             f"-DASCEND_CANN_PACKAGE_PATH={root}", f"-DASCENDC_CMAKE_DIR={cmake_module_dir(root)}",
+             "-DCMAKE_BUILD_TYPE=Release"],
             [cmake, "--build", str(build_dir), "-j", str(jobs or os.cpu_count() or 1)],
         ]
         for step in steps:

@@ -146,8 +146,10 @@ extern "C" __global__ __aicore__ void pypto_conv_dx(GM_ADDR dy, GM_ADDR weight, 
     if (launch.magic != PYPTO_CONV_DX_MAGIC) {
         return;
     }
-    AscendC::SetSysWorkspace(workspace);
-    GM_ADDR userWorkspace = AscendC::GetUserWorkspace(workspace);
+    /* The user part of the workspace follows the system part the runtime reserves on A2/A3. The
+     * kernel uses no system workspace, so it needs neither SetSysWorkspace (deprecated in newer
+     * asc-devkit) nor GetUserWorkspace (which ignores its argument on CANN >= 9 device builds). */
+    GM_ADDR userWorkspace = workspace + PYPTO_CONV_DX_SYSTEM_WORKSPACE_BYTES;
 
     if (launch.dtype == PYPTO_CONV_DX_BF16) {
         RunTaskFor<bfloat16_t>(dy, weight, dx, launch);

@@ -56,16 +56,22 @@ enum {
 #define PYPTO_CONV_DX_I32_MEMBER(name) int32_t name;
 #define PYPTO_CONV_DX_U64_MEMBER(name) uint64_t name;
 
-typedef struct PyptoConvDxApiTiling {
+/* Each struct is declared as `struct X { ... };` on a line of its own, then typedef'd: the
+ * generator of ascendc_library's launch wrapper (asc-devkit extract_host_stub.py) finds by-value
+ * struct parameters with the pattern ^\s*struct\s+(\w+)\s*\{ on the preprocessed source and
+ * copies those definitions into the host stub. `typedef struct X { ... } X;` never matches it: the
+ * stub then names PyptoConvDxLaunch undefined and takes it by value (tests/test_npu_kernel_source.py). */
+struct PyptoConvDxApiTiling {
     PYPTO_CONV_DX_API_U32_FIELDS(PYPTO_CONV_DX_U32_MEMBER)
     PYPTO_CONV_DX_API_I32_FIELDS(PYPTO_CONV_DX_I32_MEMBER)
     PYPTO_CONV_DX_API_U64_FIELDS(PYPTO_CONV_DX_U64_MEMBER)
-} PyptoConvDxApiTiling;
+};
+typedef struct PyptoConvDxApiTiling PyptoConvDxApiTiling;
 
 /* One launch: a batch range of one W-stripe of the problem, one dx block per AI core block.
  * Block b computes image batchStart + b / (mTasks * nTasks), row block (b / nTasks) % mTasks and
  * channel block b % nTasks of the dx buffer. */
-typedef struct PyptoConvDxLaunch {
+struct PyptoConvDxLaunch {
     uint32_t magic;       /* PYPTO_CONV_DX_MAGIC */
     uint32_t dtype;       /* PYPTO_CONV_DX_FP16 or PYPTO_CONV_DX_BF16 (dy, weight and dx alike) */
     uint32_t loadB2Mode;  /* PYPTO_CONV_DX_B2_*: which API instantiation runs */
@@ -79,7 +85,8 @@ typedef struct PyptoConvDxLaunch {
     uint32_t doneToken;   /* what block 0 writes there when it is done (0 is never used) */
     uint32_t reserved;
     PyptoConvDxApiTiling api; /* what the Conv3DBackpropInput API reads */
-} PyptoConvDxLaunch;
+};
+typedef struct PyptoConvDxLaunch PyptoConvDxLaunch;
 
 #ifdef __cplusplus
 #define PYPTO_CONV_DX_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
