@@ -293,6 +293,10 @@ CASES = [
     _case("stride 7 with dilations 32x19: stride then dilation phases, negative padding",
           [1, 16, 39, 92], [16, 16, 6, 6], [1, 16, 218, 1], [7, 1], [106, 106, 93, 93], [32, 19],
           [1, 576, 16], [16, 16, 16], expect_pieces=6),
+    _case("dilation phases whose windows needed more top padding than an M block loads (the API's "
+          "row count wrapped before the planner kept pads within the reach)", [3, 1, 13, 1],
+          [1, 40, 16, 1], [3, 40, 630, 2], [15, 22], [170, 170, 0, 0], [52, 2], [1, 256, 64],
+          [16, 16, 64], expect_pieces=15),
     _case("962 taps: kernel rows folded into channels", [1, 16, 42, 27], [16, 16, 37, 26],
           [1, 16, 78, 52], [1, 1], [0, 0, 0, 0], [1, 1], [1, 15392, 16], [16, 16, 16],
           expect_folded=True),
@@ -615,18 +619,82 @@ def test_a_missing_acl_library_names_where_it_looked(fake_ascend, tmp_path):
     assert "libascendcl.so not found" in result and str(tmp_path / "lib64") in result
 
 
-# --- planning: windows and tile mapping, without a runtime --------------------------------------
-def test_axis_windows_cover_every_contribution_with_legal_padding():
-    rng = random.Random(4)
-    for _ in range(3000):
-        kernel, stride = rng.randint(1, 255), rng.randint(1, 63)
-        dilation = rng.choice([1, 2, rng.randint(1, 63)])
-        reach = (kernel - 1) * dilation
-        pad = rng.randint(0, min(255, reach))
-        size_out = rng.randint(1, 40)
-        size_in = (size_out - 1) * stride - 2 * pad + reach + 1 + rng.randint(0, stride - 1)
-        if size_in < 1:
+# --- the AscendC API's envelope, as the fake kernel checks it -----------------------------------
+@pytest.fixture(scope="module")
+def envelope(fake_ascend):
+    """The fake kernel's envelope check (fake_conv_dx_envelope) on one launch struct: '' or why."""
+    ctypes.CDLL(str(fake_ascend.acl), mode=ctypes.RTLD_GLOBAL)  # the kernel library's imports
+    check = ctypes.CDLL(str(fake_ascend.kernel)).fake_conv_dx_envelope
+    check.argtypes = [ctypes.POINTER(layout.ConvDxLaunch), ctypes.c_char_p, ctypes.c_size_t]
+    check.restype = ctypes.c_int
+
+    def run(launch):
+        error = ctypes.create_string_buffer(512)
+        return error.value.decode() if check(ctypes.byref(launch), error, len(error)) else ""
+    return run
+
+
+def _plan_launches(p, t, dtype=None):
+    """One launch struct per launch stripe of every piece of the call's plan."""
+    from pypto._dtypes import DataType
+    from pypto.device._plan import _call_plan
+    plan = _call_plan(p, t, dtype or DataType.DT_FP16)
+    return [(pp, pp.launches.launch(stripe, 0, 1, 0, 1)) for pp in plan.pieces for stripe in pp.runs]
+
+
+def test_the_envelope_check_sees_a_wrapped_row_count_and_an_empty_block(envelope):
+    from pypto._tiling import ConvProblem, Tiling
+    p = ConvProblem(1, 16, 16, 12, 12, 12, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1)
+    (_, launch), = _plan_launches(p, Tiling(12, 144, 16, 16, 16, 16))
+    assert envelope(launch) == ""
+    wrapped = layout.ConvDxLaunch.from_buffer_copy(launch)
+    wrapped.api.backpropPadUp = 9  # more than the 5 rows (3 + reach 2) an M block loads
+    assert "wraps UpdateCurHoSize" in envelope(wrapped)
+    empty = layout.ConvDxLaunch.from_buffer_copy(launch)
+    empty.api.backpropPadUp = 5  # the first block's rows start exactly past what it loads
+    assert "loads no dy row" in envelope(empty)
+    empty.api.initOutputFlag = 1  # skipped by the API then, which is inside its envelope
+    assert envelope(empty) == ""
+
+
+def test_the_reviewed_case_stays_inside_the_api_envelope(envelope):
+    """Issue 13's finding 2: one dilation-phase piece had backpropPadUp 8 over a 2-row window."""
+    from _npu_problems import ENVELOPE_CASE
+    faults = [(pp.piece, why) for pp, launch in _plan_launches(*ENVELOPE_CASE)
+              if (why := envelope(launch))]
+    assert not faults, faults[:3]
+
+
+def test_every_launch_of_extreme_accepted_problems_stays_inside_the_api_envelope(envelope):
+    from _npu_problems import extreme_problem, legal_tiles
+    from pypto._dtypes import DataType
+    rng = random.Random(13)
+    checked = 0
+    while checked < 1500:
+        p = extreme_problem(rng)
+        t = p and legal_tiles(rng, p)
+        if t is None:
             continue
+        for pp, launch in _plan_launches(p, t, rng.choice([DataType.DT_FP16, DataType.DT_BF16])):
+            why = envelope(launch)
+            assert not why, (p, t, pp.piece, why)
+        checked += 1
+
+
+# --- planning: windows and tile mapping, without a runtime --------------------------------------
+def test_axis_windows_cover_every_contribution_with_padding_inside_the_api_envelope():
+    """Forward pads of the op's range and of sub-problems (negative, or beyond the reach): the
+    window's backprop pads stay in [0, min(reach, 255)], or [0, stride - 1] when that is larger."""
+    rng = random.Random(4)
+    for _ in range(4000):
+        kernel = rng.choice([1, 2, 3, rng.randint(1, 255)])
+        stride, dilation = rng.randint(1, 63), rng.choice([1, 2, rng.randint(1, 63)])
+        reach = (kernel - 1) * dilation
+        pad = rng.choice([rng.randint(0, min(255, reach)), rng.randint(-300, -1),
+                          rng.randint(reach, reach + 300)])
+        size_out = rng.randint(1, 40)
+        size_in = (size_out - 1) * stride - 2 * max(pad, 0) + reach + 1 + rng.randint(0, stride - 1)
+        size_in = max(size_in, 1) if pad >= 0 and pad <= reach else rng.randint(1, 400)
         start = rng.randint(0, size_in - 1)
         stop = rng.randint(start + 1, size_in)
         window = axis_window(start, stop, size_out, kernel, stride, pad, dilation)
@@ -635,8 +703,8 @@ def test_axis_windows_cover_every_contribution_with_legal_padding():
         if window is None:
             assert not reached
             continue
-        assert 0 <= window.pad_before <= MAX_BACKPROP_PAD
-        assert 0 <= window.pad_after <= MAX_BACKPROP_PAD
+        bound = max(min(reach, MAX_BACKPROP_PAD), stride - 1)
+        assert 0 <= window.pad_before <= bound and 0 <= window.pad_after <= bound, (window, bound)
         # the full convolution of the padded, stride-dilated window yields exactly the dx range
         assert window.pad_before + (window.count - 1) * stride + 1 + window.pad_after - reach == stop - start
         assert all(window.first <= j < window.first + window.count for j in reached)

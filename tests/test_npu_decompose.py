@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from _npu_problems import extreme_problem, legal_tiles
 from _reference import dgrad_brute_force
 
 from pypto._dtypes import DataType
@@ -103,45 +104,6 @@ def test_pieces_recompose_the_whole_dgrad(seed):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
-def _legal_tiles(rng, p):
-    """Random tiles the op accepts for ``p`` (TS1-TS6), small ones favoured; None if none found."""
-    taps16 = C0 * p.taps
-    for _ in range(300):
-        ml1 = rng.choice([1, rng.randint(1, p.win), p.win * rng.randint(1, max(1, min(p.hin, 4)))])
-        kl1 = taps16 * rng.choice([1, 1, 2, 4])
-        nl1 = C0 * rng.choice([1, 2, 4, 8])
-        t = Tiling(ml1, kl1, nl1, C0 * rng.randint(1, -(-ml1 // C0)),
-                   C0 * rng.randint(1, kl1 // C0), C0 * rng.randint(1, nl1 // C0))
-        t = t._replace(ml0=min(t.ml0, 256), kl0=min(t.kl0, 256), nl0=min(t.nl0, 128))
-        if tile_violation(p, t) is None:
-            return t
-    return None
-
-
-def _extreme_problem(rng):
-    big = rng.random() < 0.3
-    kh = rng.choice([1, 2, 3, 7, 16, 63, 255, rng.randint(1, 255)])
-    kw = (rng.randint(max(1, 400 // kh), max(1, 963 // kh)) if big
-          else rng.choice([1, 2, 3, 7, 16, 65, 255, rng.randint(1, 255)]))
-    if kh * kw > 4095:
-        return None
-    axes = []
-    for kernel in (kh, kw):
-        stride = rng.choice([1, 2, 63, rng.randint(1, 63)])
-        dilation = rng.choice([1, 2, 62, 63, rng.randint(1, 63)])
-        pad = rng.choice([0, 0, rng.randint(0, 255)])
-        reach = (kernel - 1) * dilation
-        lo = max(1, reach + 1 - 2 * pad)
-        size_in = rng.randint(lo, lo + rng.choice([8, 300, 3000]))
-        axes.append((size_in, forward_out_size(size_in, kernel, stride, pad, pad, dilation),
-                     stride, pad, dilation))
-    (hin, hout, sh, ph, dh), (win, wout, sw, pw, dw) = axes
-    if hout < 1 or wout < 1:
-        return None
-    return ConvProblem(rng.choice([1, 3]), rng.choice([1, 16, 40]), rng.choice([1, 16, 33]),
-                       hin, win, hout, wout, kh, kw, sh, sw, ph, ph, pw, pw, dh, dw)
-
-
 def test_every_accepted_extreme_problem_has_an_npu_plan():
     """Kernels up to 255 and up to the TS6 limit of taps, strides and dilations up to 63,
     paddings up to 255, with tiles the op accepts: each gets launches that fit the API's L1
@@ -149,8 +111,8 @@ def test_every_accepted_extreme_problem_has_an_npu_plan():
     rng = random.Random(2026)
     planned = rewritten = 0
     while planned < 1500:
-        p = _extreme_problem(rng)
-        t = p and _legal_tiles(rng, p)
+        p = extreme_problem(rng)
+        t = p and legal_tiles(rng, p)
         if t is None:
             continue
         plan = _call_plan(p, t, rng.choice([DataType.DT_FP16, DataType.DT_BF16]))

@@ -20,8 +20,9 @@ So the planner evaluates the API's formula (``_fits``) and, while it does not fi
 this order: L1 double buffering, dy L1 depth (``stepKa``), weight L1 depth (``stepKb``); then
 splits W into stripes, each a launch over its own dy window (full width, then halving down to
 one column); last, ``baseM = 16``. Backprop
-padding above load3d's 255 (only very large dilated kernels) becomes zero rows or columns
-materialised in the dy window. A problem with no fitting launch is rewritten into sub-problems
+padding above what the official tiling passes (the kernel's reach (k-1)*d, and load3d's 255)
+becomes zero rows or columns materialised in the dy window, so the API's unsigned row arithmetic
+never wraps and every M block loads dy rows (tests/fake_ascend checks it per launch). A problem with no fitting launch is rewritten into sub-problems
 (``_decompose``: stride phases, dilation phases, folded taps), each planned the same way; one
 that fits nothing even then raises NpuUnsupportedError.
 """
@@ -54,7 +55,8 @@ class AxisWindow:
     size: int        # dx extent
     first: int       # first dy index read (negative: a zero halo before dy)
     count: int       # dy indices read (past the end: a zero halo after dy)
-    pad_before: int  # backprop padding of the stride-dilated window, in [0, 255]
+    pad_before: int  # backprop padding of the stride-dilated window: [0, min(reach, 255)], or
+                     # [0, stride - 1] when that is larger
     pad_after: int
 
 
@@ -72,9 +74,14 @@ def axis_window(start, stop, size_out, kernel, stride, pad, dilation):
     if first > last:
         return None
     before = reach - pad - start  # pad_before = before + first * stride
-    # Over 255: move `first` back into a zero halo (still >= lowest, so the padding stays >= 0).
-    first = min(first, (MAX_BACKPROP_PAD - before) // stride)
-    last = max(last, ceil_div(stop - 1 + pad - MAX_BACKPROP_PAD, stride))
+    # The API's envelope is the official tiling's: backprop pads in [0, reach] (and load3d's 255).
+    # Sub-problems with negative forward pads, windows starting inside dx and dx rows no dy row
+    # reaches give more; zero rows materialised in the window bring it back: `first` moves into a
+    # zero halo before dy, `last` past its end (never beyond lowest/highest: pads stay >= 0). Only
+    # with stride - 1 > reach can a pad stay above reach, at most stride - 1 (``_fits`` checks it).
+    cap = min(MAX_BACKPROP_PAD, reach)
+    first = max(lowest, min(first, (cap - before) // stride))
+    last = min(highest, max(last, ceil_div(stop - 1 + pad - cap, stride)))
     return AxisWindow(start, stop - start, first, last - first + 1, before + first * stride,
                       stop - 1 + pad - last * stride)
 
@@ -149,8 +156,13 @@ def _fmap_rows(base_m, wi, kh, dh):
 
 
 def _fits(p, rows, cols, b):
-    """True when the API's L1 buffers and 16-bit copy fields hold this stripe with these blocks."""
-    dy_rows = min(_fmap_rows(b.base_m, cols.size, p.kh, p.dh), (rows.count - 1) * p.sh + 1)
+    """True when the API's L1 buffers and 16-bit copy fields hold this stripe with these blocks,
+    and the first M block loads at least one dy row (UpdateCurHoSize adds the negative row start
+    to the unsigned row count: a top padding of more rows than a block loads wraps it)."""
+    fmap_rows = _fmap_rows(b.base_m, cols.size, p.kh, p.dh)
+    if rows.pad_before >= fmap_rows:
+        return False
+    dy_rows = min(fmap_rows, (rows.count - 1) * p.sh + 1)
     a_bytes = dy_rows * cols.count * p.sw * (b.step_ka * b.base_k // p.taps) * p.dtype_size
     b_bytes = b.base_n * b.step_kb * b.base_k * p.dtype_size
     if p.sw == 1 and p.sh > 1 and (p.sh - 1) * cols.count > MAX_U16:
@@ -279,7 +291,8 @@ def _plan(p, t, dtype):
     rows_per_task, cin_per_task, m_tasks, n_tasks, images_per_launch = _task_grid(p, t)
     rows = axis_window(0, p.hin, p.hout, p.kh, p.sh, p.pt, p.dh)
     # Stride > 1 leaves dx positions without contributions; the API skips, not writes, them
-    # (initOutputFlag), and whole blocks below the last dy row are skipped by the kernel.
+    # (initOutputFlag), and whole blocks below the last dy row are skipped by the kernel. With
+    # stride 1 the window's pads are at most the reach: every M block loads dy rows.
     init_output = p.sh > 1
     skips_blocks = rows is not None and (
         (m_tasks - 1) * rows_per_task - rows.pad_before > (rows.count - 1) * p.sh)

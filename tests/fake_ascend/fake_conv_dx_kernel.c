@@ -105,6 +105,63 @@ static uint32_t fmap_rows(uint32_t base_m, uint32_t wi, uint32_t kh, uint32_t dh
         }                                                                                        \
     } while (0)
 
+#define ENVELOPE(cond, ...)                                                                      \
+    do {                                                                                         \
+        if (!(cond)) {                                                                           \
+            int used = snprintf(error, error_size, "fake kernel fault: outside the API's envelope: "); \
+            snprintf(error + used, error_size - (size_t)used, __VA_ARGS__);                      \
+            return 1;                                                                            \
+        }                                                                                        \
+    } while (0)
+
+/* What the Conv3DBackpropInput API does with each M block of each task, in its own (unsigned)
+ * arithmetic: the row window of UpdateCurHoSize, the A1 buffer InitTque sizes for it, the skip
+ * rule of CalcHDstDataSkipLine and load3d's 8-bit padding. The official tiling keeps backprop
+ * pads in [0, (k-1)*d]; a launch outside that may wrap the row count and copy past A1. Exported
+ * so tests can sweep plans through it without running the computation. */
+__attribute__((visibility("default"))) int fake_conv_dx_envelope(const PyptoConvDxLaunch *l, char *error,
+                                                                 size_t error_size)
+{
+    const PyptoConvDxApiTiling *t = &l->api;
+    const uint32_t fmap = fmap_rows(t->baseM * t->stepM, t->wi, t->hk, t->dilationH); /* CalFmapH */
+    const uint32_t ho_expand = (t->ho - 1) * t->strideH + 1;
+    const uint32_t a1_rows = fmap < ho_expand ? fmap : ho_expand; /* InitTque's A1 rows */
+    ENVELOPE(t->backpropPadLeft <= 255 && t->backpropPadRight <= 255,
+             "load3d pads left/right %u/%u over 255", t->backpropPadLeft, t->backpropPadRight);
+    for (uint32_t m_task = 0; m_task < l->mTasks; m_task++) {
+        const uint32_t hi_start = m_task * l->rowsPerTask;
+        const int32_t ho_start = (int32_t)hi_start - (int32_t)t->backpropPadUp;
+        const uint32_t first_dy = ho_start < 0 ? 0 : ((uint32_t)ho_start + t->strideH - 1) / t->strideH;
+        if (first_dy >= t->ho) continue; /* the kernel returns before the API runs */
+        const uint32_t rows = t->hi - hi_start < l->rowsPerTask ? t->hi - hi_start : l->rowsPerTask;
+        const uint64_t m_iter = ceil_div((uint64_t)rows * t->wi, t->baseM);
+        for (uint64_t m = 0; m < m_iter; m++) {
+            const int32_t cur = ho_start + (int32_t)(m * t->baseM / t->wi); /* curHoIdx_ */
+            uint32_t size = fmap;                                            /* curHoSize_ */
+            if (cur < 0) {
+                size += (uint32_t)cur; /* the API adds the negative start to the unsigned count */
+                if (size > ho_expand) size = ho_expand;
+            } else if ((uint32_t)cur + size >= ho_expand) {
+                size = (uint32_t)cur < ho_expand ? ho_expand - (uint32_t)cur : 0;
+            }
+            ENVELOPE(cur >= 0 || (uint32_t)(-cur) <= fmap,
+                     "task rows %u.., M block %llu: row start %d with %u rows wraps UpdateCurHoSize "
+                     "(backpropPadUp %u > rows the block loads)", hi_start, (unsigned long long)m, cur,
+                     fmap, t->backpropPadUp);
+            ENVELOPE(size <= a1_rows, "task rows %u.., M block %llu: %u dy rows copied into an A1 "
+                     "buffer of %u", hi_start, (unsigned long long)m, size, a1_rows);
+            ENVELOPE(cur >= -255, "task rows %u..: load3d top padding %d over 255", hi_start, -cur);
+            const uint32_t start = cur < 0 ? 0 : (uint32_t)cur; /* CalcHDstDataSkipLine */
+            const uint32_t skip = t->strideH > 1 && start % t->strideH
+                                      ? (start + t->strideH - 1) / t->strideH * t->strideH - start : 0;
+            ENVELOPE(size > skip || t->initOutputFlag == 1,
+                     "task rows %u.., M block %llu loads no dy row (l1H 0) and initOutputFlag is 0",
+                     hi_start, (unsigned long long)m);
+        }
+    }
+    return 0;
+}
+
 static int check_launch(const struct job *job, char *error, size_t error_size)
 {
     const PyptoConvDxLaunch *l = &job->launch;
@@ -167,7 +224,7 @@ static int check_launch(const struct job *job, char *error, size_t error_size)
     CHECK(fake_acl_device_span(job->dx, (uint64_t)t->batch * t->cin1 * t->hi * t->wi * C0 * 2));
     CHECK(fake_acl_device_span(job->workspace, PYPTO_CONV_DX_SYSTEM_WORKSPACE_BYTES +
                                                    ((uint64_t)l->doneSlot + 1) * PYPTO_CONV_DX_DONE_SLOT_BYTES));
-    return 0;
+    return fake_conv_dx_envelope(l, error, error_size);
 }
 
 /* ---- the computation, block by block -------------------------------------------------------- */
