@@ -31,6 +31,9 @@ REWRITTEN = {
     "stride 7, dilations 32x19 (stride and dilation phases)": (
         (1, 16, 39, 92), (16, 16, 6, 6), (1, 16, 218, 1), (7, 1), (106, 106, 93, 93), (32, 19),
         (1, 576, 16), (16, 16, 16)),
+    "dilation phases with windows padded past the kernel reach before (issue 13, finding 2)": (
+        (3, 1, 13, 1), (1, 40, 16, 1), (3, 40, 630, 2), (15, 22), (170, 170, 0, 0), (52, 2),
+        (1, 256, 64), (16, 16, 64)),
     "37x26 kernel, 962 taps (taps folded into channels)": (
         (1, 16, 42, 27), (16, 16, 37, 26), (1, 16, 78, 52), (1, 1), (0, 0, 0, 0), (1, 1),
         (1, 15392, 16), (16, 16, 16)),

@@ -803,7 +803,8 @@ def test_npu_check_example(fake_ascend, with_fake_npu, tmp_path):
                           capture_output=True, text=True, timeout=limit(300))
     assert done.returncode == 0, done.stdout + done.stderr
     if with_fake_npu:
-        assert done.stdout.count("NPU and CPU agree") == 4, done.stdout
+        assert done.stdout.count("NPU and CPU agree") == 5, done.stdout
+        assert "15 sub-problem(s), 15 launch(es)" in done.stdout, done.stdout
         assert "6 sub-problem(s), 6 launch(es)" in done.stdout, done.stdout
     else:
         assert "NPU path unavailable: no Ascend NPU device node" in done.stdout
