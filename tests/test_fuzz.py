@@ -28,10 +28,12 @@ run), so CI cannot stall.
 """
 
 import faulthandler
+import json
 import os
 import pathlib
 import subprocess
 import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -407,3 +409,72 @@ def test_library_check_never_raises_and_what_it_passes_loads(data, tmp_path_fact
                                "    ctypes.CDLL(sys.argv[1])\nexcept OSError:\n    pass",
                                str(path)], capture_output=True, timeout=limit(60))
         assert done.returncode == 0, (cut, len(original), done.returncode, done.stderr[-500:])
+
+
+# One subprocess runs every drawn scenario: a parent call on some threads, then a child made by
+# os.fork() that may set its own thread count and an address-space limit before its call. The
+# child must give the parent's bits or a PyptoError (a limit too tight for the call), never
+# hang, crash or end through libgomp; the parent waits with a deadline.
+_FORK_LIMIT_SCRIPT = textwrap.dedent("""
+    import json, os, resource, signal, sys
+    import numpy as np, pypto
+    scenarios = json.loads(sys.argv[1])
+    rng = np.random.default_rng(3)
+    dy = rng.standard_normal((2, 16, 12, 12)).astype(np.float16)
+    w = rng.standard_normal((16, 24, 3, 3)).astype(np.float16)
+    pypto.set_convbp_input_tile_shapes(*pypto.suggest_convbp_input_tile_shapes(
+        dy.shape, w.shape, [2, 24, 12, 12], pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1]))
+    pypto.set_vec_tile_shapes(16, 16, 16, 16)
+
+    def call():
+        return pypto.conv_backward_input(pypto.from_numpy(dy), [2, 24, 12, 12], pypto.from_numpy(w),
+                                         pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1]).numpy()
+
+    pypto.set_num_threads(1)
+    want = call().view(np.uint16)
+    for parent_threads, child_threads, headroom_mib in scenarios:
+        pypto.set_num_threads(parent_threads)
+        assert np.array_equal(call().view(np.uint16), want)
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                if headroom_mib is not None:
+                    with open("/proc/self/statm") as f:
+                        mapped = int(f.read().split()[0]) * resource.getpagesize()
+                    resource.setrlimit(resource.RLIMIT_AS,
+                                       (mapped + (headroom_mib << 20), resource.RLIM_INFINITY))
+                if child_threads is not None:
+                    pypto.set_num_threads(child_threads)
+                code = 0 if np.array_equal(call().view(np.uint16), want) else 4
+            except pypto.PyptoError:
+                code = 5
+            finally:
+                os._exit(code)
+        signal.alarm(int(sys.argv[2]))  # a hung child ends this process, which the test sees
+        _, status = os.waitpid(pid, 0)
+        signal.alarm(0)
+        print(json.dumps([parent_threads, child_threads, headroom_mib,
+                          os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)]))
+""")
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios=st.lists(st.tuples(st.sampled_from([1, 2, 3, 8, 64]),
+                          st.one_of(st.none(), st.sampled_from([1, 2, 16, 1024])),
+                          st.one_of(st.none(), st.sampled_from([8, 64, 256, 2048]))),
+                min_size=4, max_size=8))
+def test_forked_children_under_thread_and_address_space_limits_compute_or_refuse(scenarios,
+                                                                                 tmp_path_factory):
+    done = subprocess.run([sys.executable, "-c", _FORK_LIMIT_SCRIPT, json.dumps(scenarios),
+                           str(int(limit(60)))], capture_output=True, text=True,
+                          timeout=limit(60) * (len(scenarios) + 1),
+                          cwd=tmp_path_factory.getbasetemp())
+    assert "Thread creation failed" not in done.stderr, "libgomp ended a process"
+    assert done.returncode == 0, (scenarios, done.returncode, done.stderr[-2000:])
+    outcomes = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(outcomes) == len(scenarios)
+    for parent_threads, child_threads, headroom_mib, code in outcomes:
+        # 0: the parent's bits; 5: a PyptoError (only where an address-space limit was set)
+        assert code == 0 or (code == 5 and headroom_mib is not None), outcomes
+        event(f"child {'computed' if code == 0 else 'refused'}")
