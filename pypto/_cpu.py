@@ -27,8 +27,8 @@ from ._nonfinite import non_finite_mask, with_real_taps_only
 from ._validation import check_host_arrays
 from .error import PyptoRtError
 
-__all__ = ["conv_backward_input_cpu", "openmp_enabled", "kernel_info", "load_level",
-           "ISA_LEVELS"]
+__all__ = ["conv_backward_input_cpu", "openmp_enabled", "kernel_info", "measure_peak_gflops",
+           "load_level", "ISA_LEVELS"]
 
 ISA_LEVELS = isa_levels.LEVEL_NAMES
 _KERNEL_DTYPE = {DataType.DT_FP16: 0, DataType.DT_BF16: 1}
@@ -212,6 +212,29 @@ def kernel_info():
             "openmp": kernel.openmp_enabled(), "bf16_dot": kernel.HAS_BF16_DOT,
             "cpu_levels": list(CPU_LEVELS), "built_levels": list(BUILT_LEVELS),
             "cpu_features": sorted(name for name, on in CPU_FEATURES.items() if on)}
+
+
+def measure_peak_gflops(threads, kind="madd", seconds=0.3):
+    """Measured peak GFLOP/s of the kernel level in use on ``threads`` threads at once: the best
+    of three runs of a register-resident loop (``_kernels/include/pypto_peak.h``), each about
+    ``seconds`` / 3 long. ``kind``: "madd" (fp32 multiply-add, FMA where the level has it) or
+    "bf16_dot" (None on levels without the bf16 dot product)."""
+    if kind not in ("madd", "bf16_dot"):
+        raise ValueError(f"kind must be 'madd' or 'bf16_dot', not {kind!r}")
+    if not (isinstance(threads, int) and 1 <= threads <= _config.MAX_THREADS):
+        raise ValueError(f"threads must be an int in [1, {_config.MAX_THREADS}], not {threads!r}")
+    kernel = _kernel()
+    if kind == "bf16_dot" and not kernel.HAS_BF16_DOT:
+        return None
+    iterations = 1 << 12
+    while True:  # long enough to time: about a third of the budget per run
+        flops, took = kernel.peak_flops(kind, threads, iterations)
+        if took >= seconds / 3 or iterations >= 1 << 40:
+            break
+        iterations = int(iterations * min(64.0, max(2.0, seconds / 3 / max(took, 1e-9))))
+    runs = [flops / took] + [f / t for f, t in (kernel.peak_flops(kind, threads, iterations)
+                                                for _ in range(2))]
+    return max(runs) / 1e9
 
 
 def _is_kernel_ready(array, np_dtype):

@@ -3,9 +3,13 @@
 Every case runs pypto and its peers interleaved in one process (median of repeated calls, timed in
 short blocks taken round-robin with an idle pause before each) for fp16 and bf16 at 1 and 2 threads, and prints ms, GFLOP/s
 (2*N*Cin*Cout*Kh*Kw*Hout*Wout / t), the ratio of each peer's time to pypto's (> 1: pypto is
-faster) and the share of the machine's peak. Peers: torch ``aten.convolution_backward`` in bf16,
-in fp16, and "fp16 upcast" (dy and w to fp32, fp32 dgrad, result to fp16: what an fp16 user does
-today), when torch is installed; NumPy GEMM + col2im in fp32. pypto uses the tiles
+faster) and the share of the peak of the kernel level in use, measured on this machine at each
+thread count before the cases run (a register-resident multiply-add loop, or the bf16 dot product
+where the level has it; ``pypto._cpu.measure_peak_gflops``). Peers, when torch is installed:
+torch ``aten.convolution_backward`` in the storage dtype ("torch bf16" / "torch fp16") and
+upcast ("... upcast": dy and w to fp32, fp32 dgrad, result rounded back: what a user of a CPU
+without fast 16-bit paths does), and "torch best", the faster of the two in each measurement,
+which is what the targets compare against; NumPy GEMM + col2im in fp32. pypto uses the tiles
 ``suggest_convbp_input_tile_shapes`` returns; case a also runs with the specification's tiles.
 """
 
@@ -20,7 +24,7 @@ import numpy as np
 
 import pypto
 from pypto import pypto_impl
-from pypto._cpu import kernel_info
+from pypto._cpu import kernel_info, measure_peak_gflops
 from pypto._dtypes import numpy_dtype
 from pypto._numpy_dgrad import dgrad_gemm_col2im
 from pypto._shapes import forward_out_size
@@ -41,9 +45,6 @@ CASES = {
 }
 SPEC_TILES = ((16, 144, 16), (16, 16, 16))
 
-# Peak of this machine type (AMD EPYC Zen 5, ~3.9 GHz), GFLOP/s per core, measured with
-# register-only loops of vfmadd231ps zmm / vdpbf16ps zmm (shared/notes/cpu-kernel-lessons.md).
-PEAK_PER_CORE = {"fp32_fma": 245.0, "bf16_dot": 489.0}
 
 
 class Case:
@@ -145,17 +146,35 @@ def _progress(done, total, what):
     sys.stderr.flush()
 
 
-def _machine():
-    model = "unknown CPU"
+def _cpu_model():
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
+                # x86: "model name"; AArch64 kernels name the part only ("CPU part")
+                if line.startswith(("model name", "Model name", "CPU part")):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return f"{model}, {os.cpu_count()} CPUs, {platform.machine()}"
+    return platform.processor() or "unknown CPU"
+
+
+def _machine():
+    return f"{_cpu_model()}, {os.cpu_count()} CPUs, {platform.machine()}"
+
+
+def measure_peaks(thread_counts):
+    """{threads: {"fp32": GFLOP/s, "bf16_dot": GFLOP/s or None}} of the level in use."""
+    return {t: {"fp32": measure_peak_gflops(t), "bf16_dot": measure_peak_gflops(t, "bf16_dot")}
+            for t in thread_counts}
+
+
+def _peak_for(peaks, dtype_name, threads):
+    """(GFLOP/s, what) of the peak a dtype's kernel can reach: the bf16 dot product for bf16 on
+    a level that has it, else the fp32 multiply-add (both dtypes widen to fp32 there)."""
+    dot = peaks[threads]["bf16_dot"]
+    if dtype_name == "bf16" and dot:
+        return dot, "bf16 dot"
+    return peaks[threads]["fp32"], "fp32 multiply-add"
 
 
 def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_numpy=True):
@@ -168,11 +187,14 @@ def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_nu
             print("torch not installed: PyTorch peers skipped")
     info = kernel_info()
     print(f"machine: {_machine()}")
-    print(f"pypto {pypto.__version__}: ISA {info['isa']} (micro-kernel {info['mr']}x{info['nr']}, "
-          f"bf16 dot product {'yes' if info['bf16_dot'] else 'no'}), OpenMP "
-          f"{'on' if info['openmp'] else 'off'}; torch {torch.__version__ if torch else '-'}")
-    print(f"peak per core (this machine type): fp32 FMA {PEAK_PER_CORE['fp32_fma']:.0f}, "
-          f"bf16 dot {PEAK_PER_CORE['bf16_dot']:.0f} GFLOP/s")
+    print(f"pypto {pypto.__version__}: ISA {info['isa']} ({info['reason']}; micro-kernel "
+          f"{info['mr']}x{info['nr']}, bf16 dot product {'yes' if info['bf16_dot'] else 'no'}), "
+          f"OpenMP {'on' if info['openmp'] else 'off'}; torch {torch.__version__ if torch else '-'}")
+    peaks = measure_peaks(thread_counts)
+    for t, peak in peaks.items():
+        dot = f", bf16 dot {peak['bf16_dot']:.0f}" if peak["bf16_dot"] else ""
+        print(f"measured peak of level {info['isa']} on {t} thread(s): fp32 multiply-add "
+              f"{peak['fp32']:.0f}{dot} GFLOP/s")
     header = (f"{'case':<5}{'dtype':<6}{'thr':>4}  {'peer':<18}{'ms':>10}{'GFLOP/s':>10}"
               f"{'peer/pypto':>11}{'%peak':>7}")
     print(header)
@@ -192,14 +214,12 @@ def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_nu
                 runners["pypto spec tiles"] = case.pypto_runner(
                     (pypto_impl.ConvBpTileL1Info(*SPEC_TILES[0]),
                      pypto_impl.ConvBpTileL0Info(*SPEC_TILES[1])))
+            dtype_name = "bf16" if dtype == pypto.DT_BF16 else "fp16"
             if torch is not None:
-                if dtype == pypto.DT_BF16:
-                    runners["torch bf16"] = case.torch_runner(torch, torch.bfloat16, torch.bfloat16)
-                else:
-                    runners["torch fp16"] = case.torch_runner(torch, torch.float16, torch.float16)
-                    runners["torch fp16 upcast"] = case.torch_runner(torch, torch.float32,
-                                                                     torch.float16)
-                runners["torch fp32"] = case.torch_runner(torch, torch.float32, torch.float32)
+                storage = torch.bfloat16 if dtype == pypto.DT_BF16 else torch.float16
+                runners[f"torch {dtype_name}"] = case.torch_runner(torch, storage, storage)
+                runners[f"torch {dtype_name} upcast"] = case.torch_runner(torch, torch.float32,
+                                                                          storage)
             if with_numpy:
                 runners["numpy fp32"] = case.numpy_runner()
             for threads in thread_counts:
@@ -207,20 +227,23 @@ def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_nu
                 _progress(done, total, f"case {name} {dtype.name[3:].lower()} {threads} thread(s)")
                 _set_threads(torch, threads)
                 medians = _median_times(runners, rounds, budget_s)
-                peak_kind = "bf16_dot" if dtype == pypto.DT_BF16 and info["bf16_dot"] else "fp32_fma"
-                peak = PEAK_PER_CORE[peak_kind] * threads
+                if torch is not None:  # what a user would pick: the faster torch path
+                    medians["torch best"] = min(medians[f"torch {dtype_name}"],
+                                                medians[f"torch {dtype_name} upcast"])
+                peak, peak_kind = _peak_for(peaks, dtype_name, threads)
                 for peer, seconds in medians.items():
                     gflops = p.flops / seconds / 1e9
-                    row = {"case": name, "dtype": "bf16" if dtype == pypto.DT_BF16 else "fp16",
+                    row = {"case": name, "dtype": dtype_name,
                            "threads": threads, "peer": peer, "ms": seconds * 1e3,
                            "gflops": gflops, "ratio": seconds / medians["pypto"],
+                           "peak_gflops": peak, "peak_kind": peak_kind,
                            "peak_pct": 100 * gflops / peak}
                     rows.append(row)
                     print(f"{name:<5}{row['dtype']:<6}{threads:>4}  {peer:<18}{row['ms']:>10.3f}"
                           f"{gflops:>10.1f}{row['ratio']:>11.2f}{row['peak_pct']:>7.1f}")
                 sys.stdout.flush()
     pypto.set_num_threads(None)
-    return rows
+    return rows, peaks
 
 
 def summarize(rows):
@@ -322,15 +345,19 @@ def peak_memory(name="j", dtype=pypto.DT_BF16):
           f"tile scratch); a full im2col would be {p.n * p.gemm_k * p.hin * p.win * 4 / mib:.0f} MiB")
 
 
-def write_json(path, rows, argv):
-    """All measured rows plus the machine, kernel and command, as JSON."""
+def write_json(path, rows, peaks, argv):
+    """All measured rows plus the machine (CPU model, level, features), the measured peaks,
+    the kernel and the command, as JSON."""
     import json
 
     info = kernel_info()
+    machine = {"cpu": _cpu_model(), "cpus": os.cpu_count(), "arch": platform.machine(),
+               "level": info["isa"], "level_reason": info["reason"],
+               "cpu_features": info["cpu_features"]}
     with open(path, "w") as f:
-        json.dump({"machine": _machine(), "pypto": pypto.__version__, "kernel": info,
-                   "peak_gflops_per_core": PEAK_PER_CORE, "command": argv, "cases": CASES,
-                   "rows": rows}, f, indent=1)
+        json.dump({"machine": machine, "pypto": pypto.__version__, "kernel": info,
+                   "peak_gflops": {str(t): v for t, v in peaks.items()}, "command": argv,
+                   "cases": CASES, "rows": rows}, f, indent=1)
     print(f"results written to {path}")
 
 
@@ -360,10 +387,9 @@ def write_plot(path, rows):
             xs = [c + (i - (len(peers) - 1) / 2) * width for c in range(len(cases))]
             ax.bar(xs, [values.get(c, 0) for c in cases], width, label=peer,
                    color="tab:red" if peer == "pypto" else next(palette))
-        kind = "bf16_dot" if dtype == "bf16" and info["bf16_dot"] else "fp32_fma"
-        peak = PEAK_PER_CORE[kind] * threads
+        peak, kind = sel[0]["peak_gflops"], sel[0]["peak_kind"]  # measured on this machine
         ax.axhline(peak, color="black", linestyle="--", linewidth=1)
-        ax.text(len(cases) - 0.5, peak, f"peak {peak:.0f} ({kind.replace('_', ' ')})",
+        ax.text(len(cases) - 0.5, peak, f"measured peak {peak:.0f} ({kind}, {info['isa']})",
                 ha="right", va="bottom", fontsize=8)
         ax.set_xticks(range(len(cases)))
         ax.set_xticklabels(cases)
@@ -405,10 +431,11 @@ def main(argv=None):
     dtypes = [{"bf16": pypto.DT_BF16, "fp16": pypto.DT_FP16}[d.strip()]
               for d in args.dtypes.split(",")]
     threads = [int(t) for t in args.threads.split(",")]
-    rows = run(cases, dtypes, threads, args.rounds, args.budget, with_torch=not args.no_torch)
+    rows, peaks = run(cases, dtypes, threads, args.rounds, args.budget,
+                      with_torch=not args.no_torch)
     summarize(rows)
     if args.json:
-        write_json(args.json, rows, sys.argv if argv is None else argv)
+        write_json(args.json, rows, peaks, sys.argv if argv is None else argv)
     if args.plot:
         write_plot(args.plot, rows)
     if "a" in cases:

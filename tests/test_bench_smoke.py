@@ -15,3 +15,37 @@ def test_bench_quick_runs():
     lines = done.stdout.splitlines()
     assert any(line.startswith("a    bf16") and "pypto" in line for line in lines)
     assert any(line.startswith("a    fp16") and "numpy fp32" in line for line in lines)
+
+
+def test_bench_prints_the_measured_peak_of_the_level_in_use():
+    done = subprocess.run([sys.executable, "-m", "pypto.bench", "--quick", "--cases", "a",
+                           "--no-torch"], capture_output=True, text=True, timeout=limit(300),
+                          cwd=pathlib.Path(__file__).resolve().parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "measured peak of level" in done.stdout and "PEAK_PER_CORE" not in done.stdout
+
+
+def test_peak_loops_count_their_flops_at_every_level_this_cpu_runs():
+    """The flop count the benchmark divides by: 12 chains x the level's fp32 lanes x 2 per step
+    (x 2 again for the bf16 dot product's pairs); the timing itself asserts nothing."""
+    import pytest
+
+    from pypto import _cpu
+    lanes = {"baseline": 4, "avx2": 8, "avx512": 16, "avx512_bf16": 16}
+    runnable = [level for level in _cpu.CPU_LEVELS if level in _cpu.BUILT_LEVELS]
+    assert runnable
+    for level in runnable:
+        kernel = _cpu.load_level(level)
+        flops, seconds = kernel.peak_flops("madd", 2, 1000)
+        assert flops == 2 * 1000 * 12 * lanes[level] * 2 and seconds > 0
+        dot, _ = kernel.peak_flops("bf16_dot", 1, 1000)
+        assert dot == (1000 * 12 * 16 * 4 if kernel.HAS_BF16_DOT else 0)
+    peak = _cpu.measure_peak_gflops(1, seconds=0.03)
+    assert peak > 0
+    assert (_cpu.measure_peak_gflops(1, "bf16_dot", seconds=0.03) is None) == (
+        not _cpu.kernel_info()["bf16_dot"])
+    for bad in (0, 2.0, "2", _cpu._config.MAX_THREADS + 1):
+        with pytest.raises(ValueError):
+            _cpu.measure_peak_gflops(bad)
+    with pytest.raises(ValueError):
+        _cpu.measure_peak_gflops(1, "fp64")

@@ -28,6 +28,8 @@ from libc.stdint cimport int64_t, uint16_t, uint32_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
+import time
+
 cdef extern from "pypto_numeric.h" nogil:
     void pypto_widen(const uint16_t *src, float *dst, int64_t n, int dtype)
     void pypto_narrow(const float *src, uint16_t *dst, int64_t n, int dtype)
@@ -55,6 +57,10 @@ cdef extern from "pypto_gemm.h" nogil:
     void pypto_ukernel_bf16_half(int64_t kc_pairs, const uint32_t *w,
                                  const uint32_t *const *a_rows, int64_t j0, float *c, int64_t ldc)
 
+cdef extern from "pypto_peak.h" nogil:
+    double pypto_peak_madd(int64_t iterations)
+    double pypto_peak_bf16_dot(int64_t iterations)
+
 cdef extern from *:
     """
     #ifdef _OPENMP
@@ -75,6 +81,20 @@ HAS_BF16_DOT = bool(PYPTO_HAVE_BF16_DOT)
 def openmp_enabled():
     """True when this module was built with OpenMP (else it runs on one thread)."""
     return bool(PYPTO_HAVE_OPENMP)
+
+
+def peak_flops(str kind, int threads, int64_t iterations):
+    """(flops, seconds) of the peak loop (pypto_peak.h) on ``threads`` threads at once, each
+    doing ``iterations`` steps: kind "madd" (fp32 multiply-add at this level's widest vector) or
+    "bf16_dot" (0 flops on levels without the bf16 dot product). The caller checks arguments."""
+    cdef int use_dot = kind == "bf16_dot"
+    cdef int t
+    cdef double total = 0.0
+    start = time.perf_counter()
+    with nogil:
+        for t in prange(threads, num_threads=threads, schedule="static", chunksize=1):
+            total += pypto_peak_bf16_dot(iterations) if use_dot else pypto_peak_madd(iterations)
+    return total, time.perf_counter() - start
 
 
 
