@@ -10,7 +10,9 @@
  *                         kernel (vdpbf16ps: k in pairs, A rows of bf16 pairs, W as [k/2][MR][2])
  *   PYPTO_ISA_AVX512      AVX-512F: 8x32 fp32 FMA
  *   PYPTO_ISA_AVX2        AVX2 + FMA: 4x24 fp32 FMA (8x32 would spill the 16 ymm registers)
- *   PYPTO_ISA_BASELINE    portable C 4x8 on GCC/Clang 4-float vectors (SSE2, NEON, ...)
+ *   PYPTO_ISA_BASELINE    on AArch64 (ARMv8-A: NEON and FMA are part of the base ISA): 8x12 NEON
+ *                         FMA by lane, 24 accumulators of the 32 vector registers; elsewhere
+ *                         portable C 4x8 on GCC/Clang 4-float vectors (SSE2, ...)
  *
  * The AVX-512 kernels also come in 8x16 (the *_half variants) for an M tile's last block.
  *
@@ -40,11 +42,17 @@
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512) || defined(PYPTO_ISA_AVX2)
 #include <immintrin.h>
 #endif
+#if defined(PYPTO_ISA_BASELINE) && defined(__aarch64__)
+#define PYPTO_NEON 1
+#include <arm_neon.h>
+#endif
 
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
 enum { PYPTO_MR = 8, PYPTO_NR = 32 };
 #elif defined(PYPTO_ISA_AVX2)
 enum { PYPTO_MR = 4, PYPTO_NR = 24 };
+#elif defined(PYPTO_NEON)
+enum { PYPTO_MR = 8, PYPTO_NR = 12 };
 #else
 enum { PYPTO_MR = 4, PYPTO_NR = 8 };
 typedef float pypto_v4 __attribute__((vector_size(16)));
@@ -124,6 +132,36 @@ static inline void pypto_ukernel_f32(int64_t kc, const float *restrict w,
     PYPTO_ACC_STORE(2, 0, c20), PYPTO_ACC_STORE(2, 1, c21), PYPTO_ACC_STORE(2, 2, c22);
     PYPTO_ACC_STORE(3, 0, c30), PYPTO_ACC_STORE(3, 1, c31), PYPTO_ACC_STORE(3, 2, c32);
 #undef PYPTO_ACC_LOAD
+#undef PYPTO_ACC_STORE
+#elif defined(PYPTO_NEON)
+    /* 8 channel rows x 12 positions: 24 named accumulators, 3 A vectors and 2 W vectors (the 8
+     * weights of this k) = 29 of the 32 registers. Per k: 5 loads, 24 fmla (by lane). The
+     * products of two fp16/bf16 values are exact in fp32, so the FMA rounds like the x86 FMA
+     * levels do: the same bits. */
+#define PYPTO_ACC_DECLARE(r) \
+    float32x4_t c##r##0 = vld1q_f32(c + (r) * ldc), c##r##1 = vld1q_f32(c + (r) * ldc + 4), \
+                c##r##2 = vld1q_f32(c + (r) * ldc + 8);
+#define PYPTO_ACC_STEP(r, wv, lane) \
+    c##r##0 = vfmaq_laneq_f32(c##r##0, a0, wv, lane); \
+    c##r##1 = vfmaq_laneq_f32(c##r##1, a1, wv, lane); \
+    c##r##2 = vfmaq_laneq_f32(c##r##2, a2, wv, lane);
+#define PYPTO_ACC_STORE(r) \
+    vst1q_f32(c + (r) * ldc, c##r##0), vst1q_f32(c + (r) * ldc + 4, c##r##1), \
+    vst1q_f32(c + (r) * ldc + 8, c##r##2);
+    PYPTO_ACC_DECLARE(0) PYPTO_ACC_DECLARE(1) PYPTO_ACC_DECLARE(2) PYPTO_ACC_DECLARE(3)
+    PYPTO_ACC_DECLARE(4) PYPTO_ACC_DECLARE(5) PYPTO_ACC_DECLARE(6) PYPTO_ACC_DECLARE(7)
+    for (int64_t k = 0; k < kc; k++) {
+        const float *a = a_rows[k] + j0;
+        const float32x4_t a0 = vld1q_f32(a), a1 = vld1q_f32(a + 4), a2 = vld1q_f32(a + 8);
+        const float32x4_t w0 = vld1q_f32(w + k * 8), w1 = vld1q_f32(w + k * 8 + 4);
+        PYPTO_ACC_STEP(0, w0, 0) PYPTO_ACC_STEP(1, w0, 1) PYPTO_ACC_STEP(2, w0, 2)
+        PYPTO_ACC_STEP(3, w0, 3) PYPTO_ACC_STEP(4, w1, 0) PYPTO_ACC_STEP(5, w1, 1)
+        PYPTO_ACC_STEP(6, w1, 2) PYPTO_ACC_STEP(7, w1, 3)
+    }
+    PYPTO_ACC_STORE(0) PYPTO_ACC_STORE(1) PYPTO_ACC_STORE(2) PYPTO_ACC_STORE(3)
+    PYPTO_ACC_STORE(4) PYPTO_ACC_STORE(5) PYPTO_ACC_STORE(6) PYPTO_ACC_STORE(7)
+#undef PYPTO_ACC_DECLARE
+#undef PYPTO_ACC_STEP
 #undef PYPTO_ACC_STORE
 #else
     /* Eight named 4-float vectors (GCC/Clang vector extensions: SSE on x86, NEON on AArch64):

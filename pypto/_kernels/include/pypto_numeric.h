@@ -16,6 +16,9 @@
 #if (defined(__AVX512F__) && defined(__AVX512BW__)) || (defined(__AVX2__) && defined(__F16C__))
 #include <immintrin.h>
 #endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 enum { PYPTO_FP16 = 0, PYPTO_BF16 = 1 };
 
@@ -73,6 +76,24 @@ static inline float pypto_to_float(uint16_t h, int dtype)
 static inline void pypto_widen(const uint16_t *restrict src, float *restrict dst, int64_t n, int dtype)
 {
     int64_t i;
+#if defined(__aarch64__)
+    /* fp16 by the hardware conversion (fcvtl), 4 at a time: exact, the scalar function's bits,
+     * except that it quiets signalling NaNs; a group holding a NaN takes the scalar path. */
+    if (dtype != PYPTO_BF16) {
+        const uint16x4_t magnitude = vdup_n_u16(0x7fff), infinity = vdup_n_u16(0x7c00);
+        for (i = 0; i + 4 <= n; i += 4) {
+            const uint16x4_t h = vld1_u16(src + i);
+            const uint16x4_t nan = vcgt_u16(vand_u16(h, magnitude), infinity);
+            if (vget_lane_u64(vreinterpret_u64_u16(nan), 0) == 0) {
+                vst1q_f32(dst + i, vcvt_f32_f16(vreinterpret_f16_u16(h)));
+            } else {
+                for (int64_t j = i; j < i + 4; j++) dst[j] = pypto_half_to_float(src[j]);
+            }
+        }
+        for (; i < n; i++) dst[i] = pypto_half_to_float(src[i]);
+        return;
+    }
+#endif
     if (dtype == PYPTO_BF16)
         for (i = 0; i < n; i++) dst[i] = pypto_bf16_to_float(src[i]);
     else
