@@ -46,6 +46,7 @@ cdef extern from "pypto_numeric.h" nogil:
 cdef extern from "pypto_gemm.h" nogil:
     enum: PYPTO_MR
     enum: PYPTO_NR
+    enum: PYPTO_NR_HALF
     enum: PYPTO_HAVE_BF16_DOT
     const char *pypto_isa_name()
     void pypto_ukernel_f32(int64_t kc, const float *w, const float *const *a_rows, int64_t j0,
@@ -239,8 +240,8 @@ cdef void _multiply(const Geometry *g, int64_t phase, int64_t c_first, int64_t n
     # L1 while every channel's weight panel passes over it.
     jb = t0
     while jb < t_end:
-        # a last block with at most NR/2 positions left needs only the half-width kernel
-        half = t0 + t_count - jb <= PYPTO_NR // 2
+        # a last block with at most NR_HALF positions left needs only the narrower kernel
+        half = t0 + t_count - jb <= PYPTO_NR_HALF
         n0 = 0
         while n0 < n_count1:                                       # N-L0
             n_end = _min(n0 + g.nl0, n_count1)

@@ -48,13 +48,13 @@
 #endif
 
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
-enum { PYPTO_MR = 8, PYPTO_NR = 32 };
+enum { PYPTO_MR = 8, PYPTO_NR = 32, PYPTO_NR_HALF = 16 };
 #elif defined(PYPTO_ISA_AVX2)
-enum { PYPTO_MR = 4, PYPTO_NR = 24 };
+enum { PYPTO_MR = 4, PYPTO_NR = 24, PYPTO_NR_HALF = 16 };
 #elif defined(PYPTO_NEON)
-enum { PYPTO_MR = 8, PYPTO_NR = 12 };
+enum { PYPTO_MR = 8, PYPTO_NR = 12, PYPTO_NR_HALF = 12 };
 #else
-enum { PYPTO_MR = 4, PYPTO_NR = 8 };
+enum { PYPTO_MR = 4, PYPTO_NR = 8, PYPTO_NR_HALF = 8 };
 typedef float pypto_v4 __attribute__((vector_size(16)));
 static inline pypto_v4 pypto_v4_load(const float *p) { pypto_v4 v; memcpy(&v, p, sizeof v); return v; }
 static inline void pypto_v4_store(float *p, pypto_v4 v) { memcpy(p, &v, sizeof v); }
@@ -215,9 +215,9 @@ static inline void pypto_ukernel_bf16(int64_t kc_pairs, const uint32_t *restrict
 #endif
 }
 
-/* The last register block of an M tile often holds no more than NR/2 positions: these
- * variants compute C[MR x NR/2] only (same k order, so the same bits). Elsewhere they are the
- * full kernels. */
+/* The last register block of an M tile often holds few positions: these variants compute
+ * C[MR x PYPTO_NR_HALF] only (same k order, so the same bits): 8x16 on AVX-512, 4x16 on AVX2
+ * (of its 24 columns). Elsewhere PYPTO_NR_HALF is NR and they are the full kernels. */
 static inline void pypto_ukernel_f32_half(int64_t kc, const float *restrict w,
                                           const float *const *a_rows, int64_t j0,
                                           float *restrict c, int64_t ldc)
@@ -230,6 +230,27 @@ static inline void pypto_ukernel_f32_half(int64_t kc, const float *restrict w,
         for (int r = 0; r < 8; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(w[k * 8 + r]), a, acc[r]);
     }
     for (int r = 0; r < 8; r++) _mm512_storeu_ps(c + r * ldc, acc[r]);
+#elif defined(PYPTO_ISA_AVX2)
+    __m256 c00 = _mm256_loadu_ps(c), c01 = _mm256_loadu_ps(c + 8);
+    __m256 c10 = _mm256_loadu_ps(c + ldc), c11 = _mm256_loadu_ps(c + ldc + 8);
+    __m256 c20 = _mm256_loadu_ps(c + 2 * ldc), c21 = _mm256_loadu_ps(c + 2 * ldc + 8);
+    __m256 c30 = _mm256_loadu_ps(c + 3 * ldc), c31 = _mm256_loadu_ps(c + 3 * ldc + 8);
+    for (int64_t k = 0; k < kc; k++) {
+        const float *a = a_rows[k] + j0;
+        const __m256 a0 = _mm256_loadu_ps(a), a1 = _mm256_loadu_ps(a + 8);
+        __m256 b = _mm256_broadcast_ss(w + k * 4);
+        c00 = _mm256_fmadd_ps(b, a0, c00), c01 = _mm256_fmadd_ps(b, a1, c01);
+        b = _mm256_broadcast_ss(w + k * 4 + 1);
+        c10 = _mm256_fmadd_ps(b, a0, c10), c11 = _mm256_fmadd_ps(b, a1, c11);
+        b = _mm256_broadcast_ss(w + k * 4 + 2);
+        c20 = _mm256_fmadd_ps(b, a0, c20), c21 = _mm256_fmadd_ps(b, a1, c21);
+        b = _mm256_broadcast_ss(w + k * 4 + 3);
+        c30 = _mm256_fmadd_ps(b, a0, c30), c31 = _mm256_fmadd_ps(b, a1, c31);
+    }
+    _mm256_storeu_ps(c, c00), _mm256_storeu_ps(c + 8, c01);
+    _mm256_storeu_ps(c + ldc, c10), _mm256_storeu_ps(c + ldc + 8, c11);
+    _mm256_storeu_ps(c + 2 * ldc, c20), _mm256_storeu_ps(c + 2 * ldc + 8, c21);
+    _mm256_storeu_ps(c + 3 * ldc, c30), _mm256_storeu_ps(c + 3 * ldc + 8, c31);
 #else
     pypto_ukernel_f32(kc, w, a_rows, j0, c, ldc);
 #endif
