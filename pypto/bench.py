@@ -162,6 +162,27 @@ def _machine():
     return f"{_cpu_model()}, {os.cpu_count()} CPUs, {platform.machine()}"
 
 
+# torch's CPU kernels (oneDNN, MKL) pick their own ISA: with pypto forced to a lower level
+# (PYPTO_CPU_ISA), cap them to the same one, or the comparison is of two different machines.
+_TORCH_ISA_CAPS = {"avx2": ("AVX2", "AVX2"), "avx512": ("AVX512_CORE", "AVX512"),
+                   "baseline": ("SSE41", "SSE4_2")}
+
+
+def _cap_torch_to_level(level):
+    """Set ONEDNN_MAX_CPU_ISA / MKL_ENABLE_INSTRUCTIONS for a forced level (before torch is
+    imported; a caller's own settings win); returns what was done, or None."""
+    if level not in _TORCH_ISA_CAPS or not os.environ.get("PYPTO_CPU_ISA"):
+        return None
+    if "torch" in sys.modules:
+        return f"torch was imported before the benchmark: not capped to pypto's level {level}"
+    onednn, mkl = _TORCH_ISA_CAPS[level]
+    os.environ.setdefault("ONEDNN_MAX_CPU_ISA", onednn)
+    os.environ.setdefault("MKL_ENABLE_INSTRUCTIONS", mkl)
+    return (f"torch capped to pypto's level {level}: ONEDNN_MAX_CPU_ISA="
+            f"{os.environ['ONEDNN_MAX_CPU_ISA']}, MKL_ENABLE_INSTRUCTIONS="
+            f"{os.environ['MKL_ENABLE_INSTRUCTIONS']}")
+
+
 def measure_peaks(thread_counts):
     """{threads: {"fp32": GFLOP/s, "bf16_dot": GFLOP/s or None}} of the level in use."""
     return {t: {"fp32": measure_peak_gflops(t), "bf16_dot": measure_peak_gflops(t, "bf16_dot")}
@@ -179,14 +200,17 @@ def _peak_for(peaks, dtype_name, threads):
 
 def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_numpy=True):
     """Run the suite; returns a list of result rows (dicts) and prints the table."""
+    info = kernel_info()
+    torch_cap = _cap_torch_to_level(info["isa"]) if with_torch else None
     torch = None
     if with_torch:
         try:
             import torch
         except ImportError:
             print("torch not installed: PyTorch peers skipped")
-    info = kernel_info()
     print(f"machine: {_machine()}")
+    if torch_cap:
+        print(torch_cap)
     print(f"pypto {pypto.__version__}: ISA {info['isa']} ({info['reason']}; micro-kernel "
           f"{info['mr']}x{info['nr']}, bf16 dot product {'yes' if info['bf16_dot'] else 'no'}), "
           f"OpenMP {'on' if info['openmp'] else 'off'}; torch {torch.__version__ if torch else '-'}")
