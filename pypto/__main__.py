@@ -4,7 +4,13 @@
 - ``run --grad-output ... --weight ...``: a problem you give (tiles suggested unless given);
 - ``tiles --grad-output ... --weight ... --l1 M,K,N --l0 M,K,N``: every NPU tile rule with its
   numbers, buffer use, loop counts, and the nearest legal tiles when a rule fails;
-- ``info``: version, kernel build, threads.
+- ``info``: version, kernel build, threads;
+- ``golden --grad-output ... --weight ... --out DIR``: a golden case for an NPU kernel: random
+  inputs, the float64 golden, pypto's own result and a manifest (``pypto/_casefiles.py``);
+- ``compare DIR --actual output.bin``: the kernel's result judged by CANN's accuracy standards
+  (one verdict line each), where the errors are (image, channel block, M tile), the worst
+  elements, and with ``--plot PATH`` a heatmap; exit code 0 when the chosen standard passes,
+  1 when it fails.
 
 Runs print shapes, tiles, time, GFLOP/s and the error against a float64 NumPy reference (in
 units of the output dtype's ulp, and how many elements differ from the once-rounded value).
@@ -22,6 +28,7 @@ import numpy as np
 
 import pypto
 from pypto import pypto_impl
+from pypto._accuracy import DEFAULT_STANDARD, STANDARDS
 from pypto._cpu import kernel_info
 from pypto._dtypes import numpy_dtype
 from pypto._memory import check_host_memory
@@ -29,6 +36,7 @@ from pypto._numpy_dgrad import dgrad_gemm_col2im, gemm_col2im_bytes
 from pypto._suggest import smallest_tiles
 from pypto._tiling import ConvProblem
 from pypto._validation import TILE_RULES, problem_from_shapes
+from pypto.error import FeError
 
 # name: (grad_output shape, weight shape, input_size, strides, paddings, dilations, L1, L0)
 EXAMPLES = {
@@ -199,6 +207,81 @@ def _cmd_info(args):
     return 0
 
 
+def _cmd_golden(args):
+    from pypto import testing
+    from pypto._casefiles import ACTUAL, write_case
+    from pypto._golden import (comparison_bytes, draw_inputs, golden_bytes, golden_dgrad,
+                               inputs_bytes, make_case, pypto_dgrad)
+
+    spec, dtype = _problem_args(args)
+    dy_shape, w_shape, size, strides, paddings, dilations, l1, l0, vec = spec
+    case = make_case(dy_shape, w_shape, size, dtype, strides, paddings, dilations, (l1, l0), vec)
+    # the rules first, then the memory: random data for a huge problem must not be drawn
+    check_host_memory(inputs_bytes(case) + 2 * golden_bytes(case) + comparison_bytes(case)
+                      + 4 * math.prod(case.input_size), case.problem,
+                      "random inputs, the float64 golden, its error bound and the check of "
+                      "pypto's result")
+    dy, w = draw_inputs(case, args.dist, args.seed)
+    golden = golden_dgrad(case, dy, w)
+    reference = pypto_dgrad(case, dy, w)
+    check = testing.compare(reference, dy, w, list(case.input_size), case.strides,
+                            case.paddings, case.dilations, tiles=(case.l1, case.l0, case.vec),
+                            golden=golden, reference=reference)
+    write_case(args.out, case, dy, w, golden, reference, args.seed, args.dist)
+    dt = case.dtype_name
+    actual = os.path.join(args.out, ACTUAL[0] + ".bin")
+    print(f"pypto {pypto.__version__}: golden case in {args.out} ({args.dist} inputs, seed "
+          f"{args.seed})")
+    print(f"  {case.describe()}")
+    print(f"  {case.describe_tiles()}")
+    print(f"  wrote input/grad_output.bin, input/weight.bin ({dt}), output/golden.bin "
+          f"(float64), output/pypto.bin ({dt}), each with a .npy twin, and manifest.json")
+    verdicts = ", ".join(f"{sid} {'pass' if v.passed else 'FAIL'}"
+                         for sid, v in check.verdicts.items())
+    print(f"  pypto's own result: max {check.metrics.max_ulp:.3g} ulp, "
+          f"{check.localisation.outside_count} elements outside the fp32-accumulation bound; "
+          f"{verdicts}")
+    print(f"next: write the kernel's dx to {actual} ({dt}, {list(case.input_size)}, "
+          f"{2 * math.prod(case.input_size)} bytes, little-endian), then")
+    print(f"  pypto compare {args.out} --actual {actual}")
+    return 0
+
+
+def _cmd_compare(args):
+    from pypto import testing
+    from pypto._casefiles import read_array, read_case, read_inputs, resolve_actual
+    from pypto._localise import plotting_available
+
+    if args.plot is not None:
+        missing = plotting_available()  # before any work: the verdict must not be lost
+        if missing is not None:
+            raise missing
+    case, manifest = read_case(args.dir)
+    if args.dtype_given and args.dtype != case.dtype_name:
+        raise FeError(ValueError(f"--dtype {args.dtype}, but the case in {args.dir} is "
+                                 f"{case.dtype_name} (manifest.json)"))
+    path = resolve_actual(args.dir, args.actual)
+    actual = read_array(path, case.dtype_name, case.input_size, case)
+    dy, w, golden, reference = read_inputs(args.dir, case, manifest)
+    result = testing.compare(actual, dy, w, list(case.input_size), case.strides, case.paddings,
+                             case.dilations, tiles=(case.l1, case.l0, case.vec),
+                             standard=args.standard, golden=golden, reference=reference)
+    if args.plot is not None:
+        result.plot(args.plot, args.plot_units)
+    print(f"pypto {pypto.__version__}: {path} against the golden in {args.dir}")
+    print(result.report(args.top))
+    if args.plot is not None:
+        print(f"plot: {args.plot}")
+    return 0 if result.passed else 1
+
+
+def _count(text):
+    value = _ints(text)
+    if len(value) != 1 or value[0] < 0:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}")
+    return value[0]
+
+
 def _seed(text):
     value = _ints(text)
     if len(value) != 1 or value[0] < 0:
@@ -215,7 +298,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m pypto", parents=[common],
         description="Run pypto.conv_backward_input on built-in examples (no command), on a "
-                    "problem you give (run), or explain a set of tiles (tiles).")
+                    "problem you give (run), explain a set of tiles (tiles), write a golden "
+                    "case for an NPU kernel (golden) or judge its result (compare).")
     parser.add_argument("--dtype", choices=["fp16", "bf16"], default=argparse.SUPPRESS,
                         help="default fp16")
     commands = parser.add_subparsers(dest="command")
@@ -227,14 +311,44 @@ def main(argv=None):
                                 help="explain how the NPU rules judge a set of tiles")
     _add_problem_args(tiles)
     commands.add_parser("info", parents=[common], help="version, kernel build and threads")
+    golden = commands.add_parser(
+        "golden", parents=[common],
+        help="write random inputs, the float64 golden, pypto's result and a manifest to --out")
+    _add_problem_args(golden)
+    golden.add_argument("--seed", type=_seed, default=0, help="random data seed, an int >= 0")
+    golden.add_argument("--dist", choices=["uniform", "normal", "ints"], default="uniform",
+                        help="inputs uniform in [-1, 1), standard normal, or ints in [-4, 4] "
+                             "(default uniform)")
+    golden.add_argument("--out", required=True, metavar="DIR", help="the case's folder")
+    compare = commands.add_parser(
+        "compare", parents=[common],
+        help="judge a kernel's result against a golden case: verdicts, where, worst elements")
+    compare.add_argument("dir", metavar="DIR", help="a folder written by `pypto golden`")
+    compare.add_argument("--actual", metavar="FILE",
+                         help="the kernel's dx, .bin (raw, dtype and shape from the manifest) "
+                              "or .npy; a relative name not found is looked for in DIR/output "
+                              "(default DIR/output/output.bin)")
+    compare.add_argument("--standard", choices=[*STANDARDS, "all"], default=DEFAULT_STANDARD,
+                         help="the standard that decides the exit code (default dual-L0; all: "
+                              "every one)")
+    compare.add_argument("--plot", metavar="PATH", help="save a heatmap of the error (PNG, ...)")
+    compare.add_argument("--plot-units", choices=["ulp", "relative", "bound"], default="ulp",
+                         help="the heatmap's error: in ulps of the output dtype (default), "
+                              "relative, or divided by the fp32-accumulation bound")
+    compare.add_argument("--top", type=_count, default=10, metavar="K",
+                         help="how many worst elements to list (default 10)")
+    compare.add_argument("--dtype", choices=["fp16", "bf16"], default=argparse.SUPPRESS,
+                         help="must match the manifest's")
     args = parser.parse_args(argv)
     # the defaults, for options given nowhere (not set_defaults: parents share the actions)
     args.threads = getattr(args, "threads", None)
+    args.dtype_given = hasattr(args, "dtype")
     args.dtype = getattr(args, "dtype", "fp16")
     try:
         pypto.set_num_threads(args.threads)
         handler = {None: _cmd_examples, "run": _cmd_run, "tiles": _cmd_tiles,
-                   "info": _cmd_info}[args.command]
+                   "info": _cmd_info, "golden": _cmd_golden,
+                   "compare": _cmd_compare}[args.command]
         code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below
         return code

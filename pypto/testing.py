@@ -1,0 +1,223 @@
+"""Judge a dgrad result (an NPU kernel's, say) against pypto's float64 golden.
+
+>>> result = pypto.testing.compare(npu_dx, dy, w, input_size, strides, paddings, dilations)
+>>> print(result)              # metrics, one verdict line per standard, where the errors are
+>>> result.passed              # the chosen standard's verdict (default "dual-L0")
+>>> result.plot("dx.png")      # heatmap per channel block, M tile boundaries drawn
+>>> pypto.testing.assert_dgrad_close(npu_dx, dy, w, ...)   # AssertionError with the verdicts
+
+The golden is dx in float64 from the fp16/bf16 inputs (``pypto._golden``); the second benchmark
+of the dual standard is pypto's own same-precision CPU result with the same tiles; the standards
+and their thresholds are ``pypto._accuracy.STANDARDS``; the localisation is
+``pypto._localise``. Every bad argument raises a PyptoError before anything is computed.
+"""
+
+import math
+
+import numpy as np
+
+from . import _accuracy
+from ._dtypes import DataType, from_numpy_dtype, numpy_dtype
+from ._golden import (comparison_bytes, error_bound, golden_bytes, golden_dgrad, make_case,
+                      parse_dtype, pypto_dgrad)
+from ._localise import Localisation
+from ._memory import check_host_memory
+from .error import FeError, argument_errors_are_pypto_errors
+
+__all__ = ["compare", "assert_dgrad_close", "CompareResult", "STANDARDS", "DEFAULT_STANDARD",
+           "ALL"]
+
+STANDARDS = tuple(_accuracy.STANDARDS)
+DEFAULT_STANDARD = _accuracy.DEFAULT_STANDARD
+ALL = "all"  # every standard must pass
+
+
+class CompareResult:
+    """What :func:`compare` found: metrics, verdicts, localisation.
+
+    Attributes
+    ----------
+    case : the problem, dtype and tiles judged
+    metrics, reference_metrics : ``pypto._accuracy.Metrics`` of the result and of pypto's own
+    verdicts : {standard id: ``pypto._accuracy.Verdict``}, every standard
+    standard : the standard that decides ``passed`` ("all": every one)
+    passed : bool
+    localisation : ``pypto._localise.Localisation``
+    golden, actual, reference : the float64 golden, the result, pypto's own result
+    """
+
+    def __init__(self, case, golden, actual, reference, metrics, reference_metrics, verdicts,
+                 standard, localisation):
+        self.case = case
+        self.golden, self.actual, self.reference = golden, actual, reference
+        self.metrics, self.reference_metrics = metrics, reference_metrics
+        self.verdicts = verdicts
+        self.standard = standard
+        self.localisation = localisation
+
+    @property
+    def passed(self):
+        if self.standard == ALL:
+            return all(v.passed for v in self.verdicts.values())
+        return self.verdicts[self.standard].passed
+
+    @property
+    def verdict(self):
+        """The deciding Verdict (None for "all")."""
+        return None if self.standard == ALL else self.verdicts[self.standard]
+
+    def __bool__(self):
+        return self.passed
+
+    def verdict_text(self):
+        lines = [f"{self.case.describe()}", f"  {self.case.describe_tiles()}",
+                 f"metrics:  {self.metrics.summary()}",
+                 f"pypto's:  {self.reference_metrics.summary()}",
+                 f"ulp distance to the golden rounded to {self.case.dtype_name}: "
+                 f"{self.metrics.histogram_text()}",
+                 f"NaN/Inf: {self.metrics.nonfinite_equal} matching, "
+                 f"{self.metrics.nonfinite_mismatch} mismatched"]
+        lines += [str(v) for v in self.verdicts.values()]
+        word = "PASS" if self.passed else "FAIL"
+        chosen = "every standard" if self.standard == ALL else self.standard
+        lines.append(f"verdict ({chosen}): {word}")
+        return "\n".join(lines)
+
+    def report(self, top=10):
+        """The verdicts, then where the errors are and the ``top`` worst elements."""
+        return self.verdict_text() + "\n" + self.localisation.format(top)
+
+    def __str__(self):
+        return self.report()
+
+    def plot(self, path, units="ulp"):
+        """Heatmap of the error (see ``pypto._localise.Localisation.plot``); returns ``path``."""
+        return self.localisation.plot(path, units)
+
+
+def _array(value, name, dtype):
+    """A NumPy array of ``dtype`` (fp16/bf16) from an array, a pypto Tensor or a torch tensor;
+    uint16 arrays are taken as bf16 bit patterns when the dtype is bf16."""
+    from .tensor import Tensor
+
+    if isinstance(value, Tensor):
+        if not value.has_data:
+            raise FeError(ValueError(f"{name} is a shape-only pypto.Tensor: pass data"))
+        value = value.numpy()
+    elif type(value).__module__.startswith("torch"):
+        from .tensor import from_torch
+        value = from_torch(value).numpy()
+    if not isinstance(value, np.ndarray):
+        raise FeError(TypeError(f"{name} must be a NumPy array (float16 or bfloat16), a pypto "
+                                f"Tensor or a torch tensor, but got {type(value).__name__}"))
+    found = from_numpy_dtype(value.dtype)
+    if dtype == DataType.DT_BF16 and value.dtype.kind == "u" and value.dtype.itemsize == 2:
+        value = np.ascontiguousarray(value).astype("=u2", copy=False).view(numpy_dtype(dtype))
+        found = dtype
+    if found != dtype:
+        want = "float16" if dtype == DataType.DT_FP16 else "bfloat16 (or uint16 bit patterns)"
+        raise FeError(TypeError(f"{name} holds {value.dtype} data; the case is "
+                                f"{_accuracy.FORMAT_NAMES[dtype]}: expected {want}"))
+    return np.ascontiguousarray(value.astype(value.dtype.newbyteorder("="), copy=False))
+
+
+def _infer_dtype(grad_output, dtype):
+    dtype = parse_dtype(dtype)
+    if dtype is not None:
+        return dtype
+    from .tensor import Tensor
+
+    found = grad_output.dtype if isinstance(grad_output, (np.ndarray, Tensor)) else None
+    if isinstance(found, np.dtype):
+        found = from_numpy_dtype(found)
+    if found in (DataType.DT_FP16, DataType.DT_BF16):
+        return found
+    raise FeError(TypeError(f"cannot tell fp16 from bf16 by grad_output's dtype ({found}): "
+                            "pass float16 / bfloat16 arrays or dtype='fp16' / 'bf16'"))
+
+
+@argument_errors_are_pypto_errors
+def compare(actual, grad_output, weight, input_size, strides, paddings, dilations, *,
+            dtype=None, tiles=None, standard=DEFAULT_STANDARD, golden=None, reference=None):
+    """Judge ``actual`` (dx, [N, Cin, Hin, Win]) by CANN's accuracy standards.
+
+    Parameters
+    ----------
+    actual : fp16/bf16 array (or pypto / torch tensor), the result to judge
+    grad_output, weight : the fp16/bf16 inputs it was computed from
+    input_size, strides, paddings, dilations : as for ``pypto.conv_backward_input``
+    dtype : "fp16" / "bf16" / DataType; default: grad_output's dtype (needed for uint16 bf16)
+    tiles : (l1, l0) or (l1, l0, vec): ConvBpTileL1Info / L0Info or (M, K, N) triples, the tiles
+        the kernel ran with; they place the M tiles and channel blocks of the localisation and
+        drive pypto's own result. Default: the suggested tiles.
+    standard : one of ``STANDARDS`` or "all": which verdict decides ``passed``
+    golden, reference : the float64 golden and pypto's own result, when already computed
+        (``pypto golden`` wrote them); computed when None.
+
+    Returns
+    -------
+    CompareResult
+    """
+    if standard != ALL and standard not in _accuracy.STANDARDS:
+        raise FeError(ValueError(f"standard must be one of {', '.join(STANDARDS)} or 'all', "
+                                 f"but got {standard!r}"))
+    dtype = _infer_dtype(grad_output, dtype)
+    dy = _array(grad_output, "grad_output", dtype)
+    w = _array(weight, "weight", dtype)
+    a = _array(actual, "actual", dtype)
+    case = make_case(list(dy.shape), list(w.shape), input_size, dtype, strides, paddings,
+                     dilations, tiles)
+    if list(a.shape) != list(case.input_size):
+        raise FeError(ValueError(f"actual has shape {list(a.shape)}, but input_size is "
+                                 f"{list(case.input_size)}"))
+    out_elements = math.prod(case.input_size)
+    if golden is not None:
+        golden = np.asarray(golden)
+        if golden.shape != tuple(case.input_size) or golden.dtype.kind != "f":
+            raise FeError(ValueError(f"golden must be a float array of shape "
+                                     f"{list(case.input_size)}, but got {golden.dtype} "
+                                     f"{list(golden.shape)}"))
+        golden = golden.astype(np.float64, copy=False)
+    if reference is not None:
+        reference = _array(reference, "reference (pypto's result)", dtype)
+        if list(reference.shape) != list(case.input_size):
+            raise FeError(ValueError(f"reference has shape {list(reference.shape)}, but "
+                                     f"input_size is {list(case.input_size)}"))
+    # everything this call allocates, before any of it
+    check_host_memory(comparison_bytes(case) + golden_bytes(case) * (1 if golden is not None
+                                                                      else 2),
+                      case.problem, f"the float64 golden, its error bound and the comparison "
+                                    f"of {out_elements} elements")
+    if golden is None:
+        golden = golden_dgrad(case, dy, w)
+    if reference is None:
+        reference = pypto_dgrad(case, dy, w)
+    return _judge(case, dy, w, a, golden, reference, standard)
+
+
+def _judge(case, dy, w, actual, golden, reference, standard):
+    errors = _accuracy.element_errors(actual, golden, case.dtype)
+    reference_errors = _accuracy.element_errors(reference, golden, case.dtype)
+    metrics = _accuracy.measure(errors, golden, case.dtype)
+    reference_metrics = _accuracy.measure(reference_errors, golden, case.dtype)
+    verdicts = _accuracy.judge(metrics, reference_metrics, case.dtype)
+    bound = error_bound(case, dy, w, golden)
+    localisation = Localisation(case, golden, actual, reference, errors, reference_errors, bound)
+    return CompareResult(case, golden, actual, reference, metrics, reference_metrics, verdicts,
+                         standard, localisation)
+
+
+@argument_errors_are_pypto_errors
+def assert_dgrad_close(actual, grad_output, weight, input_size, strides, paddings, dilations,
+                       *, dtype=None, tiles=None, standard=DEFAULT_STANDARD, golden=None,
+                       reference=None, top=5):
+    """:func:`compare`, raising AssertionError with the verdicts and the localisation when the
+    chosen standard fails; returns the CompareResult when it passes."""
+    result = compare(actual, grad_output, weight, input_size, strides, paddings, dilations,
+                     dtype=dtype, tiles=tiles, standard=standard, golden=golden,
+                     reference=reference)
+    if not result.passed:
+        raise AssertionError("dgrad result fails " + (
+            "a standard" if standard == ALL else f"the {standard} standard") + ":\n"
+            + result.report(top))
+    return result
