@@ -171,7 +171,9 @@ _TORCH_ISA_CAPS = {"avx2": ("AVX2", "AVX2"), "avx512": ("AVX512_CORE", "AVX512")
 def _cap_torch_to_level(level):
     """Set ONEDNN_MAX_CPU_ISA / MKL_ENABLE_INSTRUCTIONS for a forced level (before torch is
     imported; a caller's own settings win); returns what was done, or None."""
-    if level not in _TORCH_ISA_CAPS or not os.environ.get("PYPTO_CPU_ISA"):
+    # the caps are x86 ISA names; on AArch64 there is one level and nothing to cap
+    if (level not in _TORCH_ISA_CAPS or not os.environ.get("PYPTO_CPU_ISA")
+            or platform.machine() not in ("x86_64", "AMD64")):
         return None
     if "torch" in sys.modules:
         return f"torch was imported before the benchmark: not capped to pypto's level {level}"
