@@ -9,7 +9,8 @@ The dgrad of one image is a GEMM with M = Hin*Win pixels, N = Cin, K = Cout*Kh*K
 
 Stride > 1 splits each tile into sh*sw phases (pixels with the same (hi+pt) % sh, (wi+pl) % sw);
 in a phase every contributing tap is a plain shift of the dy grid, so A row (co, tap) is a
-shifted view of one zero-haloed fp32 frame of dy channel co. Nothing is copied per tap.
+shifted view of one zero-haloed fp32 frame of dy channel co (copied into a panel per register
+block only where enough channel blocks reuse it).
 
 Tiling (pypto._tiling is the model; the user's L1/L0 tiles drive it)::
 
@@ -17,8 +18,9 @@ Tiling (pypto._tiling is the model; the user's L1/L0 tiles drive it)::
       for each stride phase of the tile
         C[tileNL1][phase pixels] = 0                            (fp32)
         K-L1: tileKL1 / (Kh*Kw) Cout channels -> convert their dy rows into the frame
-          M-L0 (tileML0 positions) -> K-L0 (tileKL0) -> N-L0 (tileNL0)
-            C block += W panel x A rows                         (register-blocked micro-kernel)
+          M-L0 (tileML0 positions) -> K-L0 (tileKL0) -> register block of NR pixels
+            (>= 4 channel blocks: copy the block's A rows into a panel, halo left out)
+            N-L0 (tileNL0): C block += W panel x A rows         (register-blocked micro-kernel)
         round C once (RNE) -> fp16/bf16, store NCHW in vec-tile chunks
 
 Modules: _dgrad_impl.pxi holds the loops; _dgrad_<isa>.pyx include it once per ISA level; the

@@ -13,12 +13,13 @@
 #       for each K-L1 block (whole Cout channels x the phase's taps)
 #         convert that block of dy, with a zero halo, into an fp32 frame (bf16 channel pairs for
 #         the dot product); the A row of tap (qh, qw) is the frame shifted by (qh, qw)
-#         for each M-L0 block, each K-L0 block, each N-L0 block:
-#           C[rows, block] += W panel * A rows   (register-blocked micro-kernel)
+#         for each M-L0 block, each K-L0 block, each register block of NR pixels:
+#           pack the block's A rows (its pixels of each shifted frame) into one k-major panel
+#           for each N-L0 block: C[rows, block] += W panel * A panel   (register-blocked)
 #       round C once to fp16/bf16 and store it, in vec-tile chunks
 #
-# The frame has the phase tile's width plus the halo; its halo columns are computed as M
-# positions and never stored. Each output element is summed over k = (co, tap) in ascending
+# The frame has the phase tile's width plus the halo; the packing leaves the halo out, so M
+# positions are exactly the tile's pixels. Each output element is summed over k = (co, tap) in ascending
 # order (over (co pair, tap) pairs with the bf16 dot product) whatever the tiles and threads,
 # so neither changes a bit.
 
@@ -49,6 +50,8 @@ cdef extern from "pypto_gemm.h" nogil:
     enum: PYPTO_NR_HALF
     enum: PYPTO_HAVE_BF16_DOT
     const char *pypto_isa_name()
+    void pypto_pack_a(int64_t kc, const void *const *a_rows, const int64_t *runs, int n_runs,
+                      int64_t filled, uint32_t *a)
     void pypto_ukernel_f32(int64_t kc, const float *w, const float *const *a_rows, int64_t j0,
                            float *c, int64_t ldc)
     void pypto_ukernel_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
@@ -101,18 +104,21 @@ def peak_flops(str kind, int threads, int64_t iterations):
 
 cdef enum:
     PACK_BLOCK = 4096   # floats on the stack for one converted weight block (MR x Kh*Kw)
+    MAX_RUNS = 32       # runs of frame positions in one register block: at most NR (<= 32)
+    PACK_MIN_BLOCKS = 4 # pack A when at least this many channel blocks share each packed panel
+    ALIGN = 16          # scratch parts start on 64 bytes (floats): whole cache lines, aligned loads
 
 
 cdef struct Geometry:
     int64_t n_img, cin, cout, hin, win, hout, wout, kh, kw
     int64_t sh, sw, pt, pl, dh, dw
-    int dtype, dot_bf16
+    int dtype, dot_bf16, pack_a
     # tiles, clipped to the problem
     int64_t m_rows, m_cols, nl1, ml0, kl0, nl0, cout_l1
     int64_t nl1_pad, vec_c, vec_w
     int64_t n_blocks, row_tiles, col_tiles
-    # per-thread scratch, in float-sized slots: accumulator, frame, A row pointers
-    int64_t acc_len, frame_len, rows_len
+    # per-thread scratch, in float-sized slots: packed A panel, accumulator, frame, A row pointers
+    int64_t panel_len, panel_rows_len, acc_len, frame_len, rows_len
     # phases: taps of phase p are tap_kh/kw[tap_first[p] : tap_first[p] + tap_count[p]]
     const int64_t *tap_first
     const int64_t *tap_count
@@ -144,8 +150,10 @@ cdef struct Frame:
     int64_t hi0, wi0, rows, cols
     # frame of dy: rows ih0 - qh_max .., columns jw0 - qw_max .., pitch fc, fr rows per channel
     int64_t ih0, jw0, qh_max, qw_max, fr, fc
-    # M positions: r*fc + c (the halo columns c >= cols are computed and discarded)
-    int64_t positions, ldc
+    # M positions: r*pitch + c; pixel (r, c) of A row k is at row k + r*fc + c in the frame.
+    # Packed A: pitch = cols, the pixels only. Unpacked, the kernels read the frame rows
+    # directly: pitch = fc, and the halo columns c >= cols are computed and discarded.
+    int64_t pitch, positions, ldc
 
 
 cdef bint _frame_for_phase(const Geometry *g, int64_t phase, int64_t h0, int64_t rows,
@@ -174,7 +182,8 @@ cdef bint _frame_for_phase(const Geometry *g, int64_t phase, int64_t h0, int64_t
         f.qw_max = _max(f.qw_max, qw)
     f.fr = f.rows + f.qh_max - qh_min
     f.fc = f.cols + f.qw_max - qw_min
-    f.positions = f.rows * f.fc
+    f.pitch = f.cols if g.pack_a else f.fc
+    f.positions = f.rows * f.pitch
     f.ldc = _round_up(f.positions, PYPTO_NR)
     return True
 
@@ -208,7 +217,7 @@ cdef void _fill_frame(const Geometry *g, const uint16_t *dy_img, const Frame *f,
             else:
                 pypto_frame_row_f32(src, lo, hi, f.fc, <float *>frame + ch * plane + row * f.fc,
                                      g.dtype)
-    # reads of discarded positions may run past the last plane: keep them on zeros
+    # packing copies 8 elements at a time and may read up to 7 past the last plane: zeros
     memset(<float *>frame + slots * plane, 0, (f.fc + PYPTO_NR) * sizeof(float))
 
 
@@ -226,22 +235,49 @@ cdef void _row_table(const Geometry *g, const Frame *f, int64_t phase, int64_t k
             + (f.qw_max - (g.tap_kw[tap] * g.dw) // g.sw)
 
 
-cdef void _multiply(const Geometry *g, int64_t phase, int64_t c_first, int64_t n_count1,
-                    int64_t k_first, int64_t k_count, const void **rows, int64_t t0,
-                    int64_t t_count, float *acc, int64_t ldc) noexcept nogil:
+cdef int _block_runs(const Frame *f, int64_t first, int64_t count, int64_t *runs) noexcept nogil:
+    """Positions first .. first+count-1 as runs of consecutive frame positions (one per pixel
+    row they touch), in pypto_pack_a's format; returns how many."""
+    cdef int64_t p = first, r, c, length
+    cdef int n = 0
+    while p < first + count:
+        r = p // f.cols
+        c = p - r * f.cols
+        length = _min(f.cols - c, first + count - p)
+        runs[3 * n] = r * f.fc + c
+        runs[3 * n + 1] = p - first
+        runs[3 * n + 2] = length
+        p += length
+        n += 1
+    return n
+
+
+cdef void _multiply(const Geometry *g, const Frame *f, int64_t phase, int64_t c_first,
+                    int64_t n_count1, int64_t k_first, int64_t k_count, const void **rows,
+                    int64_t t0, int64_t t_count, float *acc, uint32_t *a_panel,
+                    const void **panel_rows) noexcept nogil:
     """acc[ci][t0 ..] += sum_k W[ci][k] A[k][t0 ..] for one M-L0 x K-L0 block, N-L0 by N-L0.
 
-    k counts channel pairs with the bf16 dot product (k_first, k_count in pairs)."""
+    k counts channel pairs with the bf16 dot product (k_first, k_count in pairs). With g.pack_a
+    each register block of A is first packed into a_panel (panel_rows[k] = its row k)."""
     cdef int64_t k_len = _k_len(g, g.tap_count[phase])
-    cdef int64_t t_end = t0 + _round_up(t_count, PYPTO_NR)
-    cdef int64_t n0, n_end, cb, jb, panel
+    cdef int64_t n0, n_end, cb, jb, j0, panel, filled
+    cdef int64_t runs[3 * MAX_RUNS]
+    cdef int n_runs
     cdef bint half
-    # Register-width column blocks outside, channel blocks inside: one block of A rows stays in
-    # L1 while every channel's weight panel passes over it.
+    cdef const void **a_rows = panel_rows if g.pack_a else rows
+    # Register-width pixel blocks outside, channel blocks inside: one block of A (packed or
+    # the frame's rows) stays in L1 while every channel's weight panel passes over it.
     jb = t0
-    while jb < t_end:
-        # a last block with at most NR_HALF positions left needs only the narrower kernel
-        half = t0 + t_count - jb <= PYPTO_NR_HALF
+    while jb < t0 + t_count:
+        filled = _min(PYPTO_NR, t0 + t_count - jb)
+        j0 = jb
+        if g.pack_a:
+            n_runs = _block_runs(f, jb, filled, runs)
+            pypto_pack_a(k_count, rows, runs, n_runs, filled, a_panel)
+            j0 = 0
+        # a last block with at most NR_HALF positions needs only the narrower kernel
+        half = filled <= PYPTO_NR_HALF
         n0 = 0
         while n0 < n_count1:                                       # N-L0
             n_end = _min(n0 + g.nl0, n_count1)
@@ -251,11 +287,11 @@ cdef void _multiply(const Geometry *g, int64_t phase, int64_t c_first, int64_t n
                 if g.dot_bf16:
                     (pypto_ukernel_bf16_half if half else pypto_ukernel_bf16)(
                         k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_MR,
-                        <const uint32_t *const *>rows, jb, acc + cb * ldc + jb, ldc)
+                        <const uint32_t *const *>a_rows, j0, acc + cb * f.ldc + jb, f.ldc)
                 else:
                     (pypto_ukernel_f32_half if half else pypto_ukernel_f32)(
                         k_count, <const float *>g.w_packed + panel + k_first * PYPTO_MR,
-                        <const float *const *>rows, jb, acc + cb * ldc + jb, ldc)
+                        <const float *const *>a_rows, j0, acc + cb * f.ldc + jb, f.ldc)
                 cb += PYPTO_MR
             n0 = n_end
         jb += PYPTO_NR
@@ -276,7 +312,7 @@ cdef void _write_out(const Geometry *g, const float *acc, uint16_t *dx_img, int6
             while w_blk < f.cols:
                 w_len = _min(g.vec_w, f.cols - w_blk)
                 for ci in range(c_blk, c_end):
-                    src = acc + ci * f.ldc + r * f.fc + w_blk
+                    src = acc + ci * f.ldc + r * f.pitch + w_blk
                     dst = dx_img + ((c_first + ci) * g.hin + f.hi0 + r * g.sh) * g.win \
                         + f.wi0 + w_blk * g.sw
                     if g.sw == 1:
@@ -307,12 +343,17 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
     cdef int64_t n_count1 = _min(g.nl1, g.cin - c_first)
     cdef const uint16_t *dy_img = dy + img * g.cout * g.hout * g.wout
     cdef uint16_t *dx_img = dx + img * g.cin * g.hin * g.win
-    cdef float *acc = scratch
-    cdef void *frame = <void *>(scratch + g.acc_len)
-    cdef const void **row_ptrs = <const void **>(scratch + g.acc_len + g.frame_len)
+    cdef uint32_t *a_panel = <uint32_t *>scratch
+    cdef const void **panel_rows = <const void **>(scratch + g.panel_len)
+    cdef float *acc = scratch + g.panel_len + g.panel_rows_len
+    cdef void *frame = <void *>(acc + g.acc_len)
+    cdef const void **row_ptrs = <const void **>(acc + g.acc_len + g.frame_len)
     cdef Frame f
     cdef int64_t phase, ntaps, co1, co_count, k1, k_count1, t0, t_count, k0, k_count
     cdef int64_t pair = 2 if g.dot_bf16 else 1
+    if g.pack_a:
+        for k0 in range(g.panel_rows_len // 2):
+            panel_rows[k0] = a_panel + k0 * PYPTO_NR
     for phase in range(g.sh * g.sw):
         if not _frame_for_phase(g, phase, h0, rows, w0, cols, &f):
             continue
@@ -334,8 +375,8 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
                 k0 = 0
                 while k0 < k_count1:                               # K-L0
                     k_count = _min(_max(g.kl0 // pair, 1), k_count1 - k0)
-                    _multiply(g, phase, c_first, n_count1, k1 + k0, k_count, row_ptrs + k0,
-                              t0, t_count, acc, f.ldc)
+                    _multiply(g, &f, phase, c_first, n_count1, k1 + k0, k_count, row_ptrs + k0,
+                              t0, t_count, acc, a_panel, panel_rows)
                     k0 += k_count
                 t0 += t_count
             co1 += co_count
@@ -476,22 +517,32 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     cdef int64_t fr_max = rows_max + ((g.kh - 1) * g.dh) // g.sh + 1
     cdef int64_t fc_max = cols_max + ((g.kw - 1) * g.dw) // g.sw + 1
     cdef int64_t slots = (g.cout_l1 + 1) // 2 if g.dot_bf16 else g.cout_l1
-    g.acc_len = g.nl1_pad * _round_up(rows_max * fc_max, PYPTO_NR)
-    g.frame_len = slots * fr_max * fc_max + fc_max + PYPTO_NR
+    cdef int64_t pair = 2 if g.dot_bf16 else 1
+    # Packing A costs about one copy of a register block per k; it pays where enough channel
+    # blocks reuse it (and saves the halo columns and unaligned reads of the frame's rows).
+    g.pack_a = g.nl1_pad // PYPTO_MR >= PACK_MIN_BLOCKS
+    cdef int64_t k_l0 = _max(g.kl0 // pair, 1)
+    g.panel_len = _round_up(k_l0 * PYPTO_NR + 8, ALIGN) if g.pack_a else 0
+    g.panel_rows_len = _round_up(2 * k_l0, ALIGN) if g.pack_a else 0   # pointers: two slots
+    g.acc_len = _round_up(g.nl1_pad * _round_up(rows_max * (cols_max if g.pack_a else fc_max),
+                                                PYPTO_NR), ALIGN)
+    g.frame_len = _round_up(slots * fr_max * fc_max + fc_max + PYPTO_NR, ALIGN)
     g.rows_len = 2 * slots * max_ntaps   # pointers are two float slots
     cdef size_t panel_bytes = panel_elems * (sizeof(uint16_t) if g.dot_bf16 else sizeof(float))
     cdef void *w_packed = malloc(panel_bytes)
     cdef int64_t n_items = g.n_img * g.n_blocks * g.row_tiles * g.col_tiles
     cdef int threads = <int>_max(1, _min(num_threads, n_items))
-    cdef int64_t per_thread = _round_up(g.acc_len + g.frame_len + g.rows_len, 16)
-    cdef float *scratch = <float *>malloc(threads * per_thread * sizeof(float))
+    cdef int64_t per_thread = _round_up(g.panel_len + g.panel_rows_len + g.acc_len + g.frame_len
+                                        + g.rows_len, ALIGN)
+    cdef char *scratch_block = <char *>malloc((threads * per_thread + ALIGN) * sizeof(float))
+    cdef float *scratch = <float *>(scratch_block + (-<size_t>scratch_block) % (ALIGN * sizeof(float)))
     cdef int64_t item, cb, first, last, chunk
     cdef int64_t n_cb = cin_pad // PYPTO_MR
     cdef const uint16_t *dy_p = &dy[0, 0, 0, 0]
     cdef const uint16_t *w_p = &w[0, 0, 0, 0]
     cdef uint16_t *dx_p = &dx[0, 0, 0, 0]
     try:
-        if w_packed == NULL or scratch == NULL:
+        if w_packed == NULL or scratch_block == NULL:
             raise MemoryError(f"pypto: no memory for the kernel's buffers ({panel_bytes} bytes of "
                               f"weight panels, {threads * per_thread * 4} bytes of tile scratch)")
         g.w_packed = w_packed
@@ -510,7 +561,7 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
             first = last
             PyErr_CheckSignals()
     finally:
-        free(scratch)
+        free(scratch_block)
         free(w_packed)
         free(tables)
     return "bf16_dot" if g.dot_bf16 else "fp32"

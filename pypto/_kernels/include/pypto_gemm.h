@@ -1,20 +1,23 @@
 /* Register-blocked GEMM micro-kernels of the dgrad: C[MR x NR] += W[MR x kc] * A[kc x NR].
  *
- * C rows are input channels, C columns output pixels (NCHW-contiguous), so A is read in
- * contiguous vectors and W is broadcast. W is packed as [k][MR] (MR channel weights per k);
- * A row k starts at a_rows[k] + j0: the rows are shifted views of one zero-haloed dy frame
- * (one shift per kernel tap), so A is never copied per tap. The same source is
- * compiled once per ISA level (see setup.py); the compiler's macros pick the body:
+ * C rows are input channels, C columns output pixels, so A is read in contiguous vectors and W
+ * is broadcast. W is packed as [k][MR] (MR channel weights per k). A row k starts at
+ * a_rows[k] + j0: either a shifted view of the zero-haloed dy frame (one shift per kernel tap,
+ * halo columns computed and discarded), or, where enough channel blocks share it, a panel that
+ * pypto_pack_a copied out of those views with the halo left out (a_rows[k] = panel + k*NR,
+ * j0 = 0: aligned, consecutive rows). The same source is compiled once per ISA level (see
+ * setup.py); the compiler's macros pick the body:
  *
  *   PYPTO_ISA_AVX512BF16  AVX-512F + AVX512_BF16: fp32 kernel 8x32, plus the bf16 dot-product
- *                         kernel (vdpbf16ps: k in pairs, A rows of bf16 pairs, W as [k/2][MR][2])
+ *                         kernel (vdpbf16ps: k in pairs, A of bf16 pairs, W as [k/2][MR][2])
  *   PYPTO_ISA_AVX512      AVX-512F: 8x32 fp32 FMA
  *   PYPTO_ISA_AVX2        AVX2 + FMA: 4x24 fp32 FMA (8x32 would spill the 16 ymm registers)
  *   PYPTO_ISA_BASELINE    on AArch64 (ARMv8-A: NEON and FMA are part of the base ISA): 8x12 NEON
  *                         FMA by lane, 24 accumulators of the 32 vector registers; elsewhere
  *                         portable C 4x8 on GCC/Clang 4-float vectors (SSE2, ...)
  *
- * The AVX-512 kernels also come in 8x16 (the *_half variants) for an M tile's last block.
+ * The AVX-512 and AVX2 kernels also come in a 16-column form (the *_half variants) for an M
+ * tile's last block.
  *
  * Each C element is accumulated in fp32 over k in ascending order (pairs (k, k+1) at a time in
  * the bf16 kernel), independent of where the block sits: threads never change a bit.
@@ -86,6 +89,29 @@ static inline void pypto_acc_store_8x32(float *c, int64_t ldc, const __m512 *c0,
     }
 }
 #endif
+
+/* A register block of NR positions, k-major: a[k*NR + j] = a_rows[k][position j], 4-byte
+ * elements (fp32, or bf16 pairs). The positions are n_runs runs of consecutive frame
+ * positions: run s starts at frame offset runs[3s], block column runs[3s+1], and is runs[3s+2]
+ * long; columns from `filled` to NR are zero. Runs are copied 8 elements at a time: a copy may
+ * run up to 7 past a run's end, in the frame (which has that slack) and in `a` (later runs and
+ * rows overwrite it; `a` has 8 elements of slack after its last row). */
+static inline void pypto_pack_a(int64_t kc, const void *const *a_rows, const int64_t *runs,
+                                int n_runs, int64_t filled, uint32_t *restrict a)
+{
+    for (int64_t k = 0; k < kc; k++) {
+        const uint32_t *src = (const uint32_t *)a_rows[k];
+        uint32_t *row = a + k * PYPTO_NR;
+        for (int s = 0; s < n_runs; s++) {
+            const uint32_t *from = src + runs[3 * s];
+            uint32_t *to = row + runs[3 * s + 1];
+            for (int64_t i = 0; i < runs[3 * s + 2]; i += 8)
+                memcpy(to + i, from + i, 8 * sizeof(uint32_t));
+        }
+        if (filled < PYPTO_NR)
+            memset(row + filled, 0, (size_t)(PYPTO_NR - filled) * sizeof(uint32_t));
+    }
+}
 
 /* C[r*ldc + j] += sum_{k < kc} w[k*MR + r] * a_rows[k][j0 + j], r < MR, j < NR. */
 static inline void pypto_ukernel_f32(int64_t kc, const float *restrict w,
