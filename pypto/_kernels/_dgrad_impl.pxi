@@ -14,14 +14,15 @@
 #         convert that block of dy, with a zero halo, into an fp32 frame (bf16 channel pairs for
 #         the dot product); the A row of tap (qh, qw) is the frame shifted by (qh, qw)
 #         for each M-L0 block, each K-L0 block, each register block of NR pixels:
-#           pack the block's A rows (its pixels of each shifted frame) into one k-major panel
-#           for each N-L0 block: C[rows, block] += W panel * A panel   (register-blocked)
+#           (pack_a) copy the block's A rows out of the shifted frames into one k-major panel
+#           for each N-L0 block: C[rows, block] += W panel * A rows   (register-blocked)
 #       round C once to fp16/bf16 and store it, in vec-tile chunks
 #
-# The frame has the phase tile's width plus the halo; the packing leaves the halo out, so M
-# positions are exactly the tile's pixels. Each output element is summed over k = (co, tap) in ascending
-# order (over (co pair, tap) pairs with the bf16 dot product) whatever the tiles and threads,
-# so neither changes a bit.
+# The frame has the phase tile's width plus the halo. Packed, M positions are the tile's pixels;
+# unpacked (few channel blocks), the kernels read the frame's rows and the halo columns are
+# computed as M positions and never stored. Each output element is summed over k = (co, tap) in
+# ascending order (over (co pair, tap) pairs with the bf16 dot product) whatever the tiles and
+# threads, so neither changes a bit.
 
 from cpython.exc cimport PyErr_CheckSignals
 from cython.parallel cimport parallel, prange, threadid
@@ -217,7 +218,8 @@ cdef void _fill_frame(const Geometry *g, const uint16_t *dy_img, const Frame *f,
             else:
                 pypto_frame_row_f32(src, lo, hi, f.fc, <float *>frame + ch * plane + row * f.fc,
                                      g.dtype)
-    # packing copies 8 elements at a time and may read up to 7 past the last plane: zeros
+    # reads past the last plane (discarded halo positions unpacked, the 8-element copies of
+    # pypto_pack_a packed) stay on zeros
     memset(<float *>frame + slots * plane, 0, (f.fc + PYPTO_NR) * sizeof(float))
 
 
@@ -535,7 +537,8 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     cdef int64_t per_thread = _round_up(g.panel_len + g.panel_rows_len + g.acc_len + g.frame_len
                                         + g.rows_len, ALIGN)
     cdef char *scratch_block = <char *>malloc((threads * per_thread + ALIGN) * sizeof(float))
-    cdef float *scratch = <float *>(scratch_block + (-<size_t>scratch_block) % (ALIGN * sizeof(float)))
+    cdef float *scratch = <float *>(scratch_block
+                                    + (-<size_t>scratch_block) % (ALIGN * sizeof(float)))
     cdef int64_t item, cb, first, last, chunk
     cdef int64_t n_cb = cin_pad // PYPTO_MR
     cdef const uint16_t *dy_p = &dy[0, 0, 0, 0]
