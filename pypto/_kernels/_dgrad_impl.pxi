@@ -49,6 +49,7 @@ cdef extern from "pypto_gemm.h" nogil:
     enum: PYPTO_MR
     enum: PYPTO_NR
     enum: PYPTO_NR_HALF
+    enum: PYPTO_NR_QUARTER
     enum: PYPTO_HAVE_BF16_DOT
     const char *pypto_isa_name()
     void pypto_pack_a(int64_t kc, const void *const *a_rows, const int64_t *runs, int n_runs,
@@ -61,6 +62,8 @@ cdef extern from "pypto_gemm.h" nogil:
                                 int64_t j0, float *c, int64_t ldc)
     void pypto_ukernel_bf16_half(int64_t kc_pairs, const uint32_t *w,
                                  const uint32_t *const *a_rows, int64_t j0, float *c, int64_t ldc)
+    void pypto_ukernel_f32_quarter(int64_t kc, const float *w, const float *w_next,
+                                   const float *const *a_rows, int64_t j0, float *c, int64_t ldc)
 
 cdef extern from "pypto_peak.h" nogil:
     double pypto_peak_madd(int64_t iterations)
@@ -266,8 +269,9 @@ cdef void _multiply(const Geometry *g, const Frame *f, int64_t phase, int64_t c_
     cdef int64_t n0, n_end, cb, jb, j0, panel, filled
     cdef int64_t runs[3 * MAX_RUNS]
     cdef int n_runs
-    cdef bint half
+    cdef bint half, quarter
     cdef const void **a_rows = panel_rows if g.pack_a else rows
+    cdef const float *w_f32
     # Register-width pixel blocks outside, channel blocks inside: one block of A (packed or
     # the frame's rows) stays in L1 while every channel's weight panel passes over it.
     jb = t0
@@ -278,8 +282,10 @@ cdef void _multiply(const Geometry *g, const Frame *f, int64_t phase, int64_t c_
             n_runs = _block_runs(f, jb, filled, runs)
             pypto_pack_a(k_count, rows, runs, n_runs, filled, a_panel)
             j0 = 0
-        # a last block with at most NR_HALF positions needs only the narrower kernel
+        # a short last block needs only a narrower kernel (16 columns; 8 on AVX2, there on
+        # two channel blocks at a time, where two remain in this N-L0 block)
         half = filled <= PYPTO_NR_HALF
+        quarter = filled <= PYPTO_NR_QUARTER and PYPTO_NR_QUARTER < PYPTO_NR_HALF
         n0 = 0
         while n0 < n_count1:                                       # N-L0
             n_end = _min(n0 + g.nl0, n_count1)
@@ -290,10 +296,18 @@ cdef void _multiply(const Geometry *g, const Frame *f, int64_t phase, int64_t c_
                     (pypto_ukernel_bf16_half if half else pypto_ukernel_bf16)(
                         k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_MR,
                         <const uint32_t *const *>a_rows, j0, acc + cb * f.ldc + jb, f.ldc)
-                else:
-                    (pypto_ukernel_f32_half if half else pypto_ukernel_f32)(
-                        k_count, <const float *>g.w_packed + panel + k_first * PYPTO_MR,
-                        <const float *const *>a_rows, j0, acc + cb * f.ldc + jb, f.ldc)
+                    cb += PYPTO_MR
+                    continue
+                w_f32 = <const float *>g.w_packed + panel + k_first * PYPTO_MR
+                if quarter and cb + PYPTO_MR < n_end:
+                    pypto_ukernel_f32_quarter(k_count, w_f32, w_f32 + PYPTO_MR * k_len,
+                                              <const float *const *>a_rows, j0,
+                                              acc + cb * f.ldc + jb, f.ldc)
+                    cb += 2 * PYPTO_MR
+                    continue
+                (pypto_ukernel_f32_half if half else pypto_ukernel_f32)(
+                    k_count, w_f32, <const float *const *>a_rows, j0, acc + cb * f.ldc + jb,
+                    f.ldc)
                 cb += PYPTO_MR
             n0 = n_end
         jb += PYPTO_NR

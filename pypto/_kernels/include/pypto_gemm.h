@@ -17,7 +17,7 @@
  *                         portable C 4x8 on GCC/Clang 4-float vectors (SSE2, ...)
  *
  * The AVX-512 and AVX2 kernels also come in a 16-column form (the *_half variants) for an M
- * tile's last block.
+ * tile's last block, and AVX2 in an 8-column form (*_quarter) for its last <= 8 positions.
  *
  * Each C element is accumulated in fp32 over k in ascending order (pairs (k, k+1) at a time in
  * the bf16 kernel), independent of where the block sits: threads never change a bit.
@@ -51,13 +51,13 @@
 #endif
 
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
-enum { PYPTO_MR = 8, PYPTO_NR = 32, PYPTO_NR_HALF = 16 };
+enum { PYPTO_MR = 8, PYPTO_NR = 32, PYPTO_NR_HALF = 16, PYPTO_NR_QUARTER = 16 };
 #elif defined(PYPTO_ISA_AVX2)
-enum { PYPTO_MR = 4, PYPTO_NR = 24, PYPTO_NR_HALF = 16 };
+enum { PYPTO_MR = 4, PYPTO_NR = 24, PYPTO_NR_HALF = 16, PYPTO_NR_QUARTER = 8 };
 #elif defined(PYPTO_NEON)
-enum { PYPTO_MR = 8, PYPTO_NR = 12, PYPTO_NR_HALF = 12 };
+enum { PYPTO_MR = 8, PYPTO_NR = 12, PYPTO_NR_HALF = 12, PYPTO_NR_QUARTER = 12 };
 #else
-enum { PYPTO_MR = 4, PYPTO_NR = 8, PYPTO_NR_HALF = 8 };
+enum { PYPTO_MR = 4, PYPTO_NR = 8, PYPTO_NR_HALF = 8, PYPTO_NR_QUARTER = 8 };
 typedef float pypto_v4 __attribute__((vector_size(16)));
 static inline pypto_v4 pypto_v4_load(const float *p) { pypto_v4 v; memcpy(&v, p, sizeof v); return v; }
 static inline void pypto_v4_store(float *p, pypto_v4 v) { memcpy(p, &v, sizeof v); }
@@ -297,6 +297,44 @@ static inline void pypto_ukernel_bf16_half(int64_t kc_pairs, const uint32_t *res
     for (int r = 0; r < 8; r++) _mm512_storeu_ps(c + r * ldc, acc[r]);
 #else
     pypto_ukernel_bf16(kc_pairs, w, a_rows, j0, c, ldc);
+#endif
+}
+
+/* AVX2: C[8 x 8] for the last <= 8 positions of an M tile. One 8-wide vector on MR = 4 rows
+ * would leave 4 accumulators, too few to hide the FMA latency, so it takes two channel blocks:
+ * rows 0..3 from w, rows 4..7 (at c + 4*ldc) from w_next, each packed [k][4]. Per k: 1 A load,
+ * 8 broadcasts, 8 FMA, for 2 blocks (the half kernel: 2 loads, 4 broadcasts, 8 FMA for one).
+ * Same k order, so the same bits. On AVX-512 an 8-column kernel is no faster than the
+ * 16-column one (the broadcasts bound both), so there and elsewhere this is the half kernel. */
+static inline void pypto_ukernel_f32_quarter(int64_t kc, const float *restrict w,
+                                             const float *restrict w_next,
+                                             const float *const *a_rows, int64_t j0,
+                                             float *restrict c, int64_t ldc)
+{
+#if defined(PYPTO_ISA_AVX2)
+    __m256 c0 = _mm256_loadu_ps(c), c1 = _mm256_loadu_ps(c + ldc);
+    __m256 c2 = _mm256_loadu_ps(c + 2 * ldc), c3 = _mm256_loadu_ps(c + 3 * ldc);
+    __m256 c4 = _mm256_loadu_ps(c + 4 * ldc), c5 = _mm256_loadu_ps(c + 5 * ldc);
+    __m256 c6 = _mm256_loadu_ps(c + 6 * ldc), c7 = _mm256_loadu_ps(c + 7 * ldc);
+    for (int64_t k = 0; k < kc; k++) {
+        const __m256 a = _mm256_loadu_ps(a_rows[k] + j0);
+        const float *b0 = w + k * 4, *b1 = w_next + k * 4;
+        c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(b0), a, c0);
+        c1 = _mm256_fmadd_ps(_mm256_broadcast_ss(b0 + 1), a, c1);
+        c2 = _mm256_fmadd_ps(_mm256_broadcast_ss(b0 + 2), a, c2);
+        c3 = _mm256_fmadd_ps(_mm256_broadcast_ss(b0 + 3), a, c3);
+        c4 = _mm256_fmadd_ps(_mm256_broadcast_ss(b1), a, c4);
+        c5 = _mm256_fmadd_ps(_mm256_broadcast_ss(b1 + 1), a, c5);
+        c6 = _mm256_fmadd_ps(_mm256_broadcast_ss(b1 + 2), a, c6);
+        c7 = _mm256_fmadd_ps(_mm256_broadcast_ss(b1 + 3), a, c7);
+    }
+    _mm256_storeu_ps(c, c0), _mm256_storeu_ps(c + ldc, c1);
+    _mm256_storeu_ps(c + 2 * ldc, c2), _mm256_storeu_ps(c + 3 * ldc, c3);
+    _mm256_storeu_ps(c + 4 * ldc, c4), _mm256_storeu_ps(c + 5 * ldc, c5);
+    _mm256_storeu_ps(c + 6 * ldc, c6), _mm256_storeu_ps(c + 7 * ldc, c7);
+#else
+    (void)w_next;
+    pypto_ukernel_f32_half(kc, w, a_rows, j0, c, ldc);
 #endif
 }
 
