@@ -18,6 +18,7 @@ Bad arguments print one ``error:`` line and exit with code 2.
 """
 
 import argparse
+import json
 import math
 import os
 import platform
@@ -256,6 +257,11 @@ def _cmd_compare(args):
         missing = plotting_available()  # before any work: the verdict must not be lost
         if missing is not None:
             raise missing
+    if args.json is not None:   # before any work, like the plot
+        folder = os.path.dirname(os.path.abspath(args.json))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            raise FeError(OSError(f"cannot write the JSON report {args.json}: {folder} is not "
+                                  f"a writable folder"))
     case, manifest = read_case(args.dir)
     if args.dtype_given and args.dtype != case.dtype_name:
         raise FeError(ValueError(f"--dtype {args.dtype}, but the case in {args.dir} is "
@@ -272,6 +278,16 @@ def _cmd_compare(args):
     print(result.report(args.top))
     if args.plot is not None:
         print(f"plot: {args.plot}")
+    if args.json is not None:
+        report = result.as_dict(args.top)
+        report.update(actual=str(path), case_dir=str(args.dir))
+        try:
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=1)
+                f.write("\n")
+        except OSError as exc:
+            raise FeError(OSError(f"cannot write the JSON report {args.json}: {exc}")) from None
+        print(f"JSON report: {args.json}")
     return 0 if result.passed else 1
 
 
@@ -332,6 +348,9 @@ def main(argv=None):
                          help="the standard that decides the exit code (default dual-L0; all: "
                               "every one)")
     compare.add_argument("--plot", metavar="PATH", help="save a heatmap of the error (PNG, ...)")
+    compare.add_argument("--json", metavar="PATH",
+                         help="also write the whole report as JSON: metrics, every verdict with "
+                              "its thresholds and source, localisation, worst elements")
     compare.add_argument("--plot-units", choices=["ulp", "relative", "bound"], default="ulp",
                          help="the heatmap's error: in ulps of the output dtype (default), "
                               "relative, or divided by the fp32-accumulation bound")

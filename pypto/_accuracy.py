@@ -27,6 +27,9 @@ The standards (``STANDARDS``, thresholds as CANN publishes them; each verdict na
 - ``msprobe``: msprobe's "double thousandths": the share of elements with relative error below
   0.001 must exceed 0.999; for fp16/bf16 failing the 0.01 form (share below 0.01 > 0.99) is an
   error, failing the 0.001 form only a warning.
+
+``SOURCES`` says where each standard's thresholds come from and whether they were checked
+against a published copy; every verdict carries its source (``Verdict.source``, the JSON report).
 """
 
 from dataclasses import dataclass, field
@@ -35,8 +38,8 @@ import numpy as np
 
 from ._dtypes import DataType
 
-__all__ = ["STANDARDS", "DEFAULT_STANDARD", "Metrics", "Verdict", "measure", "judge",
-           "grid_round", "ulp_at", "ulp_distance", "FORMAT_NAMES"]
+__all__ = ["STANDARDS", "SOURCES", "DEFAULT_STANDARD", "Metrics", "Verdict", "measure", "judge",
+           "grid_round", "ulp_at", "ulp_distance", "FORMAT_NAMES", "json_float"]
 
 EPS = 1e-7  # the relative error's guard against a zero golden
 FORMAT_NAMES = {DataType.DT_FP16: "fp16", DataType.DT_BF16: "bf16"}
@@ -229,6 +232,7 @@ class Verdict:
     thresholds: dict
     detail: str            # the numbers against the thresholds, in words
     warning: str = None
+    source: str = ""       # where the thresholds come from (SOURCES)
 
     def __str__(self):
         word = "PASS" if self.passed else "FAIL"
@@ -241,6 +245,22 @@ class Verdict:
 
     def __bool__(self):
         return self.passed
+
+    def as_dict(self):
+        """JSON-ready: every field; infinite ratios as the string "inf"."""
+        return {"standard": self.standard, "name": self.name, "version": self.version,
+                "source": self.source, "passed": self.passed, "warning": self.warning,
+                "detail": self.detail, "numbers": _json_numbers(self.numbers),
+                "thresholds": _json_numbers(self.thresholds)}
+
+
+def json_float(v):
+    """v for JSON, which has no inf or nan: those as the strings "inf", "-inf", "nan"."""
+    return v if not isinstance(v, float) or np.isfinite(v) else str(v)
+
+
+def _json_numbers(values):
+    return {k: json_float(v) for k, v in values.items()}
 
 
 def _mismatch_note(m):
@@ -330,6 +350,25 @@ STANDARDS = {
     "dual-L2": ("dual-benchmark (commercial)", "L2", _dual("L2")),
     "msprobe": ("msprobe double thousandths", "(fp16/bf16 rule)", _msprobe),
 }
+# Where each standard's thresholds come from, and how far they were checked (in the JSON report
+# and README). The dual standard carries levels, not dates, in its published form.
+_CHECKED = ("thresholds cross-checked 2026-12 against the cannbot ops-precision-standard "
+            "skill (gitcode W4termy/cannbot, ops/ops-precision-standard)")
+SOURCES = {
+    "single-2026-04": "CANN community operator accuracy standard, threshold form (MERE < T, "
+                      f"MARE < 10 T), 2026-04 revision; {_CHECKED}, reference/"
+                      "quantization_community.md",
+    "single-2026-07": "CANN community operator accuracy standard, 2026-07 revision (element "
+                      "atol/rtol rule, 99% share, max-abs limit), as summarised in pypto issue "
+                      "12; not cross-checked with a published copy",
+    **{f"dual-{level}": "CANN commercial operator accuracy standard, floating-point compute, "
+                        f"dual benchmark, level {level} (ratios) and the small-value rule; "
+                        f"{_CHECKED}, reference/float_compute.md and scripts/"
+                        "small_value_check.py" for level in DUAL_LEVELS},
+    "msprobe": "msprobe (mindstudio-probe) accuracy comparison, the double-thousandths rule "
+               "for fp16/bf16, as summarised in pypto issue 12; not cross-checked with a "
+               "published copy",
+}
 DEFAULT_STANDARD = "dual-L0"
 
 
@@ -339,5 +378,5 @@ def judge(metrics, reference_metrics, dtype):
     for sid, (name, version, rule) in STANDARDS.items():
         passed, numbers, thresholds, detail, warning = rule(metrics, reference_metrics, dtype)
         verdicts[sid] = Verdict(sid, name, version, bool(passed), numbers, thresholds, detail,
-                                warning)
+                                warning, SOURCES[sid])
     return verdicts

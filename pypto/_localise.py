@@ -1,6 +1,6 @@
 """Where a dgrad result is wrong, in the terms of the NPU kernel: image, channel block, M tile.
 
-The NPU launch plan (``pypto/device/_plan.py``, ``_task_grid``) cuts dx of one image into tasks:
+The NPU launch plan (``pypto/device/_plan.py``, ``task_grid``) cuts dx of one image into tasks:
 tileNL1 input channels (at most Cin rounded up to 16) by tileML1 pixels of whole image rows
 (``tileML1 // Win`` rows when tileML1 >= Win, else one row; taller when one image would need
 more than 65535 tasks). A fault in one task's tiling, halo or tail shows as errors confined to
@@ -17,28 +17,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._tiling import C0, ceil_align, ceil_div
+from ._accuracy import json_float
+from ._tiling import ceil_div
+from .device._plan import task_grid
 from .error import FeError
 
 __all__ = ["Localisation", "task_grid", "PLOT_UNITS"]
 
-MAX_BLOCKS = 65535   # the NPU's blockDim range of one launch (pypto/device/_launch_struct.py)
 MAX_ROWS = 16        # rows per table section before only the worst are shown
 MAX_PANELS = 8       # channel blocks drawn
 PLOT_UNITS = ("ulp", "relative", "bound")
-
-
-def task_grid(problem, tiling):
-    """(rows per M tile, channels per block, M tiles, channel blocks), as the NPU plan cuts."""
-    p, t = problem, tiling
-    rows = t.ml1 // p.win if t.ml1 >= p.win else 1
-    channels = min(t.nl1, ceil_align(p.cin, C0))
-    blocks = ceil_div(p.cin, channels)
-    tiles = ceil_div(p.hin, rows)
-    if tiles * blocks > MAX_BLOCKS:
-        rows = ceil_div(p.hin, MAX_BLOCKS // blocks)
-        tiles = ceil_div(p.hin, rows)
-    return rows, channels, tiles, blocks
 
 
 @dataclass
@@ -219,6 +207,30 @@ class Localisation:
 
     def __str__(self):
         return self.format()
+
+    def as_dict(self, top=10):
+        """JSON-ready: the task grid, the boxes' counts, the failing tasks and the worst
+        elements (``top`` of them); box rows as in :meth:`format`, every one of them."""
+        keys = ("where", "elements", "outside", "max_ulp", "pypto_max_ulp", "max_abs_error")
+
+        def rows(section):
+            return [dict(zip(keys, (r[0], r[1], r[2], json_float(r[3]), json_float(r[4]),
+                                    json_float(r[5])))) for r in section]
+
+        return {
+            "outside_bound": self.outside_count,
+            "bound": f"|a - g| <= 1 ulp + K 2^-24 sum|dy w|, K = {self.case.k_terms}",
+            "grid": {"rows_per_m_tile": self.rows_per_tile, "m_tiles": self.m_tiles,
+                     "channels_per_block": self.channels_per_block,
+                     "channel_blocks": self.channel_blocks, "text": self.grid_text()},
+            "per_image": rows(self.per_image()),
+            "per_channel_block": rows(self.per_channel_block()),
+            "per_m_tile": rows(self.per_m_tile()),
+            "failing_tasks": [{"image": n, "channel_block": b, "m_tile": m, "outside": o,
+                               "elements": e, "max_ulp": json_float(u)}
+                              for n, b, m, o, e, u in self.failing_tasks()],
+            "worst": [{k: json_float(v) for k, v in vars(e).items()} for e in self.worst(top)],
+        }
 
     # --- the picture ---------------------------------------------------------------------------
     def plot(self, path, units="ulp"):

@@ -13,6 +13,7 @@ and their thresholds are ``pypto._accuracy.STANDARDS``; the localisation is
 """
 
 import math
+from dataclasses import asdict
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from ._dtypes import DataType, from_numpy_dtype, numpy_dtype
 from ._golden import (comparison_bytes, error_bound, golden_bytes, golden_dgrad, make_case,
                       parse_dtype, pypto_dgrad)
 from ._localise import Localisation
+from ._version import __version__
 from ._memory import check_host_memory
 from .error import FeError, argument_errors_are_pypto_errors
 
@@ -82,6 +84,34 @@ class CompareResult:
         chosen = "every standard" if self.standard == ALL else self.standard
         lines.append(f"verdict ({chosen}): {word}")
         return "\n".join(lines)
+
+    def as_dict(self, top=10):
+        """The whole comparison as plain data (``pypto compare --json``): the case and tiles,
+        both sides' metrics, every verdict with its thresholds and source, the deciding
+        standard and the localisation (``top`` worst elements)."""
+        def plain(v):
+            if isinstance(v, dict):
+                return {k: _accuracy.json_float(x) for k, x in v.items()}
+            return _accuracy.json_float(v)
+
+        def metrics(m):
+            return {k: plain(v) for k, v in asdict(m).items()}
+
+        c = self.case
+        return {
+            "pypto_version": __version__,
+            "case": {"grad_output": list(c.grad_output_shape), "weight": list(c.weight_shape),
+                     "input_size": list(c.input_size), "strides": list(c.strides),
+                     "paddings": list(c.paddings), "dilations": list(c.dilations),
+                     "dtype": c.dtype_name, "l1": list(c.l1), "l0": list(c.l0),
+                     "vec": list(c.vec)},
+            "metrics": metrics(self.metrics),
+            "pypto_metrics": metrics(self.reference_metrics),
+            "verdicts": {sid: v.as_dict() for sid, v in self.verdicts.items()},
+            "standard": self.standard,
+            "passed": self.passed,
+            "localisation": self.localisation.as_dict(top),
+        }
 
     def report(self, top=10):
         """The verdicts, then where the errors are and the ``top`` worst elements."""

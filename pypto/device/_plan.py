@@ -247,8 +247,9 @@ def _load_b2_mode(p, base_k):
 
 
 # --- the plan ---------------------------------------------------------------------------------
-def _task_grid(p, t):
-    """(rows_per_task, cin_per_task, m_tasks, n_tasks, images_per_launch): tileML1, tileNL1."""
+def task_grid(p, t):
+    """(rows_per_task, cin_per_task, m_tasks, n_tasks) of one image: tileML1 of whole rows by
+    tileNL1 channels (the error localiser, pypto/_localise.py, reports in these tasks too)."""
     rows_per_task = t.ml1 // p.win if t.ml1 >= p.win else 1
     cin_per_task = min(t.nl1, ceil_align(p.cin, C0))
     n_tasks = ceil_div(p.cin, cin_per_task)
@@ -256,6 +257,12 @@ def _task_grid(p, t):
     if m_tasks * n_tasks > MAX_BLOCKS:  # one image must fit one launch: taller blocks
         rows_per_task = ceil_div(p.hin, MAX_BLOCKS // n_tasks)
         m_tasks = ceil_div(p.hin, rows_per_task)
+    return rows_per_task, cin_per_task, m_tasks, n_tasks
+
+
+def _task_grid(p, t):
+    """task_grid and images_per_launch."""
+    rows_per_task, cin_per_task, m_tasks, n_tasks = task_grid(p, t)
     return (rows_per_task, cin_per_task, m_tasks, n_tasks,
             min(p.n, MAX_BLOCKS // (m_tasks * n_tasks)))
 
