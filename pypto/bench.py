@@ -185,6 +185,16 @@ def _cap_torch_to_level(level):
             f"{os.environ['MKL_ENABLE_INSTRUCTIONS']}")
 
 
+def _numpy_blas_note():
+    """What the NumPy peer's BLAS runs: numpy is imported before the benchmark starts, so its
+    OpenBLAS kernel can only be capped from the environment (OPENBLAS_CORETYPE)."""
+    core = os.environ.get("OPENBLAS_CORETYPE")
+    if core:
+        return f"numpy's OpenBLAS: OPENBLAS_CORETYPE={core}"
+    return ("numpy's OpenBLAS: not capped (its best kernel for this CPU; start with "
+            "OPENBLAS_CORETYPE=Haswell to hold it to AVX2)")
+
+
 def measure_peaks(thread_counts):
     """{threads: {"fp32": GFLOP/s, "bf16_dot": GFLOP/s or None}} of the level in use."""
     return {t: {"fp32": measure_peak_gflops(t), "bf16_dot": measure_peak_gflops(t, "bf16_dot")}
@@ -213,6 +223,8 @@ def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_nu
     print(f"machine: {_machine()}")
     if torch_cap:
         print(torch_cap)
+    if with_numpy:
+        print(_numpy_blas_note())
     print(f"pypto {pypto.__version__}: ISA {info['isa']} ({info['reason']}; micro-kernel "
           f"{info['mr']}x{info['nr']}, bf16 dot product {'yes' if info['bf16_dot'] else 'no'}), "
           f"OpenMP {'on' if info['openmp'] else 'off'}; torch {torch.__version__ if torch else '-'}")
@@ -379,7 +391,7 @@ def write_json(path, rows, peaks, argv):
     info = kernel_info()
     machine = {"cpu": _cpu_model(), "cpus": os.cpu_count(), "arch": platform.machine(),
                "level": info["isa"], "level_reason": info["reason"],
-               "cpu_features": info["cpu_features"]}
+               "cpu_features": info["cpu_features"], "numpy_blas": _numpy_blas_note()}
     with open(path, "w") as f:
         json.dump({"machine": machine, "pypto": pypto.__version__, "kernel": info,
                    "peak_gflops": {str(t): v for t, v in peaks.items()}, "command": argv,
