@@ -49,3 +49,23 @@ def test_peak_loops_count_their_flops_at_every_level_this_cpu_runs():
             _cpu.measure_peak_gflops(bad)
     with pytest.raises(ValueError):
         _cpu.measure_peak_gflops(1, "fp64")
+
+
+def test_the_peak_kept_is_the_higher_of_two_measurements(monkeypatch, capsys):
+    """A busy host can only pull a peak measurement down: the benchmark keeps the higher of the
+    measurements before and after the cases, and every row's share uses it."""
+    from pypto import bench
+
+    monkeypatch.setattr(bench, "measure_peaks",
+                        lambda threads: {1: {"fp32": 100.0, "bf16_dot": None},
+                                         2: {"fp32": 150.0, "bf16_dot": None}})
+    peaks = {1: {"fp32": 80.0, "bf16_dot": None}, 2: {"fp32": 190.0, "bf16_dot": None}}
+    rows = [{"dtype": "bf16", "threads": 1, "gflops": 50.0, "peak_gflops": 80.0,
+             "peak_kind": "fp32 multiply-add", "peak_pct": 62.5},
+            {"dtype": "fp16", "threads": 2, "gflops": 95.0, "peak_gflops": 190.0,
+             "peak_kind": "fp32 multiply-add", "peak_pct": 50.0}]
+    bench._remeasure_peaks(peaks, rows)
+    assert peaks[1]["fp32"] == 100.0 and peaks[2]["fp32"] == 190.0
+    assert [r["peak_gflops"] for r in rows] == [100.0, 190.0]
+    assert [r["peak_pct"] for r in rows] == [50.0, 50.0]
+    assert "kept 100" in capsys.readouterr().out
