@@ -39,7 +39,7 @@ import numpy as np
 from ._dtypes import DataType
 
 __all__ = ["STANDARDS", "SOURCES", "DEFAULT_STANDARD", "Metrics", "Verdict", "measure", "judge",
-           "grid_round", "ulp_at", "ulp_distance", "FORMAT_NAMES", "json_float"]
+           "grid_round", "ulp_at", "ulp_distance", "FORMAT_NAMES", "json_ready"]
 
 EPS = 1e-7  # the relative error's guard against a zero golden
 FORMAT_NAMES = {DataType.DT_FP16: "fp16", DataType.DT_BF16: "bf16"}
@@ -250,17 +250,16 @@ class Verdict:
         """JSON-ready: every field; infinite ratios as the string "inf"."""
         return {"standard": self.standard, "name": self.name, "version": self.version,
                 "source": self.source, "passed": self.passed, "warning": self.warning,
-                "detail": self.detail, "numbers": _json_numbers(self.numbers),
-                "thresholds": _json_numbers(self.thresholds)}
+                "detail": self.detail, "numbers": json_ready(self.numbers),
+                "thresholds": json_ready(self.thresholds)}
 
 
-def json_float(v):
-    """v for JSON, which has no inf or nan: those as the strings "inf", "-inf", "nan"."""
+def json_ready(v):
+    """v for JSON, which has no inf or nan: those as the strings "inf", "-inf", "nan", also
+    inside (nested) dicts."""
+    if isinstance(v, dict):
+        return {k: json_ready(x) for k, x in v.items()}
     return v if not isinstance(v, float) or np.isfinite(v) else str(v)
-
-
-def _json_numbers(values):
-    return {k: json_float(v) for k, v in values.items()}
 
 
 def _mismatch_note(m):

@@ -73,12 +73,7 @@ def write_case(directory, case, dy, w, golden, reference, seed, dist):
     files["actual"]["npy_also_read"] = ACTUAL[0] + ".npy"
     manifest = {
         "format": FORMAT, "pypto_version": __version__, "op": "conv_backward_input",
-        "dtype": dt, "grad_output": list(case.grad_output_shape),
-        "weight": list(case.weight_shape), "input_size": list(case.input_size),
-        "strides": list(case.strides), "paddings": list(case.paddings),
-        "dilations": list(case.dilations),
-        "tiles": {"order": "M, K, N (upstream ConvBpTileL1Info / ConvBpTileL0Info)",
-                  "l1": list(case.l1), "l0": list(case.l0), "vec": list(case.vec)},
+        **case.as_dict(),
         "seed": seed, "dist": dist, "byte_order": "little", "files": files,
     }
     try:

@@ -73,6 +73,15 @@ class Case:
         """K = Cout * Kh * Kw: the length of every dx element's sum."""
         return self.problem.gemm_k
 
+    def as_dict(self):
+        """The problem and tiles as plain data: the manifest's and the JSON report's "case"."""
+        return {"dtype": self.dtype_name, "grad_output": list(self.grad_output_shape),
+                "weight": list(self.weight_shape), "input_size": list(self.input_size),
+                "strides": list(self.strides), "paddings": list(self.paddings),
+                "dilations": list(self.dilations),
+                "tiles": {"order": "M, K, N (upstream ConvBpTileL1Info / ConvBpTileL0Info)",
+                          "l1": list(self.l1), "l0": list(self.l0), "vec": list(self.vec)}}
+
     def describe(self):
         return (f"grad_output {list(self.grad_output_shape)} weight {list(self.weight_shape)} "
                 f"-> input_size {list(self.input_size)}, strides {list(self.strides)}, paddings "

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._accuracy import json_float
+from ._accuracy import json_ready
 from ._tiling import ceil_div
 from .device._plan import task_grid
 from .error import FeError
@@ -214,8 +214,8 @@ class Localisation:
         keys = ("where", "elements", "outside", "max_ulp", "pypto_max_ulp", "max_abs_error")
 
         def rows(section):
-            return [dict(zip(keys, (r[0], r[1], r[2], json_float(r[3]), json_float(r[4]),
-                                    json_float(r[5])))) for r in section]
+            return [dict(zip(keys, (r[0], r[1], r[2], json_ready(r[3]), json_ready(r[4]),
+                                    json_ready(r[5])))) for r in section]
 
         return {
             "outside_bound": self.outside_count,
@@ -227,9 +227,9 @@ class Localisation:
             "per_channel_block": rows(self.per_channel_block()),
             "per_m_tile": rows(self.per_m_tile()),
             "failing_tasks": [{"image": n, "channel_block": b, "m_tile": m, "outside": o,
-                               "elements": e, "max_ulp": json_float(u)}
+                               "elements": e, "max_ulp": json_ready(u)}
                               for n, b, m, o, e, u in self.failing_tasks()],
-            "worst": [{k: json_float(v) for k, v in vars(e).items()} for e in self.worst(top)],
+            "worst": [json_ready(vars(e)) for e in self.worst(top)],
         }
 
     # --- the picture ---------------------------------------------------------------------------

@@ -89,24 +89,11 @@ class CompareResult:
         """The whole comparison as plain data (``pypto compare --json``): the case and tiles,
         both sides' metrics, every verdict with its thresholds and source, the deciding
         standard and the localisation (``top`` worst elements)."""
-        def plain(v):
-            if isinstance(v, dict):
-                return {k: _accuracy.json_float(x) for k, x in v.items()}
-            return _accuracy.json_float(v)
-
-        def metrics(m):
-            return {k: plain(v) for k, v in asdict(m).items()}
-
-        c = self.case
         return {
             "pypto_version": __version__,
-            "case": {"grad_output": list(c.grad_output_shape), "weight": list(c.weight_shape),
-                     "input_size": list(c.input_size), "strides": list(c.strides),
-                     "paddings": list(c.paddings), "dilations": list(c.dilations),
-                     "dtype": c.dtype_name, "l1": list(c.l1), "l0": list(c.l0),
-                     "vec": list(c.vec)},
-            "metrics": metrics(self.metrics),
-            "pypto_metrics": metrics(self.reference_metrics),
+            "case": self.case.as_dict(),
+            "metrics": _accuracy.json_ready(asdict(self.metrics)),
+            "pypto_metrics": _accuracy.json_ready(asdict(self.reference_metrics)),
             "verdicts": {sid: v.as_dict() for sid, v in self.verdicts.items()},
             "standard": self.standard,
             "passed": self.passed,

@@ -413,7 +413,7 @@ def test_compare_writes_the_json_report(case_dir, tmp_path):
     assert len(where["worst"]) == 4
     assert all(e["actual"] == 0 and e["golden"] != 0 for e in where["worst"])
     assert report["case"]["grad_output"] == [2, 32, 12, 12] and report["case"]["dtype"] == "fp16"
-    assert report["case"]["weight"] == [32, 40, 3, 3] and report["case"]["l1"] == [36, 288, 16]
+    assert report["case"]["weight"] == [32, 40, 3, 3] and report["case"]["tiles"]["l1"] == [36, 288, 16]
     code = _cli("compare", str(case_dir), "--actual", str(tmp_path / "output.npy"),
                 "--json", str(tmp_path / "no" / "report.json"))
     assert code.returncode == 2 and "cannot write the JSON report" in code.stderr
