@@ -93,9 +93,42 @@ static inline void pypto_acc_store_8x32(float *c, int64_t ldc, const __m512 *c0,
 /* A register block of NR positions, k-major: a[k*NR + j] = a_rows[k][position j], 4-byte
  * elements (fp32, or bf16 pairs). The positions are n_runs runs of consecutive frame
  * positions: run s starts at frame offset runs[3s], block column runs[3s+1], and is runs[3s+2]
- * long; columns from `filled` to NR are zero. Runs are copied 8 elements at a time: a copy may
- * run up to 7 past a run's end, in the frame (which has that slack) and in `a` (later runs and
- * rows overwrite it; `a` has 8 elements of slack after its last row). */
+ * long; columns from `filled` to NR are zero. `a` is 64-byte aligned with 8 elements of slack
+ * after its last row. Inline copies only: a libc call per run and row (what gcc makes of a
+ * copy loop) cost more than the copy itself. */
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
+/* AVX-512: a row is two zmm; each run is merged into them by masked loads from the frame,
+ * shifted so that its first element lands in its column (masked-off lanes never fault). */
+static inline void pypto_pack_a(int64_t kc, const void *const *a_rows, const int64_t *runs,
+                                int n_runs, int64_t filled, uint32_t *restrict a)
+{
+    (void)filled;  /* columns outside every run stay zero */
+    __mmask16 lo[32], hi[32];
+    int64_t shift[32];
+    for (int s = 0; s < n_runs; s++) {
+        const int64_t col = runs[3 * s + 1], len = runs[3 * s + 2];
+        const uint32_t bits = (uint32_t)(((1ull << len) - 1) << col);
+        lo[s] = (__mmask16)(bits & 0xffffu);
+        hi[s] = (__mmask16)(bits >> 16);
+        shift[s] = runs[3 * s] - col;
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        const uintptr_t src = (uintptr_t)a_rows[k];
+        __m512i r0 = _mm512_setzero_si512(), r1 = _mm512_setzero_si512();
+        for (int s = 0; s < n_runs; s++) {
+            const void *from = (const void *)(src + (uintptr_t)(shift[s] * 4));
+            r0 = _mm512_mask_loadu_epi32(r0, lo[s], from);
+            r1 = _mm512_mask_loadu_epi32(r1, hi[s], (const void *)((uintptr_t)from + 64));
+        }
+        _mm512_store_si512((void *)(a + k * 32), r0);
+        _mm512_store_si512((void *)(a + k * 32 + 16), r1);
+    }
+}
+#else
+/* Elsewhere: runs copied 8 elements at a time as one vector (AVX2 ymm, else two 16-byte
+ * halves); a copy may run up to 7 past a run's end, in the frame (which has that slack) and in
+ * `a` (later runs and rows overwrite it). */
+typedef uint32_t pypto_u8x32 __attribute__((vector_size(32), aligned(4), may_alias));
 static inline void pypto_pack_a(int64_t kc, const void *const *a_rows, const int64_t *runs,
                                 int n_runs, int64_t filled, uint32_t *restrict a)
 {
@@ -103,15 +136,16 @@ static inline void pypto_pack_a(int64_t kc, const void *const *a_rows, const int
         const uint32_t *src = (const uint32_t *)a_rows[k];
         uint32_t *row = a + k * PYPTO_NR;
         for (int s = 0; s < n_runs; s++) {
-            const uint32_t *from = src + runs[3 * s];
-            uint32_t *to = row + runs[3 * s + 1];
+            const pypto_u8x32 *from = (const pypto_u8x32 *)(src + runs[3 * s]);
+            pypto_u8x32 *to = (pypto_u8x32 *)(row + runs[3 * s + 1]);
             for (int64_t i = 0; i < runs[3 * s + 2]; i += 8)
-                memcpy(to + i, from + i, 8 * sizeof(uint32_t));
+                *to++ = *from++;
         }
-        if (filled < PYPTO_NR)
-            memset(row + filled, 0, (size_t)(PYPTO_NR - filled) * sizeof(uint32_t));
+        for (int64_t j = filled; j < PYPTO_NR; j++)
+            row[j] = 0;
     }
 }
+#endif
 
 /* C[r*ldc + j] += sum_{k < kc} w[k*MR + r] * a_rows[k][j0 + j], r < MR, j < NR. */
 static inline void pypto_ukernel_f32(int64_t kc, const float *restrict w,
