@@ -72,22 +72,17 @@ enum { PYPTO_HAVE_BF16_DOT = 0 };
 static const char *pypto_isa_name(void) { return PYPTO_ISA_NAME; }
 
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
-/* The 8x32 fp32 accumulator block of the AVX-512 kernels: two zmm per channel row. */
-static inline void pypto_acc_load_8x32(const float *c, int64_t ldc, __m512 *c0, __m512 *c1)
-{
-    for (int r = 0; r < 8; r++) {
-        c0[r] = _mm512_loadu_ps(c + r * ldc);
-        c1[r] = _mm512_loadu_ps(c + r * ldc + 16);
-    }
-}
-
-static inline void pypto_acc_store_8x32(float *c, int64_t ldc, const __m512 *c0, const __m512 *c1)
-{
-    for (int r = 0; r < 8; r++) {
-        _mm512_storeu_ps(c + r * ldc, c0[r]);
-        _mm512_storeu_ps(c + r * ldc + 16, c1[r]);
-    }
-}
+/* The 8x32 fp32 accumulator block of the AVX-512 kernels: two zmm per channel row, as 16 named
+ * variables (with arrays gcc kept a stack copy of the block and moved it in and out on every
+ * call). PYPTO_Z_ROWS(X) expands X for each row r; X uses c<r>0, c<r>1. */
+#define PYPTO_Z_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define PYPTO_Z_LOAD(r) __m512 c##r##0 = _mm512_loadu_ps(c + (r) * ldc), \
+                               c##r##1 = _mm512_loadu_ps(c + (r) * ldc + 16);
+#define PYPTO_Z_STORE(r) _mm512_storeu_ps(c + (r) * ldc, c##r##0); \
+                         _mm512_storeu_ps(c + (r) * ldc + 16, c##r##1);
+/* the 16-column (half) kernels' rows: one zmm each, c<r> */
+#define PYPTO_H_LOAD(r) __m512 c##r = _mm512_loadu_ps(c + (r) * ldc);
+#define PYPTO_H_STORE(r) _mm512_storeu_ps(c + (r) * ldc, c##r);
 #endif
 
 /* A register block of NR positions, k-major: a[k*NR + j] = a_rows[k][position j], 4-byte
@@ -153,19 +148,17 @@ static inline void pypto_ukernel_f32(int64_t kc, const float *restrict w,
                                      float *restrict c, int64_t ldc)
 {
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
-    __m512 c0[8], c1[8];
-    pypto_acc_load_8x32(c, ldc, c0, c1);
+    PYPTO_Z_ROWS(PYPTO_Z_LOAD)
     for (int64_t k = 0; k < kc; k++) {
         const float *a = a_rows[k] + j0;
-        __m512 a0 = _mm512_loadu_ps(a);
-        __m512 a1 = _mm512_loadu_ps(a + 16);
-        for (int r = 0; r < 8; r++) {
-            __m512 b = _mm512_set1_ps(w[k * 8 + r]);
-            c0[r] = _mm512_fmadd_ps(b, a0, c0[r]);
-            c1[r] = _mm512_fmadd_ps(b, a1, c1[r]);
-        }
+        const __m512 a0 = _mm512_loadu_ps(a), a1 = _mm512_loadu_ps(a + 16);
+#define PYPTO_Z_FMA(r) { const __m512 b = _mm512_set1_ps(w[k * 8 + (r)]); \
+                         c##r##0 = _mm512_fmadd_ps(b, a0, c##r##0); \
+                         c##r##1 = _mm512_fmadd_ps(b, a1, c##r##1); }
+        PYPTO_Z_ROWS(PYPTO_Z_FMA)
+#undef PYPTO_Z_FMA
     }
-    pypto_acc_store_8x32(c, ldc, c0, c1);
+    PYPTO_Z_ROWS(PYPTO_Z_STORE)
 #elif defined(PYPTO_ISA_AVX2)
     /* Twelve named accumulators: with an array gcc spills some of them to the stack inside the
      * loop (12 + 3 + 1 live values fill all 16 ymm registers), which halves the speed. */
@@ -257,19 +250,18 @@ static inline void pypto_ukernel_bf16(int64_t kc_pairs, const uint32_t *restrict
                                       float *restrict c, int64_t ldc)
 {
 #ifdef PYPTO_ISA_AVX512BF16
-    __m512 c0[8], c1[8];
-    pypto_acc_load_8x32(c, ldc, c0, c1);
+    PYPTO_Z_ROWS(PYPTO_Z_LOAD)
     for (int64_t kp = 0; kp < kc_pairs; kp++) {
         const uint32_t *a = a_rows[kp] + j0;
-        __m512bh a0 = (__m512bh)_mm512_loadu_si512((const void *)a);
-        __m512bh a1 = (__m512bh)_mm512_loadu_si512((const void *)(a + 16));
-        for (int r = 0; r < 8; r++) {
-            __m512bh b = (__m512bh)_mm512_set1_epi32((int)w[kp * 8 + r]);
-            c0[r] = _mm512_dpbf16_ps(c0[r], a0, b);
-            c1[r] = _mm512_dpbf16_ps(c1[r], a1, b);
-        }
+        const __m512bh a0 = (__m512bh)_mm512_loadu_si512((const void *)a);
+        const __m512bh a1 = (__m512bh)_mm512_loadu_si512((const void *)(a + 16));
+#define PYPTO_Z_DOT(r) { const __m512bh b = (__m512bh)_mm512_set1_epi32((int)w[kp * 8 + (r)]); \
+                         c##r##0 = _mm512_dpbf16_ps(c##r##0, a0, b); \
+                         c##r##1 = _mm512_dpbf16_ps(c##r##1, a1, b); }
+        PYPTO_Z_ROWS(PYPTO_Z_DOT)
+#undef PYPTO_Z_DOT
     }
-    pypto_acc_store_8x32(c, ldc, c0, c1);
+    PYPTO_Z_ROWS(PYPTO_Z_STORE)
 #else
     (void)kc_pairs; (void)w; (void)a_rows; (void)j0; (void)c; (void)ldc;  /* never called */
 #endif
@@ -283,13 +275,14 @@ static inline void pypto_ukernel_f32_half(int64_t kc, const float *restrict w,
                                           float *restrict c, int64_t ldc)
 {
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
-    __m512 acc[8];
-    for (int r = 0; r < 8; r++) acc[r] = _mm512_loadu_ps(c + r * ldc);
+    PYPTO_Z_ROWS(PYPTO_H_LOAD)
     for (int64_t k = 0; k < kc; k++) {
-        __m512 a = _mm512_loadu_ps(a_rows[k] + j0);
-        for (int r = 0; r < 8; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(w[k * 8 + r]), a, acc[r]);
+        const __m512 a = _mm512_loadu_ps(a_rows[k] + j0);
+#define PYPTO_H_FMA(r) c##r = _mm512_fmadd_ps(_mm512_set1_ps(w[k * 8 + (r)]), a, c##r);
+        PYPTO_Z_ROWS(PYPTO_H_FMA)
+#undef PYPTO_H_FMA
     }
-    for (int r = 0; r < 8; r++) _mm512_storeu_ps(c + r * ldc, acc[r]);
+    PYPTO_Z_ROWS(PYPTO_H_STORE)
 #elif defined(PYPTO_ISA_AVX2)
     __m256 c00 = _mm256_loadu_ps(c), c01 = _mm256_loadu_ps(c + 8);
     __m256 c10 = _mm256_loadu_ps(c + ldc), c11 = _mm256_loadu_ps(c + ldc + 8);
@@ -321,14 +314,15 @@ static inline void pypto_ukernel_bf16_half(int64_t kc_pairs, const uint32_t *res
                                            float *restrict c, int64_t ldc)
 {
 #ifdef PYPTO_ISA_AVX512BF16
-    __m512 acc[8];
-    for (int r = 0; r < 8; r++) acc[r] = _mm512_loadu_ps(c + r * ldc);
+    PYPTO_Z_ROWS(PYPTO_H_LOAD)
     for (int64_t kp = 0; kp < kc_pairs; kp++) {
-        __m512bh a = (__m512bh)_mm512_loadu_si512((const void *)(a_rows[kp] + j0));
-        for (int r = 0; r < 8; r++)
-            acc[r] = _mm512_dpbf16_ps(acc[r], a, (__m512bh)_mm512_set1_epi32((int)w[kp * 8 + r]));
+        const __m512bh a = (__m512bh)_mm512_loadu_si512((const void *)(a_rows[kp] + j0));
+#define PYPTO_H_DOT(r) \
+        c##r = _mm512_dpbf16_ps(c##r, a, (__m512bh)_mm512_set1_epi32((int)w[kp * 8 + (r)]));
+        PYPTO_Z_ROWS(PYPTO_H_DOT)
+#undef PYPTO_H_DOT
     }
-    for (int r = 0; r < 8; r++) _mm512_storeu_ps(c + r * ldc, acc[r]);
+    PYPTO_Z_ROWS(PYPTO_H_STORE)
 #else
     pypto_ukernel_bf16(kc_pairs, w, a_rows, j0, c, ldc);
 #endif
