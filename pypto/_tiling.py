@@ -142,18 +142,21 @@ class Tiling(NamedTuple):
         """Upper bound of what one CPU call allocates: output, weight panels, tile scratch.
 
         Mirrors the kernel's buffers (pypto/_kernels/_dgrad_impl.pxi) with its largest register
-        block (8 channels x 32 pixels) and fp32 everywhere, so it never under-counts.
+        blocks (pixel-vector: 8 channels x 32 pixels; channel-vector: 7 pixels x 32 channels)
+        and fp32 everywhere, so it never under-counts.
         """
         rows, cols, nl1, kl1, _, kl0, _ = kernel_tiles or self.kernel_tiles(p)
         output = p.n * p.cin * p.hin * p.win * p.dtype_size
-        panels = ceil_align(p.cin, 8) * ceil_align(p.cout, 2) * p.taps * 4
+        panels = ceil_align(p.cin, 32) * ceil_align(p.cout, 2) * p.taps * 4
         rows_max, cols_max = ceil_div(rows, p.sh), ceil_div(cols, p.sw)
         fr_max = rows_max + (p.kh - 1) * p.dh // p.sh + 1
         fc_max = cols_max + (p.kw - 1) * p.dw // p.sw + 1
         cout_l1 = kl1 // p.taps
         align = 16  # each scratch part is rounded up to 64 bytes
         a_panel = ceil_align(max(kl0, 1) * 32 + 8, align) + ceil_align(2 * max(kl0, 1), align)
-        accumulator = ceil_align(ceil_align(nl1, 8) * ceil_align(rows_max * fc_max, 32), align)
+        accumulator = ceil_align(max(ceil_align(nl1, 8) * ceil_align(rows_max * fc_max, 32),
+                                     ceil_align(nl1, 32) * ceil_align(rows_max * cols_max, 7)),
+                                 align)
         frame = ceil_align(cout_l1 * fr_max * fc_max + fc_max + 32, align)
         scratch = 4 * ceil_align(a_panel + accumulator + frame + 2 * cout_l1 * p.taps, align)
         return output + panels + threads * scratch + 4 * align

@@ -61,7 +61,7 @@ def test_bf16_dot_path_only_where_exact():
     dy = rng.uniform(-1, 1, (1, 16, 4, 8)).astype(ml_dtypes.bfloat16)
     w = rng.uniform(-1, 1, (16, 16, 1, 1)).astype(ml_dtypes.bfloat16)
     path, dot = _kernel_call(kernel, dy, w, True)
-    assert path == "bf16_dot"
+    assert path.startswith("bf16_dot")
     path, plain = _kernel_call(kernel, dy, w, False)
     assert path == "fp32"
     # same sums, pairwise order: equal or one ulp apart

@@ -51,6 +51,9 @@ cdef extern from "pypto_gemm.h" nogil:
     enum: PYPTO_NR_HALF
     enum: PYPTO_NR_QUARTER
     enum: PYPTO_HAVE_BF16_DOT
+    enum: PYPTO_HAVE_CHAN_VEC
+    enum: PYPTO_CV_M
+    enum: PYPTO_CV_N
     const char *pypto_isa_name()
     void pypto_pack_a(int64_t kc, const void *const *a_rows, const int64_t *runs, int n_runs,
                       int64_t filled, uint32_t *a)
@@ -64,6 +67,12 @@ cdef extern from "pypto_gemm.h" nogil:
                                  const uint32_t *const *a_rows, int64_t j0, float *c, int64_t ldc)
     void pypto_ukernel_f32_quarter(int64_t kc, const float *w, const float *w_next,
                                    const float *const *a_rows, int64_t j0, float *c, int64_t ldc)
+    void pypto_ukernel_cv_f32(int64_t kc, const float *w, const float *const *a_rows,
+                              const int64_t *offs, float *c, int64_t ldc)
+    void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
+                               const int64_t *offs, float *c, int64_t ldc)
+    void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch, uint16_t *dst,
+                              int64_t ch_stride, int64_t step, int dtype)
 
 cdef extern from "pypto_peak.h" nogil:
     double pypto_peak_madd(int64_t iterations)
@@ -84,6 +93,7 @@ ISA = pypto_isa_name().decode()
 MR = PYPTO_MR
 NR = PYPTO_NR
 HAS_BF16_DOT = bool(PYPTO_HAVE_BF16_DOT)
+HAS_CHAN_VEC = bool(PYPTO_HAVE_CHAN_VEC)
 
 
 def openmp_enabled():
@@ -117,6 +127,10 @@ cdef struct Geometry:
     int64_t n_img, cin, cout, hin, win, hout, wout, kh, kw
     int64_t sh, sw, pt, pl, dh, dw
     int dtype, dot_bf16, pack_a
+    # chan_vec: the channel-vector kernels (C rows are pixels, columns channels); wb: channels
+    # per weight panel (PYPTO_CV_N there, else PYPTO_MR)
+    int chan_vec
+    int64_t wb
     # tiles, clipped to the problem
     int64_t m_rows, m_cols, nl1, ml0, kl0, nl0, cout_l1
     int64_t nl1_pad, vec_c, vec_w
@@ -155,8 +169,9 @@ cdef struct Frame:
     # frame of dy: rows ih0 - qh_max .., columns jw0 - qw_max .., pitch fc, fr rows per channel
     int64_t ih0, jw0, qh_max, qw_max, fr, fc
     # M positions: r*pitch + c; pixel (r, c) of A row k is at row k + r*fc + c in the frame.
-    # Packed A: pitch = cols, the pixels only. Unpacked, the kernels read the frame rows
-    # directly: pitch = fc, and the halo columns c >= cols are computed and discarded.
+    # Packed A and the channel-vector kernels: pitch = cols, the pixels only. Unpacked, the
+    # kernels read the frame rows directly: pitch = fc, and the halo columns c >= cols are
+    # computed and discarded.
     int64_t pitch, positions, ldc
 
 
@@ -186,9 +201,10 @@ cdef bint _frame_for_phase(const Geometry *g, int64_t phase, int64_t h0, int64_t
         f.qw_max = _max(f.qw_max, qw)
     f.fr = f.rows + f.qh_max - qh_min
     f.fc = f.cols + f.qw_max - qw_min
-    f.pitch = f.cols if g.pack_a else f.fc
+    f.pitch = f.cols if g.pack_a or g.chan_vec else f.fc
     f.positions = f.rows * f.pitch
-    f.ldc = _round_up(f.positions, PYPTO_NR)
+    # accumulator: [channel][position] rows of ldc, or [position][channel] with chan_vec
+    f.ldc = g.nl1_pad if g.chan_vec else _round_up(f.positions, PYPTO_NR)
     return True
 
 
@@ -272,6 +288,9 @@ cdef void _multiply(const Geometry *g, const Frame *f, int64_t phase, int64_t c_
     cdef bint half, quarter
     cdef const void **a_rows = panel_rows if g.pack_a else rows
     cdef const float *w_f32
+    if g.chan_vec:
+        _multiply_cv(g, f, phase, c_first, n_count1, k_first, k_count, rows, t0, t_count, acc)
+        return
     # Register-width pixel blocks outside, channel blocks inside: one block of A (packed or
     # the frame's rows) stays in L1 while every channel's weight panel passes over it.
     jb = t0
@@ -313,6 +332,41 @@ cdef void _multiply(const Geometry *g, const Frame *f, int64_t phase, int64_t c_
         jb += PYPTO_NR
 
 
+cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t c_first,
+                       int64_t n_count1, int64_t k_first, int64_t k_count, const void **rows,
+                       int64_t t0, int64_t t_count, float *acc) noexcept nogil:
+    """_multiply with the channel-vector kernels: acc[t][ci] for PYPTO_CV_M pixels x
+    PYPTO_CV_N channels at a time. A short last pixel block repeats its last pixel into the
+    accumulator's spare rows (past the tile's positions: never written out)."""
+    cdef int64_t k_len = _k_len(g, g.tap_count[phase])
+    cdef int64_t nl0 = _round_up(g.nl0, PYPTO_CV_N)
+    cdef int64_t n0, n_end, cb, pb, i, p, r, panel
+    cdef int64_t offs[PYPTO_CV_M]
+    n0 = 0
+    while n0 < n_count1:                                           # N-L0
+        n_end = _min(n0 + nl0, n_count1)
+        cb = n0
+        while cb < n_end:            # 32 channels: their weight panel stays in L1 ...
+            panel = g.w_offset[phase] + (c_first + cb) * k_len
+            pb = t0
+            while pb < t0 + t_count:  # ... while the pixel blocks pass over it
+                for i in range(PYPTO_CV_M):
+                    p = _min(pb + i, t0 + t_count - 1)
+                    r = p // f.cols
+                    offs[i] = r * f.fc + (p - r * f.cols)
+                if g.dot_bf16:
+                    pypto_ukernel_cv_bf16(
+                        k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_CV_N,
+                        <const uint32_t *const *>rows, offs, acc + pb * f.ldc + cb, f.ldc)
+                else:
+                    pypto_ukernel_cv_f32(
+                        k_count, <const float *>g.w_packed + panel + k_first * PYPTO_CV_N,
+                        <const float *const *>rows, offs, acc + pb * f.ldc + cb, f.ldc)
+                pb += PYPTO_CV_M
+            cb += PYPTO_CV_N
+        n0 = n_end
+
+
 cdef void _write_out(const Geometry *g, const float *acc, uint16_t *dx_img, int64_t c_first,
                      int64_t n_count, const Frame *f) noexcept nogil:
     """Round the accumulator once and store its pixels in NCHW, in vec-tile chunks
@@ -320,6 +374,9 @@ cdef void _write_out(const Geometry *g, const float *acc, uint16_t *dx_img, int6
     cdef int64_t c_blk, c_end, ci, r, w_blk, w_len, j
     cdef const float *src
     cdef uint16_t *dst
+    if g.chan_vec:
+        _write_out_cv(g, acc, dx_img, c_first, n_count, f)
+        return
     c_blk = 0
     while c_blk < n_count:
         c_end = _min(c_blk + g.vec_c, n_count)
@@ -340,6 +397,34 @@ cdef void _write_out(const Geometry *g, const float *acc, uint16_t *dx_img, int6
                         for j in range(w_len):
                             dst[j * g.sw] = pypto_float_to_half(src[j])
                 w_blk += w_len
+        c_blk = c_end
+
+
+cdef void _write_out_cv(const Geometry *g, const float *acc, uint16_t *dx_img, int64_t c_first,
+                        int64_t n_count, const Frame *f) noexcept nogil:
+    """_write_out for the channel-vector kernels' [position][channel] accumulator: each
+    vec-tile chunk in blocks of 16 columns x 16 channels, transposed in registers."""
+    cdef int64_t c_blk, c_end, r, w_blk, w_end, cb, pb
+    cdef int64_t plane = g.hin * g.win
+    c_blk = 0
+    while c_blk < n_count:
+        c_end = _min(c_blk + g.vec_c, n_count)
+        for r in range(f.rows):
+            w_blk = 0
+            while w_blk < f.cols:
+                w_end = _min(w_blk + g.vec_w, f.cols)
+                cb = c_blk
+                while cb < c_end:
+                    pb = w_blk
+                    while pb < w_end:
+                        pypto_cv_store_block(
+                            acc + (r * f.pitch + pb) * f.ldc + cb, f.ldc,
+                            <int>_min(16, w_end - pb), <int>_min(16, c_end - cb),
+                            dx_img + ((c_first + cb) * g.hin + f.hi0 + r * g.sh) * g.win
+                            + f.wi0 + pb * g.sw, plane, g.sw, g.dtype)
+                        pb += 16
+                    cb += 16
+                w_blk = w_end
         c_blk = c_end
 
 
@@ -367,6 +452,7 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
     cdef Frame f
     cdef int64_t phase, ntaps, co1, co_count, k1, k_count1, t0, t_count, k0, k_count
     cdef int64_t pair = 2 if g.dot_bf16 else 1
+    cdef int64_t m_block = PYPTO_CV_M if g.chan_vec else PYPTO_NR
     if g.pack_a:
         for k0 in range(g.panel_rows_len // 2):
             panel_rows[k0] = a_panel + k0 * PYPTO_NR
@@ -374,7 +460,10 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
         if not _frame_for_phase(g, phase, h0, rows, w0, cols, &f):
             continue
         ntaps = g.tap_count[phase]
-        memset(acc, 0, g.nl1_pad * f.ldc * sizeof(float))
+        if g.chan_vec:
+            memset(acc, 0, _round_up(f.positions, PYPTO_CV_M) * f.ldc * sizeof(float))
+        else:
+            memset(acc, 0, g.nl1_pad * f.ldc * sizeof(float))
         co1 = 0
         while ntaps > 0 and co1 < g.cout:                          # K-L1: cout_l1 channels
             co_count = _min(g.cout_l1, g.cout - co1)
@@ -387,7 +476,7 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
             while t0 < f.positions:                                # M-L0
                 # blocks start on the register width: a padded block must not reach into
                 # the next one (each would add its products to the same positions)
-                t_count = _min(_round_up(g.ml0, PYPTO_NR), f.positions - t0)
+                t_count = _min(_round_up(g.ml0, m_block), f.positions - t0)
                 k0 = 0
                 while k0 < k_count1:                               # K-L0
                     k_count = _min(_max(g.kl0 // pair, 1), k_count1 - k0)
@@ -400,11 +489,12 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
 
 
 cdef void _pack_weight_block(const Geometry *g, const uint16_t *w, int64_t cb) noexcept nogil:
-    """Weight panels of channels cb .. cb+MR-1 for every phase (zero rows past Cin).
+    """Weight panels of channels cb .. cb+wb-1 for every phase (zero rows past Cin); wb is
+    PYPTO_MR, or PYPTO_CV_N for the channel-vector kernels.
 
     fp32: panel[k][r] = w[co, cb+r, kh, kw] with k = co*ntaps + (the tap's index in its phase);
     bf16 pairs: panel[kp][r][co % 2] with kp = (co // 2)*ntaps + tap index. For each
-    (co, phase) the source is one contiguous MR x Kh*Kw block: a small transpose.
+    (co, phase) the source is one contiguous wb x Kh*Kw block: a small transpose.
     """
     cdef int64_t phase, ntaps, co, ti, r, rows, first, base, k, tap_index
     cdef int64_t taps = g.kh * g.kw
@@ -412,8 +502,9 @@ cdef void _pack_weight_block(const Geometry *g, const uint16_t *w, int64_t cb) n
     cdef float *dst_f
     cdef uint16_t *dst_h
     cdef float widened[PACK_BLOCK]
-    cdef bint block_fits = PYPTO_MR * taps <= PACK_BLOCK
-    rows = _min(PYPTO_MR, g.cin - cb)
+    cdef int64_t wb = g.wb
+    cdef bint block_fits = wb * taps <= PACK_BLOCK
+    rows = _min(wb, g.cin - cb)
     for phase in range(g.sh * g.sw):
         ntaps = g.tap_count[phase]
         if ntaps == 0:
@@ -429,24 +520,24 @@ cdef void _pack_weight_block(const Geometry *g, const uint16_t *w, int64_t cb) n
                 tap_index = g.tap_kh[first + ti] * g.kw + g.tap_kw[first + ti]
                 if g.dot_bf16:
                     k = (co // 2) * ntaps + ti
-                    dst_h = <uint16_t *>g.w_packed + base + k * (2 * PYPTO_MR) + (co & 1)
+                    dst_h = <uint16_t *>g.w_packed + base + k * (2 * wb) + (co & 1)
                     for r in range(rows):
                         dst_h[2 * r] = src[r * taps + tap_index]
-                    for r in range(rows, PYPTO_MR):
+                    for r in range(rows, wb):
                         dst_h[2 * r] = 0
                     if co == g.cout - 1 and (co & 1) == 0:   # odd Cout: the pair's partner is 0
-                        for r in range(PYPTO_MR):
+                        for r in range(wb):
                             dst_h[2 * r + 1] = 0
                 else:
                     k = co * ntaps + ti
-                    dst_f = <float *>g.w_packed + base + k * PYPTO_MR
+                    dst_f = <float *>g.w_packed + base + k * wb
                     if block_fits:   # widened once per (co, channel block), below
                         for r in range(rows):
                             dst_f[r] = widened[r * taps + tap_index]
                     else:
                         for r in range(rows):
                             pypto_widen(&src[r * taps + tap_index], &dst_f[r], 1, g.dtype)
-                    for r in range(rows, PYPTO_MR):
+                    for r in range(rows, wb):
                         dst_f[r] = 0
         # rows past Cin and the missing partner of an odd last channel are written as 0, so the
         # panels need no zeroed allocation (malloc reuses freed memory; calloc would fault in
@@ -471,13 +562,15 @@ cdef int _min_exponent(const uint16_t *x, int64_t n, int num_threads):
 
 def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
           uint16_t[:, :, :, ::1] dx, int dtype, tuple attrs, tuple tiles, tuple vec_cw,
-          int num_threads, bint use_bf16_dot=True):
+          int num_threads, bint use_bf16_dot=True, bint use_chan_vec=True):
     """dx = dgrad(dy, w); NCHW arrays of 16-bit patterns (``dtype``: 0 fp16, 1 bf16).
 
     attrs = (sh, sw, pt, pl, dh, dw); tiles = (m_rows, m_cols, nl1, kl1, ml0, kl0, nl0) from
     Tiling.kernel_tiles; vec_cw = (channels, columns) per write-out chunk. bf16 uses the
     dot-product micro-kernel when this build has one, ``use_bf16_dot`` is true and the data
-    cannot produce subnormals. Returns the path taken: "bf16_dot" or "fp32".
+    cannot produce subnormals. The channel-vector kernels serve tiles of whole blocks of 32
+    input channels where the build has them and ``use_chan_vec`` is true (the same bits either
+    way). Returns the path taken: "bf16_dot" or "fp32", with "+chan_vec" when those served.
     """
     cdef Geometry g
     cdef int64_t kl1
@@ -497,13 +590,20 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     g.n_blocks = (g.cin + g.nl1 - 1) // g.nl1
     g.row_tiles = (g.hin + g.m_rows - 1) // g.m_rows
     g.col_tiles = (g.win + g.m_cols - 1) // g.m_cols
-    g.nl1_pad = _round_up(g.nl1, PYPTO_MR)
+    # Channel-vector kernels where N-L1 blocks are whole 32-channel panels (or one block of all
+    # channels) and padding to 32 wastes at most 1/9 of the work: no halo, no A packing and
+    # pixel blocks of 7 instead of 32 (small images).
+    g.chan_vec = PYPTO_HAVE_CHAN_VEC and use_chan_vec \
+        and (g.nl1 % PYPTO_CV_N == 0 or g.nl1 == g.cin) \
+        and _round_up(g.nl1, PYPTO_CV_N) * 8 <= g.nl1 * 9
+    g.wb = PYPTO_CV_N if g.chan_vec else PYPTO_MR
+    g.nl1_pad = _round_up(g.nl1, g.wb)
 
     # taps grouped by stride phase: tap (kh, kw) feeds phase (kh*dh % sh, kw*dw % sw).
     # Tables live in one C block (small calls: no NumPy objects to build).
     cdef int64_t n_phases = g.sh * g.sw
     cdef int64_t taps = g.kh * g.kw
-    cdef int64_t cin_pad = _round_up(g.cin, PYPTO_MR)
+    cdef int64_t cin_pad = _round_up(g.cin, g.wb)
     cdef int64_t phase, i, j, n_taps_seen = 0, panel_elems = 0, max_ntaps = 0
     cdef int64_t *tables = <int64_t *>malloc((3 * n_phases + 2 * taps) * sizeof(int64_t))
     if tables == NULL:
@@ -536,12 +636,15 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     cdef int64_t pair = 2 if g.dot_bf16 else 1
     # Packing A costs about one copy of a register block per k; it pays where enough channel
     # blocks reuse it (and saves the halo columns and unaligned reads of the frame's rows).
-    g.pack_a = g.nl1_pad // PYPTO_MR >= PACK_MIN_BLOCKS
+    g.pack_a = not g.chan_vec and g.nl1_pad // PYPTO_MR >= PACK_MIN_BLOCKS
     cdef int64_t k_l0 = _max(g.kl0 // pair, 1)
     g.panel_len = _round_up(k_l0 * PYPTO_NR + 8, ALIGN) if g.pack_a else 0
     g.panel_rows_len = _round_up(2 * k_l0, ALIGN) if g.pack_a else 0   # pointers: two slots
-    g.acc_len = _round_up(g.nl1_pad * _round_up(rows_max * (cols_max if g.pack_a else fc_max),
-                                                PYPTO_NR), ALIGN)
+    if g.chan_vec:
+        g.acc_len = _round_up(_round_up(rows_max * cols_max, PYPTO_CV_M) * g.nl1_pad, ALIGN)
+    else:
+        g.acc_len = _round_up(g.nl1_pad * _round_up(rows_max * (cols_max if g.pack_a else fc_max),
+                                                    PYPTO_NR), ALIGN)
     g.frame_len = _round_up(slots * fr_max * fc_max + fc_max + PYPTO_NR, ALIGN)
     g.rows_len = 2 * slots * max_ntaps   # pointers are two float slots
     cdef size_t panel_bytes = panel_elems * (sizeof(uint16_t) if g.dot_bf16 else sizeof(float))
@@ -554,7 +657,7 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     cdef float *scratch = <float *>(scratch_block
                                     + (-<size_t>scratch_block) % (ALIGN * sizeof(float)))
     cdef int64_t item, cb, first, last, chunk
-    cdef int64_t n_cb = cin_pad // PYPTO_MR
+    cdef int64_t n_cb = cin_pad // g.wb
     cdef const uint16_t *dy_p = &dy[0, 0, 0, 0]
     cdef const uint16_t *w_p = &w[0, 0, 0, 0]
     cdef uint16_t *dx_p = &dx[0, 0, 0, 0]
@@ -565,7 +668,7 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
         g.w_packed = w_packed
         with nogil, parallel(num_threads=threads):
             for cb in prange(n_cb, schedule="static"):
-                _pack_weight_block(&g, w_p, cb * PYPTO_MR)
+                _pack_weight_block(&g, w_p, cb * g.wb)
         # Work items go in chunks so that Ctrl-C is noticed between them: a signal only
         # reaches Python code, and a whole large call could run for minutes.
         chunk = max(8 * threads, 1)
@@ -581,4 +684,4 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
         free(scratch_block)
         free(w_packed)
         free(tables)
-    return "bf16_dot" if g.dot_bf16 else "fp32"
+    return ("bf16_dot" if g.dot_bf16 else "fp32") + ("+chan_vec" if g.chan_vec else "")

@@ -28,6 +28,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "pypto_numeric.h"
+
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #define PYPTO_ISA_AVX512BF16 1
 #define PYPTO_ISA_NAME "avx512_bf16"
@@ -327,6 +329,145 @@ static inline void pypto_ukernel_bf16_half(int64_t kc_pairs, const uint32_t *res
     pypto_ukernel_bf16(kc_pairs, w, a_rows, j0, c, ldc);
 #endif
 }
+
+/* Channel-vector kernels (AVX-512 levels): the transposed register block, for layers with
+ * many input channels. C rows are PYPTO_CV_M output pixels, C columns PYPTO_CV_N = 32 input
+ * channels (two zmm): c[m*ldc + n] += sum_k a_rows[k][offs[m]] * w[k*32 + n]. A is read by
+ * broadcasting one dy value (or bf16 pair) per pixel straight from the frame, at the pixel's
+ * offset, so there is no halo to compute and nothing to pack; W is packed [k][32] per block of
+ * 32 channels. Each element is the same sum in the same k order as the pixel-vector kernels
+ * (the weight stays the first multiplicand), so the bits are the same. 7 pixels: ResNet's
+ * image widths (7, 14, 28, 56, 112, 224) are multiples of 7, and 14 accumulators cover the FMA
+ * and dot-product latencies. */
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
+enum { PYPTO_HAVE_CHAN_VEC = 1, PYPTO_CV_M = 7, PYPTO_CV_N = 32 };
+#define PYPTO_CV_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6)
+#define PYPTO_CV_LOAD(r) const int64_t o##r = offs[r]; PYPTO_Z_LOAD(r)
+
+static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
+                                        const float *const *a_rows, const int64_t *offs,
+                                        float *restrict c, int64_t ldc)
+{
+    PYPTO_CV_ROWS(PYPTO_CV_LOAD)
+    for (int64_t k = 0; k < kc; k++) {
+        const float *a = a_rows[k];
+        const __m512 w0 = _mm512_loadu_ps(w + k * 32), w1 = _mm512_loadu_ps(w + k * 32 + 16);
+#define PYPTO_CV_FMA(r) { const __m512 b = _mm512_set1_ps(a[o##r]); \
+                          c##r##0 = _mm512_fmadd_ps(w0, b, c##r##0); \
+                          c##r##1 = _mm512_fmadd_ps(w1, b, c##r##1); }
+        PYPTO_CV_ROWS(PYPTO_CV_FMA)
+#undef PYPTO_CV_FMA
+    }
+    PYPTO_CV_ROWS(PYPTO_Z_STORE)
+}
+
+#ifdef PYPTO_ISA_AVX512BF16
+/* k in pairs: a_rows[kp][offs[m]] is the pixel's (channel 2kp, 2kp+1) bf16 pair, w[kp*32 + n]
+ * the pair of weights of channel n. */
+static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
+                                         const uint32_t *const *a_rows, const int64_t *offs,
+                                         float *restrict c, int64_t ldc)
+{
+    PYPTO_CV_ROWS(PYPTO_CV_LOAD)
+    for (int64_t kp = 0; kp < kc_pairs; kp++) {
+        const uint32_t *a = a_rows[kp];
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512((const void *)(w + kp * 32));
+        const __m512bh w1 = (__m512bh)_mm512_loadu_si512((const void *)(w + kp * 32 + 16));
+#define PYPTO_CV_DOT(r) { const __m512bh b = (__m512bh)_mm512_set1_epi32((int)a[o##r]); \
+                          c##r##0 = _mm512_dpbf16_ps(c##r##0, b, w0); \
+                          c##r##1 = _mm512_dpbf16_ps(c##r##1, b, w1); }
+        PYPTO_CV_ROWS(PYPTO_CV_DOT)
+#undef PYPTO_CV_DOT
+    }
+    PYPTO_CV_ROWS(PYPTO_Z_STORE)
+}
+#else
+static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
+                                         const uint32_t *const *a_rows, const int64_t *offs,
+                                         float *restrict c, int64_t ldc)
+{
+    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc;  /* never called */
+}
+#endif
+
+/* 16x16 fp32 transpose in registers: out[j] lane i = in[i] lane j. Unpacks pair rows within
+ * 128-bit lanes, then two rounds of 128-bit lane shuffles gather each column. */
+static inline void pypto_transpose_16x16(__m512 *v)
+{
+    __m512 a[16], b[16], c[4];
+    for (int k = 0; k < 8; k++) {
+        a[2 * k] = _mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]);
+        a[2 * k + 1] = _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]);
+    }
+    for (int g = 0; g < 4; g++) {  /* b[4g+m], lane L: rows 4g..4g+3 of column 4L+m */
+        const __m512d lo = _mm512_castps_pd(a[4 * g]), hi = _mm512_castps_pd(a[4 * g + 1]);
+        const __m512d lo2 = _mm512_castps_pd(a[4 * g + 2]), hi2 = _mm512_castps_pd(a[4 * g + 3]);
+        b[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, lo2));
+        b[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, lo2));
+        b[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(hi, hi2));
+        b[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(hi, hi2));
+    }
+    for (int m = 0; m < 4; m++) {  /* column 4L+m: lane L of b[m], b[4+m], b[8+m], b[12+m] */
+        c[0] = _mm512_shuffle_f32x4(b[m], b[4 + m], 0x88);
+        c[1] = _mm512_shuffle_f32x4(b[m], b[4 + m], 0xdd);
+        c[2] = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0x88);
+        c[3] = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0xdd);
+        v[m] = _mm512_shuffle_f32x4(c[0], c[2], 0x88);
+        v[4 + m] = _mm512_shuffle_f32x4(c[1], c[3], 0x88);
+        v[8 + m] = _mm512_shuffle_f32x4(c[0], c[2], 0xdd);
+        v[12 + m] = _mm512_shuffle_f32x4(c[1], c[3], 0xdd);
+    }
+}
+
+/* The channel-vector write-out: n_pos (<= 16) positions x n_ch (<= 16) channels of the
+ * [position][channel] accumulator (acc: the first position's first channel, rows ldc apart),
+ * rounded once and stored channel by channel: channel j's n_pos values go to dst + j*ch_stride
+ * + i*step (step: the stride's column step). */
+static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch,
+                                        uint16_t *dst, int64_t ch_stride, int64_t step,
+                                        int dtype)
+{
+    __m512 v[16];
+    const __mmask16 ch_mask = (__mmask16)((1u << n_ch) - 1u);
+    const __mmask16 pos_mask = (__mmask16)((1u << n_pos) - 1u);
+    for (int i = 0; i < 16; i++)
+        v[i] = i < n_pos ? _mm512_maskz_loadu_ps(ch_mask, acc + i * ldc) : _mm512_setzero_ps();
+    pypto_transpose_16x16(v);
+    for (int j = 0; j < n_ch; j++) {
+        const __m256i narrow = pypto_narrow16(v[j], dtype);
+        if (step == 1) {
+            _mm256_mask_storeu_epi16(dst + j * ch_stride, pos_mask, narrow);
+        } else {
+            uint16_t lanes[16];
+            _mm256_storeu_si256((__m256i *)lanes, narrow);
+            for (int i = 0; i < n_pos; i++)
+                dst[j * ch_stride + i * step] = lanes[i];
+        }
+    }
+}
+#else
+/* Other levels have no channel-vector kernel (the kernel never chooses it there). */
+enum { PYPTO_HAVE_CHAN_VEC = 0, PYPTO_CV_M = 7, PYPTO_CV_N = 32 };
+static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
+                                        const float *const *a_rows, const int64_t *offs,
+                                        float *restrict c, int64_t ldc)
+{
+    (void)kc; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc;  /* never called */
+}
+static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
+                                         const uint32_t *const *a_rows, const int64_t *offs,
+                                         float *restrict c, int64_t ldc)
+{
+    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc;  /* never called */
+}
+static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch,
+                                        uint16_t *dst, int64_t ch_stride, int64_t step,
+                                        int dtype)
+{
+    (void)acc; (void)ldc; (void)n_pos; (void)n_ch; (void)dst; (void)ch_stride; (void)step;
+    (void)dtype;  /* never called */
+}
+#endif
 
 /* AVX2: C[8 x 8] for the last <= 8 positions of an M tile. One 8-wide vector on MR = 4 rows
  * would leave 4 accumulators, too few to hide the FMA latency, so it takes two channel blocks:

@@ -1,0 +1,79 @@
+"""The kernel's two register-block orientations give the same bits.
+
+Pixel-vector kernels (C rows are input channels, columns output pixels) serve every level;
+on the AVX-512 levels the channel-vector kernels (rows are pixels, columns 32 input channels;
+no halo, no A packing, 16x16 transposes on the way out) serve tiles of whole 32-channel
+blocks. Both sum each element over k in the same order, so they must agree bit for bit, on
+fp16 and bf16 (with and without the dot product), for every stride, tile and vec-tile chunk
+shape, on any thread count, with Inf and NaN in dy too.
+"""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pypto
+from pypto._cpu import BUILT_LEVELS, CPU_LEVELS, load_level
+from pypto._shapes import forward_out_size
+from pypto._tiling import ConvProblem, Tiling
+
+CHAN_VEC_LEVELS = [level for level in CPU_LEVELS
+                   if level in BUILT_LEVELS and load_level(level).HAS_CHAN_VEC]
+
+# (n, cin, cout, hin, win, kh, kw, (sh, sw), (pt, pl), (dh, dw), nl1 or None: suggested)
+PROBLEMS = [
+    (2, 64, 40, 9, 13, 3, 3, (1, 1), (1, 1), (1, 1), None),     # 117 pixels: 16 x 7 + 5
+    (1, 32, 16, 7, 7, 3, 3, (1, 1), (1, 1), (1, 1), None),      # 49 = 7 x 7
+    (1, 60, 24, 11, 10, 3, 3, (2, 2), (1, 1), (1, 1), None),    # Cin 60: one block, padded
+    (1, 96, 33, 12, 17, 3, 3, (2, 1), (1, 0), (1, 2), 32),      # three N-L1 blocks of 32
+    (2, 128, 20, 5, 23, 1, 1, (1, 1), (0, 0), (1, 1), 64),      # 1x1, odd Cout
+    (1, 32, 17, 20, 19, 5, 5, (3, 3), (2, 2), (1, 1), None),    # stride 3: 9 phases
+    (1, 64, 16, 14, 14, 7, 7, (2, 2), (3, 3), (1, 1), None),
+    (1, 32, 48, 6, 40, 3, 3, (1, 1), (1, 1), (2, 2), None),     # dilation, wide rows
+]
+VEC_CHUNKS = [(16, 64), (3, 5), (1, 1), (40, 7)]  # (channels, columns) per write-out chunk
+
+
+def _case(problem, dtype, rng, non_finite=False):
+    n, cin, cout, hin, win, kh, kw, (sh, sw), (pt, pl), (dh, dw), nl1 = problem
+    hout = forward_out_size(hin, kh, sh, pt, pt, dh)
+    wout = forward_out_size(win, kw, sw, pl, pl, dw)
+    np_dtype = np.float16 if dtype == 0 else ml_dtypes.bfloat16
+    dy = rng.uniform(-1, 1, (n, cout, hout, wout)).astype(np_dtype)
+    w = rng.uniform(-1, 1, (cout, cin, kh, kw)).astype(np_dtype)
+    if non_finite:
+        dy[0, 0, 0, 0], dy[-1, -1, -1, -1] = np.inf, np.nan
+    l1, l0 = pypto.suggest_convbp_input_tile_shapes(
+        dy.shape, w.shape, [n, cin, hin, win], pypto.DT_FP16 if dtype == 0 else pypto.DT_BF16,
+        [sh, sw], [pt, pt, pl, pl], [dh, dw])
+    tiling = Tiling.from_infos(l1, l0)
+    if nl1:
+        tiling = tiling._replace(nl1=nl1, nl0=min(tiling.nl0, nl1))
+    p = ConvProblem(n, cin, cout, hin, win, hout, wout, kh, kw, sh, sw, pt, pt, pl, pl, dh, dw)
+    return dy.view(np.uint16), w.view(np.uint16), (sh, sw, pt, pl, dh, dw), \
+        tiling.kernel_tiles(p), (n, cin, hin, win)
+
+
+def _run(kernel, case, dtype, vec, threads, chan_vec, dot=True):
+    dy, w, attrs, tiles, shape = case
+    out = np.full(shape, 0xABCD, np.uint16)  # a pattern no write leaves behind
+    path = kernel.dgrad(dy, w, out, dtype, attrs, tiles, vec, threads, dot, chan_vec)
+    return path, out
+
+
+@pytest.mark.skipif(not CHAN_VEC_LEVELS, reason="no level with channel-vector kernels here")
+@pytest.mark.parametrize("level", CHAN_VEC_LEVELS)
+@pytest.mark.parametrize("dtype", [0, 1], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("index", range(len(PROBLEMS)))
+def test_channel_vector_kernels_give_the_pixel_kernels_bits(level, dtype, index):
+    kernel = load_level(level)
+    rng = np.random.default_rng(index)
+    case = _case(PROBLEMS[index], dtype, rng, non_finite=index % 3 == 0)
+    for i, vec in enumerate(VEC_CHUNKS):
+        threads = 1 + i % 2
+        for dot in ((True, False) if dtype == 1 else (True,)):
+            path, expected = _run(kernel, case, dtype, vec, threads, False, dot)
+            assert "chan_vec" not in path
+            path, out = _run(kernel, case, dtype, vec, threads, True, dot)
+            assert path.endswith("+chan_vec"), path
+            assert np.array_equal(out, expected), (PROBLEMS[index], vec, threads, dot)
