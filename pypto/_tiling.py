@@ -10,12 +10,17 @@ the same tiles.
 
 from typing import NamedTuple
 
-__all__ = ["ConvProblem", "Tiling", "BUFFER_BYTES", "C0", "MAX_L0_LOOPS", "ceil_div", "ceil_align"]
+__all__ = ["ConvProblem", "Tiling", "BUFFER_BYTES", "C0", "MAX_L0_LOOPS", "CPU_GROUP_PIXELS",
+           "ceil_div", "ceil_align"]
 
 C0 = 16  # channel block (32 bytes of fp16/bf16): Cin0 = Cout0 = 16
 BUFFER_BYTES = {"L0A": 65536, "L0B": 65536, "L0C": 131072, "L1": 524288, "UB": 196608}
 L0C_ELEMENT_BYTES = 4  # the accumulator is fp32
 MAX_L0_LOOPS = 5000  # upstream warns above this many L0 iterations
+# The CPU kernel's image groups: whole-image M tiles of several images, up to this many pixels
+# in all, share one work item (where its channel-vector kernels run), so that each weight block
+# read from memory serves them all.
+CPU_GROUP_PIXELS = 448
 
 
 def ceil_div(a, b):
@@ -147,6 +152,8 @@ class Tiling(NamedTuple):
         """
         rows, cols, nl1, kl1, _, kl0, _ = kernel_tiles or self.kernel_tiles(p)
         output = p.n * p.cin * p.hin * p.win * p.dtype_size
+        group = max(1, min(p.n, CPU_GROUP_PIXELS // (rows * cols))) \
+            if rows >= p.hin and cols >= p.win else 1
         panels = ceil_align(p.cin, 32) * ceil_align(p.cout, 2) * p.taps * 4
         rows_max, cols_max = ceil_div(rows, p.sh), ceil_div(cols, p.sw)
         fr_max = rows_max + (p.kh - 1) * p.dh // p.sh + 1
@@ -154,9 +161,11 @@ class Tiling(NamedTuple):
         cout_l1 = kl1 // p.taps
         align = 16  # each scratch part is rounded up to 64 bytes
         a_panel = ceil_align(max(kl0, 1) * 32 + 8, align) + ceil_align(2 * max(kl0, 1), align)
-        accumulator = ceil_align(max(ceil_align(nl1, 8) * ceil_align(rows_max * fc_max, 32),
-                                     ceil_align(nl1, 32) * ceil_align(rows_max * cols_max, 7)),
-                                 align)
-        frame = ceil_align(cout_l1 * fr_max * fc_max + fc_max + 32, align)
-        scratch = 4 * ceil_align(a_panel + accumulator + frame + 2 * cout_l1 * p.taps, align)
+        accumulator = ceil_align(max(
+            ceil_align(nl1, 8) * ceil_align(rows_max * fc_max, 32),
+            ceil_align(nl1, 32) * ceil_align(group * rows_max * cols_max, 7)), align)
+        frame = ceil_align(cout_l1 * group * fr_max * fc_max + fc_max + 32, align)
+        offsets = 2 * ceil_align(group * rows_max * cols_max, 7)
+        scratch = 4 * ceil_align(a_panel + accumulator + frame
+                                 + ceil_align(2 * cout_l1 * p.taps, align) + offsets, align)
         return output + panels + threads * scratch + 4 * align

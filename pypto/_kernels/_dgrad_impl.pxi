@@ -32,6 +32,8 @@ from libc.string cimport memset
 
 import time
 
+from pypto._tiling import CPU_GROUP_PIXELS
+
 cdef extern from "pypto_numeric.h" nogil:
     void pypto_widen(const uint16_t *src, float *dst, int64_t n, int dtype)
     void pypto_narrow(const float *src, uint16_t *dst, int64_t n, int dtype)
@@ -135,8 +137,11 @@ cdef struct Geometry:
     int64_t m_rows, m_cols, nl1, ml0, kl0, nl0, cout_l1
     int64_t nl1_pad, vec_c, vec_w
     int64_t n_blocks, row_tiles, col_tiles
+    # images per work item (image group): > 1 only for small whole-image M tiles with chan_vec,
+    # so that each weight block read from memory serves several images
+    int64_t group, n_groups
     # per-thread scratch, in float-sized slots: packed A panel, accumulator, frame, A row pointers
-    int64_t panel_len, panel_rows_len, acc_len, frame_len, rows_len
+    int64_t panel_len, panel_rows_len, acc_len, frame_len, rows_len, offs_len
     # phases: taps of phase p are tap_kh/kw[tap_first[p] : tap_first[p] + tap_count[p]]
     const int64_t *tap_first
     const int64_t *tap_count
@@ -166,18 +171,21 @@ cdef inline int64_t _k_len(const Geometry *g, int64_t ntaps) noexcept nogil:
 cdef struct Frame:
     # the phase's pixels inside one M tile: rows hi0 + r*sh, columns wi0 + c*sw (r < rows, c < cols)
     int64_t hi0, wi0, rows, cols
-    # frame of dy: rows ih0 - qh_max .., columns jw0 - qw_max .., pitch fc, fr rows per channel
-    int64_t ih0, jw0, qh_max, qw_max, fr, fc
+    # frame of dy: rows ih0 - qh_max .., columns jw0 - qw_max .., pitch fc, fr rows per channel;
+    # `images` frames of fr x fc (one per image of the group) per channel slot, `plane` apart
+    int64_t ih0, jw0, qh_max, qw_max, fr, fc, images, plane
     # M positions: r*pitch + c; pixel (r, c) of A row k is at row k + r*fc + c in the frame.
     # Packed A and the channel-vector kernels: pitch = cols, the pixels only. Unpacked, the
     # kernels read the frame rows directly: pitch = fc, and the halo columns c >= cols are
-    # computed and discarded.
+    # computed and discarded. An image group's positions are its images' one after another
+    # (image i's pixel (r, c) at frame row k + i*fr*fc + r*fc + c).
     int64_t pitch, positions, ldc
 
 
 cdef bint _frame_for_phase(const Geometry *g, int64_t phase, int64_t h0, int64_t rows,
-                           int64_t w0, int64_t cols, Frame *f) noexcept nogil:
-    """The frame geometry of one phase of one M tile; False when the phase has no pixel there."""
+                           int64_t w0, int64_t cols, int64_t images, Frame *f) noexcept nogil:
+    """The frame geometry of one phase of one M tile (of `images` images); False when the
+    phase has no pixel there."""
     cdef int64_t rh = phase // g.sw, rw = phase - (phase // g.sw) * g.sw
     cdef int64_t t, qh, qw, qh_min = 0, qw_min = 0
     f.hi0 = h0 + ((rh - (h0 + g.pt) % g.sh) % g.sh + g.sh) % g.sh
@@ -202,7 +210,9 @@ cdef bint _frame_for_phase(const Geometry *g, int64_t phase, int64_t h0, int64_t
     f.fr = f.rows + f.qh_max - qh_min
     f.fc = f.cols + f.qw_max - qw_min
     f.pitch = f.cols if g.pack_a or g.chan_vec else f.fc
-    f.positions = f.rows * f.pitch
+    f.images = images
+    f.plane = images * f.fr * f.fc
+    f.positions = images * f.rows * f.pitch
     # accumulator: [channel][position] rows of ldc, or [position][channel] with chan_vec
     f.ldc = g.nl1_pad if g.chan_vec else _round_up(f.positions, PYPTO_NR)
     return True
@@ -210,8 +220,9 @@ cdef bint _frame_for_phase(const Geometry *g, int64_t phase, int64_t h0, int64_t
 
 cdef void _fill_frame(const Geometry *g, const uint16_t *dy_img, const Frame *f,
                       int64_t co_first, int64_t co_count, void *frame) noexcept nogil:
-    """dy channels co_first .. +co_count as a zero-haloed frame: fp32, or bf16 channel pairs."""
-    cdef int64_t plane = f.fr * f.fc, ch, row, ho, wo_first, lo, hi, co
+    """dy channels co_first .. +co_count of the group's images as zero-haloed frames: fp32,
+    or bf16 channel pairs."""
+    cdef int64_t plane = f.plane, ch, row, ho, wo_first, lo, hi, co, image, dst
     cdef int64_t slots = (co_count + 1) // 2 if g.dot_bf16 else co_count
     cdef const uint16_t *src
     cdef const uint16_t *src2
@@ -219,24 +230,22 @@ cdef void _fill_frame(const Geometry *g, const uint16_t *dy_img, const Frame *f,
     lo = _min(_max(-wo_first, 0), f.fc)
     hi = _max(_min(g.wout - wo_first, f.fc), lo)
     for ch in range(slots):
-        for row in range(f.fr):
-            ho = f.ih0 - f.qh_max + row
-            co = co_first + (2 * ch if g.dot_bf16 else ch)
-            src = dy_img + (co * g.hout + ho) * g.wout + wo_first
-            if g.dot_bf16:
-                src2 = src + g.hout * g.wout if co + 1 < co_first + co_count else NULL
-                if ho < 0 or ho >= g.hout:
-                    pypto_frame_row_pairs(src, src2, 0, 0, f.fc,
-                                           <uint32_t *>frame + ch * plane + row * f.fc)
+        for image in range(f.images):
+            for row in range(f.fr):
+                ho = f.ih0 - f.qh_max + row
+                co = co_first + (2 * ch if g.dot_bf16 else ch)
+                src = dy_img + ((image * g.cout + co) * g.hout + ho) * g.wout + wo_first
+                dst = ch * plane + (image * f.fr + row) * f.fc
+                if g.dot_bf16:
+                    src2 = src + g.hout * g.wout if co + 1 < co_first + co_count else NULL
+                    if ho < 0 or ho >= g.hout:
+                        pypto_frame_row_pairs(src, src2, 0, 0, f.fc, <uint32_t *>frame + dst)
+                    else:
+                        pypto_frame_row_pairs(src, src2, lo, hi, f.fc, <uint32_t *>frame + dst)
+                elif ho < 0 or ho >= g.hout:
+                    pypto_frame_row_f32(src, 0, 0, f.fc, <float *>frame + dst, g.dtype)
                 else:
-                    pypto_frame_row_pairs(src, src2, lo, hi, f.fc,
-                                           <uint32_t *>frame + ch * plane + row * f.fc)
-            elif ho < 0 or ho >= g.hout:
-                pypto_frame_row_f32(src, 0, 0, f.fc, <float *>frame + ch * plane + row * f.fc,
-                                     g.dtype)
-            else:
-                pypto_frame_row_f32(src, lo, hi, f.fc, <float *>frame + ch * plane + row * f.fc,
-                                     g.dtype)
+                    pypto_frame_row_f32(src, lo, hi, f.fc, <float *>frame + dst, g.dtype)
     # reads past the last plane (discarded halo positions unpacked, the 8-element copies of
     # pypto_pack_a packed) stay on zeros
     memset(<float *>frame + slots * plane, 0, (f.fc + PYPTO_NR) * sizeof(float))
@@ -245,7 +254,7 @@ cdef void _fill_frame(const Geometry *g, const uint16_t *dy_img, const Frame *f,
 cdef void _row_table(const Geometry *g, const Frame *f, int64_t phase, int64_t k_first,
                      int64_t k_count, const void *frame, const void **rows) noexcept nogil:
     """rows[i] = where A row k_first + i starts in the frame (one shift per tap)."""
-    cdef int64_t ntaps = g.tap_count[phase], plane = f.fr * f.fc
+    cdef int64_t ntaps = g.tap_count[phase], plane = f.plane
     cdef int64_t i, k, slot, tap
     for i in range(k_count):
         k = k_first + i
@@ -288,9 +297,6 @@ cdef void _multiply(const Geometry *g, const Frame *f, int64_t phase, int64_t c_
     cdef bint half, quarter
     cdef const void **a_rows = panel_rows if g.pack_a else rows
     cdef const float *w_f32
-    if g.chan_vec:
-        _multiply_cv(g, f, phase, c_first, n_count1, k_first, k_count, rows, t0, t_count, acc)
-        return
     # Register-width pixel blocks outside, channel blocks inside: one block of A (packed or
     # the frame's rows) stays in L1 while every channel's weight panel passes over it.
     jb = t0
@@ -332,16 +338,29 @@ cdef void _multiply(const Geometry *g, const Frame *f, int64_t phase, int64_t c_
         jb += PYPTO_NR
 
 
+cdef void _position_offsets(const Frame *f, int64_t *offs) noexcept nogil:
+    """offs[t] = the frame offset of position t (image, row, column), for t up to the
+    positions rounded up to PYPTO_CV_M; the spare ones repeat the last position."""
+    cdef int64_t per_image = f.rows * f.cols, t, p, image, r
+    for t in range(_round_up(f.positions, PYPTO_CV_M)):
+        p = _min(t, f.positions - 1)
+        image = p // per_image
+        p -= image * per_image
+        r = p // f.cols
+        offs[t] = (image * f.fr + r) * f.fc + (p - r * f.cols)
+
+
 cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t c_first,
                        int64_t n_count1, int64_t k_first, int64_t k_count, const void **rows,
-                       int64_t t0, int64_t t_count, float *acc) noexcept nogil:
+                       int64_t t0, int64_t t_count, float *acc,
+                       const int64_t *offs) noexcept nogil:
     """_multiply with the channel-vector kernels: acc[t][ci] for PYPTO_CV_M pixels x
-    PYPTO_CV_N channels at a time. A short last pixel block repeats its last pixel into the
-    accumulator's spare rows (past the tile's positions: never written out)."""
+    PYPTO_CV_N channels at a time (offs: _position_offsets). A short last pixel block repeats
+    its last pixel into the accumulator's spare rows (past the tile's positions: never written
+    out)."""
     cdef int64_t k_len = _k_len(g, g.tap_count[phase])
     cdef int64_t nl0 = _round_up(g.nl0, PYPTO_CV_N)
-    cdef int64_t n0, n_end, cb, pb, i, p, r, panel
-    cdef int64_t offs[PYPTO_CV_M]
+    cdef int64_t n0, n_end, cb, pb, panel
     n0 = 0
     while n0 < n_count1:                                           # N-L0
         n_end = _min(n0 + nl0, n_count1)
@@ -350,18 +369,14 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
             panel = g.w_offset[phase] + (c_first + cb) * k_len
             pb = t0
             while pb < t0 + t_count:  # ... while the pixel blocks pass over it
-                for i in range(PYPTO_CV_M):
-                    p = _min(pb + i, t0 + t_count - 1)
-                    r = p // f.cols
-                    offs[i] = r * f.fc + (p - r * f.cols)
                 if g.dot_bf16:
                     pypto_ukernel_cv_bf16(
                         k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_CV_N,
-                        <const uint32_t *const *>rows, offs, acc + pb * f.ldc + cb, f.ldc)
+                        <const uint32_t *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc)
                 else:
                     pypto_ukernel_cv_f32(
                         k_count, <const float *>g.w_packed + panel + k_first * PYPTO_CV_N,
-                        <const float *const *>rows, offs, acc + pb * f.ldc + cb, f.ldc)
+                        <const float *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc)
                 pb += PYPTO_CV_M
             cb += PYPTO_CV_N
         n0 = n_end
@@ -403,7 +418,16 @@ cdef void _write_out(const Geometry *g, const float *acc, uint16_t *dx_img, int6
 cdef void _write_out_cv(const Geometry *g, const float *acc, uint16_t *dx_img, int64_t c_first,
                         int64_t n_count, const Frame *f) noexcept nogil:
     """_write_out for the channel-vector kernels' [position][channel] accumulator: each
-    vec-tile chunk in blocks of 16 columns x 16 channels, transposed in registers."""
+    vec-tile chunk in blocks of 16 columns x 16 channels, transposed in registers; the
+    group's images one after another."""
+    cdef int64_t image
+    for image in range(f.images):
+        _write_out_cv_image(g, acc + image * f.rows * f.cols * f.ldc,
+                            dx_img + image * g.cin * g.hin * g.win, c_first, n_count, f)
+
+
+cdef void _write_out_cv_image(const Geometry *g, const float *acc, uint16_t *dx_img,
+                              int64_t c_first, int64_t n_count, const Frame *f) noexcept nogil:
     cdef int64_t c_blk, c_end, r, w_blk, w_end, cb, pb
     cdef int64_t plane = g.hin * g.win
     c_blk = 0
@@ -430,10 +454,12 @@ cdef void _write_out_cv(const Geometry *g, const float *acc, uint16_t *dx_img, i
 
 cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16_t *dx,
                      float *scratch) noexcept nogil:
-    """One (image, N-L1 block, M-L1 tile): every output element of it, start to finish."""
+    """One (image group, N-L1 block, M-L1 tile): every output element of it, start to
+    finish."""
     cdef int64_t tiles_per_img = g.n_blocks * g.row_tiles * g.col_tiles
-    cdef int64_t img = item // tiles_per_img
-    cdef int64_t rest = item - img * tiles_per_img
+    cdef int64_t img = (item // tiles_per_img) * g.group
+    cdef int64_t images = _min(g.group, g.n_img - img)
+    cdef int64_t rest = item - (item // tiles_per_img) * tiles_per_img
     cdef int64_t nb = rest // (g.row_tiles * g.col_tiles)
     cdef int64_t mt = rest - nb * (g.row_tiles * g.col_tiles)
     cdef int64_t h0 = (mt // g.col_tiles) * g.m_rows
@@ -449,6 +475,7 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
     cdef float *acc = scratch + g.panel_len + g.panel_rows_len
     cdef void *frame = <void *>(acc + g.acc_len)
     cdef const void **row_ptrs = <const void **>(acc + g.acc_len + g.frame_len)
+    cdef int64_t *offs = <int64_t *>(acc + g.acc_len + g.frame_len + g.rows_len)
     cdef Frame f
     cdef int64_t phase, ntaps, co1, co_count, k1, k_count1, t0, t_count, k0, k_count
     cdef int64_t pair = 2 if g.dot_bf16 else 1
@@ -457,10 +484,11 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
         for k0 in range(g.panel_rows_len // 2):
             panel_rows[k0] = a_panel + k0 * PYPTO_NR
     for phase in range(g.sh * g.sw):
-        if not _frame_for_phase(g, phase, h0, rows, w0, cols, &f):
+        if not _frame_for_phase(g, phase, h0, rows, w0, cols, images, &f):
             continue
         ntaps = g.tap_count[phase]
         if g.chan_vec:
+            _position_offsets(&f, offs)
             memset(acc, 0, _round_up(f.positions, PYPTO_CV_M) * f.ldc * sizeof(float))
         else:
             memset(acc, 0, g.nl1_pad * f.ldc * sizeof(float))
@@ -480,8 +508,12 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
                 k0 = 0
                 while k0 < k_count1:                               # K-L0
                     k_count = _min(_max(g.kl0 // pair, 1), k_count1 - k0)
-                    _multiply(g, &f, phase, c_first, n_count1, k1 + k0, k_count, row_ptrs + k0,
-                              t0, t_count, acc, a_panel, panel_rows)
+                    if g.chan_vec:
+                        _multiply_cv(g, &f, phase, c_first, n_count1, k1 + k0, k_count,
+                                     row_ptrs + k0, t0, t_count, acc, offs)
+                    else:
+                        _multiply(g, &f, phase, c_first, n_count1, k1 + k0, k_count,
+                                  row_ptrs + k0, t0, t_count, acc, a_panel, panel_rows)
                     k0 += k_count
                 t0 += t_count
             co1 += co_count
@@ -499,8 +531,9 @@ cdef void _pack_weight_block(const Geometry *g, const uint16_t *w, int64_t cb) n
     cdef int64_t phase, ntaps, co, ti, r, rows, first, base, k, tap_index
     cdef int64_t taps = g.kh * g.kw
     cdef const uint16_t *src
+    cdef const uint16_t *src2
     cdef float *dst_f
-    cdef uint16_t *dst_h
+    cdef uint32_t *dst_pair
     cdef float widened[PACK_BLOCK]
     cdef int64_t wb = g.wb
     cdef bint block_fits = wb * taps <= PACK_BLOCK
@@ -511,34 +544,42 @@ cdef void _pack_weight_block(const Geometry *g, const uint16_t *w, int64_t cb) n
             continue
         first = g.tap_first[phase]
         base = g.w_offset[phase] + cb * _k_len(g, ntaps)
+        if g.dot_bf16:
+            # a channel pair at a time: one 32-bit store per (W[co], W[co+1]) pair
+            for co in range(0, g.cout, 2):
+                src = w + (co * g.cin + cb) * taps
+                src2 = src + g.cin * taps
+                for ti in range(ntaps):
+                    tap_index = g.tap_kh[first + ti] * g.kw + g.tap_kw[first + ti]
+                    dst_pair = <uint32_t *>(<uint16_t *>g.w_packed + base) \
+                        + ((co // 2) * ntaps + ti) * wb
+                    if co + 1 < g.cout:
+                        for r in range(rows):
+                            dst_pair[r] = src[r * taps + tap_index] \
+                                | (<uint32_t>src2[r * taps + tap_index] << 16)
+                    else:   # odd Cout: the last pair's partner is 0
+                        for r in range(rows):
+                            dst_pair[r] = src[r * taps + tap_index]
+                    for r in range(rows, wb):
+                        dst_pair[r] = 0
+            continue
         for co in range(g.cout):
             src = w + (co * g.cin + cb) * taps
-            if block_fits and not g.dot_bf16:
-                # the MR x Kh*Kw source block is contiguous: one vectorized conversion
+            if block_fits:
+                # the wb x Kh*Kw source block is contiguous: one vectorized conversion
                 pypto_widen(src, widened, rows * taps, g.dtype)
             for ti in range(ntaps):
                 tap_index = g.tap_kh[first + ti] * g.kw + g.tap_kw[first + ti]
-                if g.dot_bf16:
-                    k = (co // 2) * ntaps + ti
-                    dst_h = <uint16_t *>g.w_packed + base + k * (2 * wb) + (co & 1)
+                k = co * ntaps + ti
+                dst_f = <float *>g.w_packed + base + k * wb
+                if block_fits:   # widened once per (co, channel block), above
                     for r in range(rows):
-                        dst_h[2 * r] = src[r * taps + tap_index]
-                    for r in range(rows, wb):
-                        dst_h[2 * r] = 0
-                    if co == g.cout - 1 and (co & 1) == 0:   # odd Cout: the pair's partner is 0
-                        for r in range(wb):
-                            dst_h[2 * r + 1] = 0
+                        dst_f[r] = widened[r * taps + tap_index]
                 else:
-                    k = co * ntaps + ti
-                    dst_f = <float *>g.w_packed + base + k * wb
-                    if block_fits:   # widened once per (co, channel block), below
-                        for r in range(rows):
-                            dst_f[r] = widened[r * taps + tap_index]
-                    else:
-                        for r in range(rows):
-                            pypto_widen(&src[r * taps + tap_index], &dst_f[r], 1, g.dtype)
-                    for r in range(rows, wb):
-                        dst_f[r] = 0
+                    for r in range(rows):
+                        pypto_widen(&src[r * taps + tap_index], &dst_f[r], 1, g.dtype)
+                for r in range(rows, wb):
+                    dst_f[r] = 0
         # rows past Cin and the missing partner of an odd last channel are written as 0, so the
         # panels need no zeroed allocation (malloc reuses freed memory; calloc would fault in
         # fresh pages on every call)
@@ -598,6 +639,14 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
         and _round_up(g.nl1, PYPTO_CV_N) * 8 <= g.nl1 * 9
     g.wb = PYPTO_CV_N if g.chan_vec else PYPTO_MR
     g.nl1_pad = _round_up(g.nl1, g.wb)
+    # Image groups: small whole-image M tiles share work items, while at least two items per
+    # thread remain. The same sums: only which images one weight read serves changes.
+    g.group = 1
+    if g.chan_vec and g.row_tiles == 1 and g.col_tiles == 1:
+        g.group = _max(1, _min(g.n_img, <int64_t>CPU_GROUP_PIXELS // (g.m_rows * g.m_cols)))
+        while g.group > 1 and (g.n_img + g.group - 1) // g.group * g.n_blocks < 2 * num_threads:
+            g.group -= 1
+    g.n_groups = (g.n_img + g.group - 1) // g.group
 
     # taps grouped by stride phase: tap (kh, kw) feeds phase (kh*dh % sh, kw*dw % sw).
     # Tables live in one C block (small calls: no NumPy objects to build).
@@ -641,18 +690,21 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     g.panel_len = _round_up(k_l0 * PYPTO_NR + 8, ALIGN) if g.pack_a else 0
     g.panel_rows_len = _round_up(2 * k_l0, ALIGN) if g.pack_a else 0   # pointers: two slots
     if g.chan_vec:
-        g.acc_len = _round_up(_round_up(rows_max * cols_max, PYPTO_CV_M) * g.nl1_pad, ALIGN)
+        g.acc_len = _round_up(_round_up(g.group * rows_max * cols_max, PYPTO_CV_M) * g.nl1_pad,
+                              ALIGN)
     else:
         g.acc_len = _round_up(g.nl1_pad * _round_up(rows_max * (cols_max if g.pack_a else fc_max),
                                                     PYPTO_NR), ALIGN)
-    g.frame_len = _round_up(slots * fr_max * fc_max + fc_max + PYPTO_NR, ALIGN)
-    g.rows_len = 2 * slots * max_ntaps   # pointers are two float slots
+    g.frame_len = _round_up(slots * g.group * fr_max * fc_max + fc_max + PYPTO_NR, ALIGN)
+    g.rows_len = _round_up(2 * slots * max_ntaps, ALIGN)   # pointers are two float slots
+    # channel-vector kernels: the positions' frame offsets (int64: two float slots)
+    g.offs_len = 2 * _round_up(g.group * rows_max * cols_max, PYPTO_CV_M) if g.chan_vec else 0
     cdef size_t panel_bytes = panel_elems * (sizeof(uint16_t) if g.dot_bf16 else sizeof(float))
     cdef void *w_packed = malloc(panel_bytes)
-    cdef int64_t n_items = g.n_img * g.n_blocks * g.row_tiles * g.col_tiles
+    cdef int64_t n_items = g.n_groups * g.n_blocks * g.row_tiles * g.col_tiles
     cdef int threads = <int>_max(1, _min(num_threads, n_items))
     cdef int64_t per_thread = _round_up(g.panel_len + g.panel_rows_len + g.acc_len + g.frame_len
-                                        + g.rows_len, ALIGN)
+                                        + g.rows_len + g.offs_len, ALIGN)
     cdef char *scratch_block = <char *>malloc((threads * per_thread + ALIGN) * sizeof(float))
     cdef float *scratch = <float *>(scratch_block
                                     + (-<size_t>scratch_block) % (ALIGN * sizeof(float)))
