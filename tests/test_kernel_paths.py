@@ -30,7 +30,11 @@ PROBLEMS = [
     (1, 32, 17, 20, 19, 5, 5, (3, 3), (2, 2), (1, 1), None),    # stride 3: 9 phases
     (1, 64, 16, 14, 14, 7, 7, (2, 2), (3, 3), (1, 1), None),
     (1, 32, 48, 6, 40, 3, 3, (1, 1), (1, 1), (2, 2), None),     # dilation, wide rows
+    (3, 96, 20, 6, 7, 3, 3, (1, 1), (1, 1), (1, 1), 32),       # image groups of 3, or 2 + 1
+    (5, 64, 24, 4, 4, 3, 3, (2, 2), (1, 1), (1, 1), None),      # 5 images: 4 + 1
 ]
+# problem index: {threads: images per item}; groups keep two work items per thread
+GROUPED = {4: {1: 2}, 8: {1: 3, 2: 2}, 9: {1: 4}}
 VEC_CHUNKS = [(16, 64), (3, 5), (1, 1), (40, 7)]  # (channels, columns) per write-out chunk
 
 
@@ -75,5 +79,7 @@ def test_channel_vector_kernels_give_the_pixel_kernels_bits(level, dtype, index)
             path, expected = _run(kernel, case, dtype, vec, threads, False, dot)
             assert "chan_vec" not in path
             path, out = _run(kernel, case, dtype, vec, threads, True, dot)
-            assert path.endswith("+chan_vec"), path
+            assert "+chan_vec" in path, path
+            group = GROUPED.get(index, {}).get(threads, 1)
+            assert ("+group" not in path) if group == 1 else path.endswith(f"+group{group}")
             assert np.array_equal(out, expected), (PROBLEMS[index], vec, threads, dot)

@@ -611,7 +611,8 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     dot-product micro-kernel when this build has one, ``use_bf16_dot`` is true and the data
     cannot produce subnormals. The channel-vector kernels serve tiles of whole blocks of 32
     input channels where the build has them and ``use_chan_vec`` is true (the same bits either
-    way). Returns the path taken: "bf16_dot" or "fp32", with "+chan_vec" when those served.
+    way). Returns the path taken: "bf16_dot" or "fp32", with "+chan_vec" when those served and
+    "+group<G>" when work items held G images.
     """
     cdef Geometry g
     cdef int64_t kl1
@@ -736,4 +737,5 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
         free(scratch_block)
         free(w_packed)
         free(tables)
-    return ("bf16_dot" if g.dot_bf16 else "fp32") + ("+chan_vec" if g.chan_vec else "")
+    return ("bf16_dot" if g.dot_bf16 else "fp32") + ("+chan_vec" if g.chan_vec else "") \
+        + (f"+group{g.group}" if g.group > 1 else "")
