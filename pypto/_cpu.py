@@ -277,7 +277,7 @@ def conv_backward_input_cpu(call, dy, w):
     # before any copy or allocation
     check_host_memory(call.tiling.cpu_memory_bytes(p, threads, kernel_tiles) + copies, p,
                       "weight panels, tile scratch and input copies")
-    non_finite = non_finite_mask(w, call.dtype)
+    non_finite = non_finite_mask(w, call.dtype, _kernel().has_non_finite)
     if non_finite is not None:
         return with_real_taps_only(conv_backward_input_cpu, call, dy, w, non_finite)
     out = np.empty((p.n, p.cin, p.hin, p.win), dtype=np_dtype)

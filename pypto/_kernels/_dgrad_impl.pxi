@@ -103,6 +103,19 @@ def openmp_enabled():
     return bool(PYPTO_HAVE_OPENMP)
 
 
+def has_non_finite(const uint16_t[::1] bits, int dtype):
+    """True when any of the 16-bit patterns (``dtype``: 0 fp16, 1 bf16) is Inf or NaN: one
+    pass, no temporaries (NumPy's form made two arrays the size of the weight per call)."""
+    cdef uint16_t exponent = 0x7f80 if dtype == 1 else 0x7c00
+    cdef uint16_t found = 0
+    cdef int64_t i, n = bits.shape[0]
+    cdef const uint16_t *x = &bits[0] if n > 0 else NULL
+    with nogil:
+        for i in range(n):  # a branch-free or-reduction: it vectorizes
+            found |= <uint16_t>((x[i] & exponent) == exponent)
+    return found != 0
+
+
 def peak_flops(str kind, int threads, int64_t iterations):
     """(flops, seconds) of the peak loop (pypto_peak.h) on ``threads`` threads at once, each
     doing ``iterations`` steps: kind "madd" (fp32 multiply-add at this level's widest vector) or
@@ -581,8 +594,57 @@ cdef void _pack_weight_block(const Geometry *g, const uint16_t *w, int64_t cb) n
                 for r in range(rows, wb):
                     dst_f[r] = 0
         # rows past Cin and the missing partner of an odd last channel are written as 0, so the
-        # panels need no zeroed allocation (malloc reuses freed memory; calloc would fault in
-        # fresh pages on every call)
+        # panels need no zeroed allocation (they are often the last call's buffer)
+
+
+# The two large buffers of a call (weight panels, tile scratch) are kept for the next call: fresh
+# memory from malloc is often fresh pages from the OS, and faulting them in and zeroing them cost
+# up to a third of a call (case e, 4.7 MB of panels) when other work ran in between. A call takes
+# a slot's buffer when it is large enough and frees it first when it is not (so no more than one
+# call's worth is ever held), and gives it back at the end; buffers above KEEP_BYTES_MAX are not
+# kept. Taken and given with the GIL held: concurrent calls each get their own.
+cdef enum:
+    KEEP_BYTES_MAX = 64 << 20
+    SLOT_PANELS = 0
+    SLOT_SCRATCH = 1
+
+cdef void *_kept[2]
+cdef size_t _kept_bytes[2]
+
+
+cdef void *_take_buffer(int slot, size_t size, size_t *capacity):
+    cdef void *p = _kept[slot]
+    if p != NULL:
+        _kept[slot] = NULL
+        if _kept_bytes[slot] >= size:
+            capacity[0] = _kept_bytes[slot]
+            return p
+        free(p)
+    capacity[0] = size
+    return malloc(size if size > 0 else 1)
+
+
+cdef void _give_buffer(int slot, void *p, size_t capacity):
+    if p == NULL:
+        return
+    if capacity > KEEP_BYTES_MAX or (_kept[slot] != NULL and _kept_bytes[slot] >= capacity):
+        free(p)
+        return
+    free(_kept[slot])
+    _kept[slot] = p
+    _kept_bytes[slot] = capacity
+
+
+def kept_buffer_bytes():
+    """Bytes of kernel buffers kept for the next call."""
+    return sum(_kept_bytes[i] for i in range(2) if _kept[i] != NULL)
+
+
+def release_buffers():
+    """Free the kernel buffers kept for the next call."""
+    for i in range(2):
+        free(_kept[i])
+        _kept[i] = NULL
 
 
 cdef int _min_exponent(const uint16_t *x, int64_t n, int num_threads):
@@ -701,12 +763,14 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     # channel-vector kernels: the positions' frame offsets (int64: two float slots)
     g.offs_len = 2 * _round_up(g.group * rows_max * cols_max, PYPTO_CV_M) if g.chan_vec else 0
     cdef size_t panel_bytes = panel_elems * (sizeof(uint16_t) if g.dot_bf16 else sizeof(float))
-    cdef void *w_packed = malloc(panel_bytes)
+    cdef size_t panel_capacity, scratch_capacity
+    cdef void *w_packed = _take_buffer(SLOT_PANELS, panel_bytes, &panel_capacity)
     cdef int64_t n_items = g.n_groups * g.n_blocks * g.row_tiles * g.col_tiles
     cdef int threads = <int>_max(1, _min(num_threads, n_items))
     cdef int64_t per_thread = _round_up(g.panel_len + g.panel_rows_len + g.acc_len + g.frame_len
                                         + g.rows_len + g.offs_len, ALIGN)
-    cdef char *scratch_block = <char *>malloc((threads * per_thread + ALIGN) * sizeof(float))
+    cdef char *scratch_block = <char *>_take_buffer(
+        SLOT_SCRATCH, (threads * per_thread + ALIGN) * sizeof(float), &scratch_capacity)
     cdef float *scratch = <float *>(scratch_block
                                     + (-<size_t>scratch_block) % (ALIGN * sizeof(float)))
     cdef int64_t item, cb, first, last, chunk
@@ -734,8 +798,8 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
             first = last
             PyErr_CheckSignals()
     finally:
-        free(scratch_block)
-        free(w_packed)
+        _give_buffer(SLOT_SCRATCH, scratch_block, scratch_capacity)
+        _give_buffer(SLOT_PANELS, w_packed, panel_capacity)
         free(tables)
     return ("bf16_dot" if g.dot_bf16 else "fp32") + ("+chan_vec" if g.chan_vec else "") \
         + (f"+group{g.group}" if g.group > 1 else "")

@@ -1,0 +1,69 @@
+"""The kernel's kept buffers and its non-finite scan.
+
+A call keeps its weight-panel and scratch buffers for the next one (fresh pages cost up to a
+third of a call); a reused buffer holds the last call's data, so results must not depend on
+what was there. has_non_finite is the one-pass form of the Inf/NaN check on the weight.
+"""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from pypto._cpu import BUILT_LEVELS, CPU_LEVELS, load_level
+from pypto._tiling import ConvProblem, Tiling
+
+LEVELS = [level for level in CPU_LEVELS if level in BUILT_LEVELS]
+
+
+def _call(kernel, seed, n, cin, cout, hw, dtype):
+    rng = np.random.default_rng(seed)
+    np_dtype = np.float16 if dtype == 0 else ml_dtypes.bfloat16
+    dy = rng.uniform(-1, 1, (n, cout, hw, hw)).astype(np_dtype).view(np.uint16)
+    w = rng.uniform(-1, 1, (cout, cin, 3, 3)).astype(np_dtype).view(np.uint16)
+    out = np.empty((n, cin, hw, hw), np.uint16)
+    problem = ConvProblem(n, cin, cout, hw, hw, hw, hw, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1)
+    tiles = Tiling(hw * hw, 16 * 9, 64, 64, 64, 32).kernel_tiles(problem)
+    kernel.dgrad(dy, w, out, dtype, (1, 1, 1, 1, 1, 1), tiles, (16, 16), 2)
+    return out
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("dtype", [0, 1], ids=["fp16", "bf16"])
+def test_kept_buffers_change_no_result(level, dtype):
+    kernel = load_level(level)
+    shapes = [(2, 64, 32, 14), (1, 16, 16, 5), (3, 96, 48, 9), (1, 8, 20, 7)]
+    kernel.release_buffers()
+    assert kernel.kept_buffer_bytes() == 0
+    fresh = []
+    for i, shape in enumerate(shapes):  # each from freed buffers
+        kernel.release_buffers()
+        fresh.append(_call(kernel, i, *shape, dtype))
+    assert kernel.kept_buffer_bytes() > 0
+    for _ in range(2):  # large, small, large again: every buffer once dirty
+        for i, shape in enumerate(shapes):
+            assert np.array_equal(_call(kernel, i, *shape, dtype), fresh[i]), (level, shape)
+    kernel.release_buffers()
+    assert kernel.kept_buffer_bytes() == 0
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("dtype", [0, 1], ids=["fp16", "bf16"])
+def test_has_non_finite_matches_numpy(level, dtype):
+    kernel = load_level(level)
+    np_dtype = np.float16 if dtype == 0 else ml_dtypes.bfloat16
+    rng = np.random.default_rng(dtype)
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    finite = every[np.isfinite(every.view(np_dtype).astype(np.float32))]
+    assert not kernel.has_non_finite(finite, dtype)
+    assert not kernel.has_non_finite(np.empty(0, np.uint16), dtype)
+    for value in (np.inf, -np.inf, np.nan):
+        for length in (1, 7, 64, 1001):
+            bits = rng.choice(finite, length)
+            bits[rng.integers(length)] = np.array(value, np_dtype).view(np.uint16)
+            assert kernel.has_non_finite(bits, dtype), (value, length)
+    # every NaN payload and both infinities, each alone among finite values
+    non_finite = every[~np.isfinite(every.view(np_dtype).astype(np.float32))]
+    for pattern in non_finite[:: max(1, len(non_finite) // 97)]:
+        bits = rng.choice(finite, 33)
+        bits[17] = pattern
+        assert kernel.has_non_finite(bits, dtype)
