@@ -264,18 +264,20 @@ cdef void _fill_frame(const Geometry *g, const uint16_t *dy_img, const Frame *f,
     memset(<float *>frame + slots * plane, 0, (f.fc + PYPTO_NR) * sizeof(float))
 
 
-cdef void _row_table(const Geometry *g, const Frame *f, int64_t phase, int64_t k_first,
-                     int64_t k_count, const void *frame, const void **rows) noexcept nogil:
-    """rows[i] = where A row k_first + i starts in the frame (one shift per tap)."""
+cdef void _row_table(const Geometry *g, const Frame *f, int64_t phase, int64_t slots,
+                     const void *frame, const void **rows) noexcept nogil:
+    """rows[k] = where A row k (channel slot k // ntaps, the phase's tap k % ntaps) starts in
+    the frame: the slot's plane shifted by the tap. The shifts are computed once per tap (their
+    divisions per row were a quarter of the stem layer's time)."""
     cdef int64_t ntaps = g.tap_count[phase], plane = f.plane
-    cdef int64_t i, k, slot, tap
-    for i in range(k_count):
-        k = k_first + i
-        slot = k // ntaps
-        tap = g.tap_first[phase] + (k - slot * ntaps)
-        rows[i] = <const float *>frame + slot * plane \
-            + (f.qh_max - (g.tap_kh[tap] * g.dh) // g.sh) * f.fc \
+    cdef int64_t slot, ti, tap
+    for ti in range(ntaps):
+        tap = g.tap_first[phase] + ti
+        rows[ti] = <const float *>frame + (f.qh_max - (g.tap_kh[tap] * g.dh) // g.sh) * f.fc \
             + (f.qw_max - (g.tap_kw[tap] * g.dw) // g.sw)
+    for slot in range(1, slots):
+        for ti in range(ntaps):
+            rows[slot * ntaps + ti] = <const float *>rows[ti] + slot * plane
 
 
 cdef int _block_runs(const Frame *f, int64_t first, int64_t count, int64_t *runs) noexcept nogil:
@@ -512,7 +514,7 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
             # this block's k (in pairs for bf16): channel slots x taps
             k1 = (co1 // pair) * ntaps
             k_count1 = ((co_count + pair - 1) // pair) * ntaps
-            _row_table(g, &f, phase, 0, k_count1, frame, row_ptrs)
+            _row_table(g, &f, phase, k_count1 // ntaps, frame, row_ptrs)
             t0 = 0
             while t0 < f.positions:                                # M-L0
                 # blocks start on the register width: a padded block must not reach into
