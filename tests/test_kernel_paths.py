@@ -1,11 +1,12 @@
-"""The kernel's two register-block orientations give the same bits.
+"""The kernel's register-block shapes give the same bits.
 
-Pixel-vector kernels (C rows are input channels, columns output pixels) serve every level;
+Pixel-vector kernels (C rows are 8 input channels, columns output pixels) serve every level;
 on the AVX-512 levels the channel-vector kernels (rows are pixels, columns 32 input channels;
 no halo, no A packing, 16x16 transposes on the way out) serve tiles of whole 32-channel
-blocks. Both sum each element over k in the same order, so they must agree bit for bit, on
-fp16 and bf16 (with and without the dot product), for every stride, tile and vec-tile chunk
-shape, on any thread count, with Inf and NaN in dy too.
+blocks, and the few-channel kernels (4 rows x 64 positions) tiles of at most 4 channels. All
+sum each element over k in the same order, so they must agree bit for bit with the 8-row
+pixel kernels, on fp16 and bf16 (with and without the dot product), for every stride, tile and
+vec-tile chunk shape, on any thread count, with Inf and NaN in dy too.
 """
 
 import ml_dtypes
@@ -19,6 +20,7 @@ from pypto._tiling import ConvProblem, Tiling
 
 CHAN_VEC_LEVELS = [level for level in CPU_LEVELS
                    if level in BUILT_LEVELS and load_level(level).HAS_CHAN_VEC]
+FEW_LEVELS = [level for level in CPU_LEVELS if level in BUILT_LEVELS and load_level(level).HAS_FEW]
 
 # (n, cin, cout, hin, win, kh, kw, (sh, sw), (pt, pl), (dh, dw), nl1 or None: suggested)
 PROBLEMS = [
@@ -58,10 +60,10 @@ def _case(problem, dtype, rng, non_finite=False):
         tiling.kernel_tiles(p), (n, cin, hin, win)
 
 
-def _run(kernel, case, dtype, vec, threads, chan_vec, dot=True):
+def _run(kernel, case, dtype, vec, threads, chan_vec, dot=True, few=False):
     dy, w, attrs, tiles, shape = case
     out = np.full(shape, 0xABCD, np.uint16)  # a pattern no write leaves behind
-    path = kernel.dgrad(dy, w, out, dtype, attrs, tiles, vec, threads, dot, chan_vec)
+    path = kernel.dgrad(dy, w, out, dtype, attrs, tiles, vec, threads, dot, chan_vec, few)
     return path, out
 
 
@@ -83,3 +85,29 @@ def test_channel_vector_kernels_give_the_pixel_kernels_bits(level, dtype, index)
             group = GROUPED.get(index, {}).get(threads, 1)
             assert ("+group" not in path) if group == 1 else path.endswith(f"+group{group}")
             assert np.array_equal(out, expected), (PROBLEMS[index], vec, threads, dot)
+
+
+FEW_PROBLEMS = [
+    (2, 3, 64, 30, 30, 7, 7, (2, 2), (3, 3), (1, 1), None),     # the RGB stem, small
+    (1, 1, 17, 9, 70, 3, 3, (1, 1), (1, 1), (1, 1), None),      # one channel, wide rows
+    (3, 4, 20, 11, 13, 5, 3, (1, 2), (2, 1), (2, 1), None),
+    (1, 2, 33, 16, 16, 1, 1, (1, 1), (0, 0), (1, 1), None),
+]
+
+
+@pytest.mark.skipif(not FEW_LEVELS, reason="no level with few-channel kernels here")
+@pytest.mark.parametrize("level", FEW_LEVELS)
+@pytest.mark.parametrize("dtype", [0, 1], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("index", range(len(FEW_PROBLEMS)))
+def test_few_channel_kernels_give_the_pixel_kernels_bits(level, dtype, index):
+    kernel = load_level(level)
+    case = _case(FEW_PROBLEMS[index], dtype, np.random.default_rng(index),
+                 non_finite=index % 2 == 0)
+    for i, vec in enumerate(VEC_CHUNKS):
+        threads = 1 + i % 2
+        for dot in ((True, False) if dtype == 1 else (True,)):
+            path, expected = _run(kernel, case, dtype, vec, threads, False, dot, few=False)
+            assert "+few" not in path
+            path, out = _run(kernel, case, dtype, vec, threads, False, dot, few=True)
+            assert "+few" in path, path
+            assert np.array_equal(out, expected), (FEW_PROBLEMS[index], vec, threads, dot)

@@ -54,6 +54,9 @@ cdef extern from "pypto_gemm.h" nogil:
     enum: PYPTO_NR_QUARTER
     enum: PYPTO_HAVE_BF16_DOT
     enum: PYPTO_HAVE_CHAN_VEC
+    enum: PYPTO_HAVE_FEW
+    enum: PYPTO_FEW_MR
+    enum: PYPTO_FEW_NR
     enum: PYPTO_CV_M
     enum: PYPTO_CV_N
     const char *pypto_isa_name()
@@ -69,6 +72,10 @@ cdef extern from "pypto_gemm.h" nogil:
                                  const uint32_t *const *a_rows, int64_t j0, float *c, int64_t ldc)
     void pypto_ukernel_f32_quarter(int64_t kc, const float *w, const float *w_next,
                                    const float *const *a_rows, int64_t j0, float *c, int64_t ldc)
+    void pypto_ukernel_few_f32(int64_t kc, const float *w, const float *const *a_rows, int64_t j0,
+                               float *c, int64_t ldc)
+    void pypto_ukernel_few_bf16(int64_t kc_pairs, const uint32_t *w,
+                                const uint32_t *const *a_rows, int64_t j0, float *c, int64_t ldc)
     void pypto_ukernel_cv_f32(int64_t kc, const float *w, const float *const *a_rows,
                               const int64_t *offs, float *c, int64_t ldc)
     void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
@@ -96,6 +103,7 @@ MR = PYPTO_MR
 NR = PYPTO_NR
 HAS_BF16_DOT = bool(PYPTO_HAVE_BF16_DOT)
 HAS_CHAN_VEC = bool(PYPTO_HAVE_CHAN_VEC)
+HAS_FEW = bool(PYPTO_HAVE_FEW)
 
 
 def openmp_enabled():
@@ -142,10 +150,11 @@ cdef struct Geometry:
     int64_t n_img, cin, cout, hin, win, hout, wout, kh, kw
     int64_t sh, sw, pt, pl, dh, dw
     int dtype, dot_bf16, pack_a
-    # chan_vec: the channel-vector kernels (C rows are pixels, columns channels); wb: channels
-    # per weight panel (PYPTO_CV_N there, else PYPTO_MR)
-    int chan_vec
-    int64_t wb
+    # chan_vec: the channel-vector kernels (C rows are pixels, columns channels); few: the
+    # few-channel kernels (4 rows x 64 positions); wb: channels per weight panel (PYPTO_CV_N,
+    # PYPTO_FEW_MR or PYPTO_MR); m_block: positions per register block
+    int chan_vec, few
+    int64_t wb, m_block
     # tiles, clipped to the problem
     int64_t m_rows, m_cols, nl1, ml0, kl0, nl0, cout_l1
     int64_t nl1_pad, vec_c, vec_w
@@ -227,7 +236,7 @@ cdef bint _frame_for_phase(const Geometry *g, int64_t phase, int64_t h0, int64_t
     f.plane = images * f.fr * f.fc
     f.positions = images * f.rows * f.pitch
     # accumulator: [channel][position] rows of ldc, or [position][channel] with chan_vec
-    f.ldc = g.nl1_pad if g.chan_vec else _round_up(f.positions, PYPTO_NR)
+    f.ldc = g.nl1_pad if g.chan_vec else _round_up(f.positions, g.m_block)
     return True
 
 
@@ -261,7 +270,7 @@ cdef void _fill_frame(const Geometry *g, const uint16_t *dy_img, const Frame *f,
                     pypto_frame_row_f32(src, lo, hi, f.fc, <float *>frame + dst, g.dtype)
     # reads past the last plane (discarded halo positions unpacked, the 8-element copies of
     # pypto_pack_a packed) stay on zeros
-    memset(<float *>frame + slots * plane, 0, (f.fc + PYPTO_NR) * sizeof(float))
+    memset(<float *>frame + slots * plane, 0, (f.fc + g.m_block) * sizeof(float))
 
 
 cdef void _row_table(const Geometry *g, const Frame *f, int64_t phase, int64_t slots,
@@ -351,6 +360,25 @@ cdef void _multiply(const Geometry *g, const Frame *f, int64_t phase, int64_t c_
                 cb += PYPTO_MR
             n0 = n_end
         jb += PYPTO_NR
+
+
+cdef void _multiply_few(const Geometry *g, const Frame *f, int64_t phase, int64_t k_first,
+                        int64_t k_count, const void **rows, int64_t t0, int64_t t_count,
+                        float *acc) noexcept nogil:
+    """_multiply with the few-channel kernels: every channel of the tile (at most 4: then the
+    tile is all of Cin, c_first = 0) x 64 positions at a time, from the frame's rows."""
+    cdef int64_t panel = g.w_offset[phase]
+    cdef int64_t jb = t0
+    while jb < t0 + t_count:
+        if g.dot_bf16:
+            pypto_ukernel_few_bf16(k_count, <const uint32_t *>g.w_packed + panel // 2
+                                   + k_first * PYPTO_FEW_MR, <const uint32_t *const *>rows, jb,
+                                   acc + jb, f.ldc)
+        else:
+            pypto_ukernel_few_f32(k_count, <const float *>g.w_packed + panel
+                                  + k_first * PYPTO_FEW_MR, <const float *const *>rows, jb,
+                                  acc + jb, f.ldc)
+        jb += PYPTO_FEW_NR
 
 
 cdef void _position_offsets(const Frame *f, int64_t *offs) noexcept nogil:
@@ -494,7 +522,7 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
     cdef Frame f
     cdef int64_t phase, ntaps, co1, co_count, k1, k_count1, t0, t_count, k0, k_count
     cdef int64_t pair = 2 if g.dot_bf16 else 1
-    cdef int64_t m_block = PYPTO_CV_M if g.chan_vec else PYPTO_NR
+    cdef int64_t m_block = g.m_block
     if g.pack_a:
         for k0 in range(g.panel_rows_len // 2):
             panel_rows[k0] = a_panel + k0 * PYPTO_NR
@@ -526,6 +554,9 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
                     if g.chan_vec:
                         _multiply_cv(g, &f, phase, c_first, n_count1, k1 + k0, k_count,
                                      row_ptrs + k0, t0, t_count, acc, offs)
+                    elif g.few:
+                        _multiply_few(g, &f, phase, k1 + k0, k_count, row_ptrs + k0, t0,
+                                      t_count, acc)
                     else:
                         _multiply(g, &f, phase, c_first, n_count1, k1 + k0, k_count,
                                   row_ptrs + k0, t0, t_count, acc, a_panel, panel_rows)
@@ -667,7 +698,7 @@ cdef int _min_exponent(const uint16_t *x, int64_t n, int num_threads):
 
 def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
           uint16_t[:, :, :, ::1] dx, int dtype, tuple attrs, tuple tiles, tuple vec_cw,
-          int num_threads, bint use_bf16_dot=True, bint use_chan_vec=True):
+          int num_threads, bint use_bf16_dot=True, bint use_chan_vec=True, bint use_few=True):
     """dx = dgrad(dy, w); NCHW arrays of 16-bit patterns (``dtype``: 0 fp16, 1 bf16).
 
     attrs = (sh, sw, pt, pl, dh, dw); tiles = (m_rows, m_cols, nl1, kl1, ml0, kl0, nl0) from
@@ -675,8 +706,9 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     dot-product micro-kernel when this build has one, ``use_bf16_dot`` is true and the data
     cannot produce subnormals. The channel-vector kernels serve tiles of whole blocks of 32
     input channels where the build has them and ``use_chan_vec`` is true (the same bits either
-    way). Returns the path taken: "bf16_dot" or "fp32", with "+chan_vec" when those served and
-    "+group<G>" when work items held G images.
+    way), and the few-channel kernels tiles of at most 4 channels (all of Cin) where the build
+    has them and ``use_few`` is true. Returns the path taken: "bf16_dot" or "fp32", with
+    "+chan_vec" or "+few" when those served and "+group<G>" when work items held G images.
     """
     cdef Geometry g
     cdef int64_t kl1
@@ -702,7 +734,11 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     g.chan_vec = PYPTO_HAVE_CHAN_VEC and use_chan_vec \
         and (g.nl1 % PYPTO_CV_N == 0 or g.nl1 == g.cin) \
         and _round_up(g.nl1, PYPTO_CV_N) * 8 <= g.nl1 * 9
-    g.wb = PYPTO_CV_N if g.chan_vec else PYPTO_MR
+    # Few-channel kernels where the whole of Cin is at most 4 channels (the stem's 3).
+    g.few = PYPTO_HAVE_FEW and use_few and not g.chan_vec and g.nl1 == g.cin \
+        and g.cin <= PYPTO_FEW_MR
+    g.wb = PYPTO_CV_N if g.chan_vec else (PYPTO_FEW_MR if g.few else PYPTO_MR)
+    g.m_block = PYPTO_CV_M if g.chan_vec else (PYPTO_FEW_NR if g.few else PYPTO_NR)
     g.nl1_pad = _round_up(g.nl1, g.wb)
     # Image groups: small whole-image M tiles share work items, while at least two items per
     # thread remain. The same sums: only which images one weight read serves changes.
@@ -750,7 +786,7 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     cdef int64_t pair = 2 if g.dot_bf16 else 1
     # Packing A costs about one copy of a register block per k; it pays where enough channel
     # blocks reuse it (and saves the halo columns and unaligned reads of the frame's rows).
-    g.pack_a = not g.chan_vec and g.nl1_pad // PYPTO_MR >= PACK_MIN_BLOCKS
+    g.pack_a = not g.chan_vec and not g.few and g.nl1_pad // PYPTO_MR >= PACK_MIN_BLOCKS
     cdef int64_t k_l0 = _max(g.kl0 // pair, 1)
     g.panel_len = _round_up(k_l0 * PYPTO_NR + 8, ALIGN) if g.pack_a else 0
     g.panel_rows_len = _round_up(2 * k_l0, ALIGN) if g.pack_a else 0   # pointers: two slots
@@ -759,8 +795,8 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
                               ALIGN)
     else:
         g.acc_len = _round_up(g.nl1_pad * _round_up(rows_max * (cols_max if g.pack_a else fc_max),
-                                                    PYPTO_NR), ALIGN)
-    g.frame_len = _round_up(slots * g.group * fr_max * fc_max + fc_max + PYPTO_NR, ALIGN)
+                                                    g.m_block), ALIGN)
+    g.frame_len = _round_up(slots * g.group * fr_max * fc_max + fc_max + g.m_block, ALIGN)
     g.rows_len = _round_up(2 * slots * max_ntaps, ALIGN)   # pointers are two float slots
     # channel-vector kernels: the positions' frame offsets (int64: two float slots)
     g.offs_len = 2 * _round_up(g.group * rows_max * cols_max, PYPTO_CV_M) if g.chan_vec else 0
@@ -804,4 +840,5 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
         _give_buffer(SLOT_PANELS, w_packed, panel_capacity)
         free(tables)
     return ("bf16_dot" if g.dot_bf16 else "fp32") + ("+chan_vec" if g.chan_vec else "") \
+        + ("+few" if g.few else "") \
         + (f"+group{g.group}" if g.group > 1 else "")

@@ -330,6 +330,79 @@ static inline void pypto_ukernel_bf16_half(int64_t kc_pairs, const uint32_t *res
 #endif
 }
 
+/* Few-channel kernels (AVX-512 levels): 4 channel rows x 64 positions (four zmm), for tiles of
+ * at most 4 input channels (an RGB stem: Cin = 3), where the 8-row kernels would compute half
+ * or more of their rows on padding. W is packed [k][4] (bf16: [k/2][4] pairs). Same k order as
+ * every kernel, so the same bits. */
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
+enum { PYPTO_HAVE_FEW = 1, PYPTO_FEW_MR = 4, PYPTO_FEW_NR = 64 };
+#define PYPTO_FEW_ROWS(X) X(0) X(1) X(2) X(3)
+#define PYPTO_FEW_LOAD(r) __m512 c##r##0 = _mm512_loadu_ps(c + (r) * ldc), \
+    c##r##1 = _mm512_loadu_ps(c + (r) * ldc + 16), c##r##2 = _mm512_loadu_ps(c + (r) * ldc + 32), \
+    c##r##3 = _mm512_loadu_ps(c + (r) * ldc + 48);
+#define PYPTO_FEW_STORE(r) _mm512_storeu_ps(c + (r) * ldc, c##r##0); \
+    _mm512_storeu_ps(c + (r) * ldc + 16, c##r##1); _mm512_storeu_ps(c + (r) * ldc + 32, c##r##2); \
+    _mm512_storeu_ps(c + (r) * ldc + 48, c##r##3);
+
+static inline void pypto_ukernel_few_f32(int64_t kc, const float *restrict w,
+                                         const float *const *a_rows, int64_t j0,
+                                         float *restrict c, int64_t ldc)
+{
+    PYPTO_FEW_ROWS(PYPTO_FEW_LOAD)
+    for (int64_t k = 0; k < kc; k++) {
+        const float *a = a_rows[k] + j0;
+        const __m512 a0 = _mm512_loadu_ps(a), a1 = _mm512_loadu_ps(a + 16);
+        const __m512 a2 = _mm512_loadu_ps(a + 32), a3 = _mm512_loadu_ps(a + 48);
+#define PYPTO_FEW_FMA(r) { const __m512 b = _mm512_set1_ps(w[k * 4 + (r)]); \
+        c##r##0 = _mm512_fmadd_ps(b, a0, c##r##0); c##r##1 = _mm512_fmadd_ps(b, a1, c##r##1); \
+        c##r##2 = _mm512_fmadd_ps(b, a2, c##r##2); c##r##3 = _mm512_fmadd_ps(b, a3, c##r##3); }
+        PYPTO_FEW_ROWS(PYPTO_FEW_FMA)
+#undef PYPTO_FEW_FMA
+    }
+    PYPTO_FEW_ROWS(PYPTO_FEW_STORE)
+}
+
+#ifdef PYPTO_ISA_AVX512BF16
+static inline void pypto_ukernel_few_bf16(int64_t kc_pairs, const uint32_t *restrict w,
+                                          const uint32_t *const *a_rows, int64_t j0,
+                                          float *restrict c, int64_t ldc)
+{
+    PYPTO_FEW_ROWS(PYPTO_FEW_LOAD)
+    for (int64_t kp = 0; kp < kc_pairs; kp++) {
+        const uint32_t *a = a_rows[kp] + j0;
+        const __m512bh a0 = (__m512bh)_mm512_loadu_si512((const void *)a);
+        const __m512bh a1 = (__m512bh)_mm512_loadu_si512((const void *)(a + 16));
+        const __m512bh a2 = (__m512bh)_mm512_loadu_si512((const void *)(a + 32));
+        const __m512bh a3 = (__m512bh)_mm512_loadu_si512((const void *)(a + 48));
+#define PYPTO_FEW_DOT(r) { \
+        const __m512bh b = (__m512bh)_mm512_set1_epi32((int)w[kp * 4 + (r)]); \
+        c##r##0 = _mm512_dpbf16_ps(c##r##0, a0, b); c##r##1 = _mm512_dpbf16_ps(c##r##1, a1, b); \
+        c##r##2 = _mm512_dpbf16_ps(c##r##2, a2, b); c##r##3 = _mm512_dpbf16_ps(c##r##3, a3, b); }
+        PYPTO_FEW_ROWS(PYPTO_FEW_DOT)
+#undef PYPTO_FEW_DOT
+    }
+    PYPTO_FEW_ROWS(PYPTO_FEW_STORE)
+}
+#endif
+#else
+/* Other levels have no few-channel kernel (the kernel never chooses it there). */
+enum { PYPTO_HAVE_FEW = 0, PYPTO_FEW_MR = 4, PYPTO_FEW_NR = 64 };
+static inline void pypto_ukernel_few_f32(int64_t kc, const float *restrict w,
+                                         const float *const *a_rows, int64_t j0,
+                                         float *restrict c, int64_t ldc)
+{
+    (void)kc; (void)w; (void)a_rows; (void)j0; (void)c; (void)ldc;  /* never called */
+}
+#endif
+#ifndef PYPTO_ISA_AVX512BF16
+static inline void pypto_ukernel_few_bf16(int64_t kc_pairs, const uint32_t *restrict w,
+                                          const uint32_t *const *a_rows, int64_t j0,
+                                          float *restrict c, int64_t ldc)
+{
+    (void)kc_pairs; (void)w; (void)a_rows; (void)j0; (void)c; (void)ldc;  /* never called */
+}
+#endif
+
 /* Channel-vector kernels (AVX-512 levels): the transposed register block, for layers with
  * many input channels. C rows are PYPTO_CV_M output pixels, C columns PYPTO_CV_N = 32 input
  * channels (two zmm): c[m*ldc + n] += sum_k a_rows[k][offs[m]] * w[k*32 + n]. A is read by
