@@ -73,3 +73,26 @@ def test_bf16_dot_path_only_where_exact():
     subnormal = dy.copy()
     subnormal[0, 0, 0, 1] = np.uint16(0x0001).view(ml_dtypes.bfloat16)
     assert _kernel_call(kernel, subnormal, w, True)[0] == "fp32"
+
+
+@pytest.mark.skipif("avx512_bf16" not in RUNNABLE, reason="no AVX512_BF16 on this CPU")
+@pytest.mark.parametrize("least_dy", [1, 15, 20, 70, 126])
+def test_bf16_dot_path_threshold_on_least_exponents(least_dy):
+    """The dot product is used exactly when the least biased exponents of dy's and w's nonzero
+    values (zeros, signs and large values aside) sum to at least 142."""
+    kernel = load_level("avx512_bf16")
+    rng = np.random.default_rng(least_dy)
+    dy = rng.uniform(1, 2, (1, 16, 4, 8)).astype(ml_dtypes.bfloat16)   # exponent 127
+    w = rng.uniform(-2, -1, (16, 16, 1, 1)).astype(ml_dtypes.bfloat16)
+    dy[0, 1], w[2, 3] = 0, 0                                  # zeros never count
+    dy[0, 2, 1, 1] = ml_dtypes.bfloat16(-(2.0 ** 100))       # large values neither
+    dy[0, 3, 2, 2] = ml_dtypes.bfloat16(-1.5 * 2.0 ** (least_dy - 127))
+    for least_w in (142 - least_dy - 1, 142 - least_dy, 142 - least_dy + 1):
+        if not 1 <= least_w <= 126:
+            continue
+        w_case = w.copy()
+        w_case[4, 5] = ml_dtypes.bfloat16(1.75 * 2.0 ** (least_w - 127))
+        path, _ = _kernel_call(kernel, dy, w_case, True)
+        assert path.startswith("bf16_dot") == (least_dy + least_w >= 142), (least_dy, least_w)
+    path, _ = _kernel_call(kernel, dy, w, True)  # w's least exponent is 127
+    assert path.startswith("bf16_dot") == (least_dy + 127 >= 142)
