@@ -210,8 +210,10 @@ def _remeasure_peaks(peaks, rows):
         for kind, value in again[t].items():
             if value is not None and value > peak[kind]:
                 peak[kind] = value
+        dot = (f"; bf16 dot {again[t]['bf16_dot']:.0f}, kept {peak['bf16_dot']:.0f}"
+               if peak["bf16_dot"] else "")
         print(f"peak of {t} thread(s) measured again after the cases: fp32 multiply-add "
-              f"{again[t]['fp32']:.0f} GFLOP/s; kept {peak['fp32']:.0f}")
+              f"{again[t]['fp32']:.0f} GFLOP/s, kept {peak['fp32']:.0f}{dot}")
     for row in rows:
         row["peak_gflops"], row["peak_kind"] = _peak_for(peaks, row["dtype"], row["threads"])
         row["peak_pct"] = 100 * row["gflops"] / row["peak_gflops"]

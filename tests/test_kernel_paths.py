@@ -60,11 +60,29 @@ def _case(problem, dtype, rng, non_finite=False):
         tiling.kernel_tiles(p), (n, cin, hin, win)
 
 
-def _run(kernel, case, dtype, vec, threads, chan_vec, dot=True, few=False):
+def _run(kernel, case, dtype, vec, threads, dot, shape_kind):
+    """The kernel on ``case`` with one register-block shape allowed: "pixel" (the 8-row
+    pixel-vector kernels), "chan_vec" or "few"."""
     dy, w, attrs, tiles, shape = case
     out = np.full(shape, 0xABCD, np.uint16)  # a pattern no write leaves behind
-    path = kernel.dgrad(dy, w, out, dtype, attrs, tiles, vec, threads, dot, chan_vec, few)
+    path = kernel.dgrad(dy, w, out, dtype, attrs, tiles, vec, threads, dot,
+                        shape_kind == "chan_vec", shape_kind == "few")
     return path, out
+
+
+def _same_bits_as_pixel_kernels(kernel, case, dtype, shape_kind, label, groups=None):
+    """Every vec chunk shape, 1 and 2 threads, the dot product on and off: ``shape_kind``'s
+    result equals the pixel kernels' bit for bit (groups: {threads: images per item})."""
+    for i, vec in enumerate(VEC_CHUNKS):
+        threads = 1 + i % 2
+        for dot in ((True, False) if dtype == 1 else (True,)):
+            path, expected = _run(kernel, case, dtype, vec, threads, dot, "pixel")
+            assert "+chan_vec" not in path and "+few" not in path, path
+            path, out = _run(kernel, case, dtype, vec, threads, dot, shape_kind)
+            assert f"+{shape_kind}" in path, path
+            group = (groups or {}).get(threads, 1)
+            assert ("+group" not in path) if group == 1 else path.endswith(f"+group{group}")
+            assert np.array_equal(out, expected), (label, vec, threads, dot)
 
 
 @pytest.mark.skipif(not CHAN_VEC_LEVELS, reason="no level with channel-vector kernels here")
@@ -72,19 +90,9 @@ def _run(kernel, case, dtype, vec, threads, chan_vec, dot=True, few=False):
 @pytest.mark.parametrize("dtype", [0, 1], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("index", range(len(PROBLEMS)))
 def test_channel_vector_kernels_give_the_pixel_kernels_bits(level, dtype, index):
-    kernel = load_level(level)
-    rng = np.random.default_rng(index)
-    case = _case(PROBLEMS[index], dtype, rng, non_finite=index % 3 == 0)
-    for i, vec in enumerate(VEC_CHUNKS):
-        threads = 1 + i % 2
-        for dot in ((True, False) if dtype == 1 else (True,)):
-            path, expected = _run(kernel, case, dtype, vec, threads, False, dot)
-            assert "chan_vec" not in path
-            path, out = _run(kernel, case, dtype, vec, threads, True, dot)
-            assert "+chan_vec" in path, path
-            group = GROUPED.get(index, {}).get(threads, 1)
-            assert ("+group" not in path) if group == 1 else path.endswith(f"+group{group}")
-            assert np.array_equal(out, expected), (PROBLEMS[index], vec, threads, dot)
+    case = _case(PROBLEMS[index], dtype, np.random.default_rng(index), non_finite=index % 3 == 0)
+    _same_bits_as_pixel_kernels(load_level(level), case, dtype, "chan_vec", PROBLEMS[index],
+                                GROUPED.get(index))
 
 
 FEW_PROBLEMS = [
@@ -100,14 +108,6 @@ FEW_PROBLEMS = [
 @pytest.mark.parametrize("dtype", [0, 1], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("index", range(len(FEW_PROBLEMS)))
 def test_few_channel_kernels_give_the_pixel_kernels_bits(level, dtype, index):
-    kernel = load_level(level)
     case = _case(FEW_PROBLEMS[index], dtype, np.random.default_rng(index),
                  non_finite=index % 2 == 0)
-    for i, vec in enumerate(VEC_CHUNKS):
-        threads = 1 + i % 2
-        for dot in ((True, False) if dtype == 1 else (True,)):
-            path, expected = _run(kernel, case, dtype, vec, threads, False, dot, few=False)
-            assert "+few" not in path
-            path, out = _run(kernel, case, dtype, vec, threads, False, dot, few=True)
-            assert "+few" in path, path
-            assert np.array_equal(out, expected), (FEW_PROBLEMS[index], vec, threads, dot)
+    _same_bits_as_pixel_kernels(load_level(level), case, dtype, "few", FEW_PROBLEMS[index])

@@ -23,11 +23,25 @@ Tiling (pypto._tiling is the model; the user's L1/L0 tiles drive it)::
             N-L0 (tileNL0): C block += W panel x A rows         (register-blocked micro-kernel)
         round C once (RNE) -> fp16/bf16, store NCHW in vec-tile chunks
 
+Register blocks, chosen per call by the tiles (all sum each element over k in the same order,
+so every choice gives the same bits, tests/test_kernel_paths.py):
+
+    pixel-vector (every level)  C rows = 8 channels (AVX2: 4), columns NR pixels; A rows read
+                                as vectors from the frame or a packed panel, W broadcast
+    channel-vector (AVX-512)    tiles of whole 32-channel blocks: C rows = 7 pixels, columns 32
+                                channels ([pixel][channel] accumulator, 16x16 transposes at the
+                                write-out); A broadcast from the frame at each pixel's offset, so
+                                no halo is computed and nothing is packed; small whole-image
+                                tiles of several images share a work item (image groups, up to
+                                _tiling.CPU_GROUP_PIXELS pixels), so one weight read serves them
+    few-channel (AVX-512)       all of Cin <= 4 (an RGB stem): 4 channels x 64 pixels
+
 Modules: _dgrad_impl.pxi holds the loops; _dgrad_<isa>.pyx include it once per ISA level; the
 levels, their compiler flags and the CPU features each needs are one table, isa_levels.py
 (setup.py builds from it); include/pypto_gemm.h holds the micro-kernels, include/pypto_numeric.h
 the exact fp16/bf16 conversions. Scratch per thread is sized by the tiles (accumulator, one
-frame, A row pointers): there is no whole-image im2col.
+frame, A row pointers): there is no whole-image im2col. The weight panels and the scratch are
+kept for the next call (fresh pages from the OS cost up to a third of a call).
 
 CPU dispatch (the NumPy rule: nothing above the baseline runs before the CPU check)::
 

@@ -6,7 +6,7 @@
 #
 # Loop nest (pypto/_kernels/__init__.py has the picture):
 #
-#   parallel over work items (image, N-L1 block of Cin, M-L1 tile of pixels)
+#   parallel over work items (image or image group, N-L1 block of Cin, M-L1 tile of pixels)
 #     for each stride phase (rh, rw): the tile's pixels with (hi+pt) % sh == rh, (wi+pl) % sw == rw,
 #       a stride-1 correlation over the taps with kh*dh % sh == rh, kw*dw % sw == rw
 #       zero the fp32 accumulator C[tileNL1][phase pixels]
@@ -20,7 +20,9 @@
 #
 # The frame has the phase tile's width plus the halo. Packed, M positions are the tile's pixels;
 # unpacked (few channel blocks), the kernels read the frame's rows and the halo columns are
-# computed as M positions and never stored. Each output element is summed over k = (co, tap) in
+# computed as M positions and never stored. The channel-vector kernels (_multiply_cv) take the
+# tile's pixels only, broadcasting each from the frame at its offset; the few-channel kernels
+# (_multiply_few) read the frame's rows like the unpacked path. Each output element is summed over k = (co, tap) in
 # ascending order (over (co pair, tap) pairs with the bf16 dot product) whatever the tiles and
 # threads, so neither changes a bit.
 

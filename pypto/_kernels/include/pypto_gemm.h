@@ -19,6 +19,11 @@
  * The AVX-512 and AVX2 kernels also come in a 16-column form (the *_half variants) for an M
  * tile's last block, and AVX2 in an 8-column form (*_quarter) for its last <= 8 positions.
  *
+ * The AVX-512 levels have two more shapes (below): channel-vector kernels (*_cv_*: 7 pixels x
+ * 32 channels, A broadcast from the frame at each pixel's offset, no halo, no packing) for tiles
+ * of whole 32-channel blocks, and few-channel kernels (*_few_*: 4 channels x 64 positions) for
+ * tiles of at most 4 channels.
+ *
  * Each C element is accumulated in fp32 over k in ascending order (pairs (k, k+1) at a time in
  * the bf16 kernel), independent of where the block sits: threads never change a bit.
  */
