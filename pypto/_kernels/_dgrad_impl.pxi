@@ -42,6 +42,7 @@ cdef extern from "pypto_numeric.h" nogil:
     uint16_t pypto_float_to_half(float f)
     float pypto_half_to_float(uint16_t h)
     float pypto_bf16_to_float(uint16_t h)
+    void pypto_gather_f32(const float *src, int64_t stride, int64_t n, float *dst)
     int pypto_bf16_min_exponent(const uint16_t *x, int64_t n)
     uint16_t pypto_float_to_bf16(float f)
     void pypto_frame_row_f32(const uint16_t *src, int64_t lo, int64_t hi, int64_t n, float *dst,
@@ -621,8 +622,7 @@ cdef void _pack_weight_block(const Geometry *g, const uint16_t *w, int64_t cb) n
                 k = co * ntaps + ti
                 dst_f = <float *>g.w_packed + base + k * wb
                 if block_fits:   # widened once per (co, channel block), above
-                    for r in range(rows):
-                        dst_f[r] = widened[r * taps + tap_index]
+                    pypto_gather_f32(widened + tap_index, taps, rows, dst_f)
                 else:
                     for r in range(rows):
                         pypto_widen(&src[r * taps + tap_index], &dst_f[r], 1, g.dtype)

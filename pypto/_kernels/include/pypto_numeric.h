@@ -201,6 +201,28 @@ static inline int pypto_bf16_min_exponent(const uint16_t *restrict x, int64_t n)
     return least == 0xffffu ? 255 : (int)(((uint32_t)least + 1u) >> 7);
 }
 
+/* dst[i] = src[i * stride] for i < n (n, stride small: a weight block's transpose). AVX-512
+ * gathers 16 at a time, the tail under a mask; elsewhere a plain loop. */
+static inline void pypto_gather_f32(const float *restrict src, int64_t stride, int64_t n,
+                                    float *restrict dst)
+{
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    const __m512i index = _mm512_mullo_epi32(_mm512_set1_epi32((int)stride),
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_i32gather_ps(index, src + i * stride, 4));
+    if (i < n) {
+        const __mmask16 tail = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(dst + i, tail, _mm512_mask_i32gather_ps(
+            _mm512_setzero_ps(), tail, index, src + i * stride, 4));
+    }
+    return;
+#endif
+    for (; i < n; i++)
+        dst[i] = src[i * stride];
+}
+
 /* One row of the dgrad's dy frame: dst[j] = src[j] widened to fp32 for lo <= j < hi, 0
  * elsewhere in [0, n) (the zero halo). Inline loops: rows are short and libc calls would cost
  * more than the copy. */
