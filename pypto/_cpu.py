@@ -28,7 +28,7 @@ from ._validation import check_host_arrays
 from .error import PyptoRtError
 
 __all__ = ["conv_backward_input_cpu", "openmp_enabled", "kernel_info", "measure_peak_gflops",
-           "load_level", "ISA_LEVELS"]
+           "load_level", "release_kernel_buffers", "ISA_LEVELS"]
 
 ISA_LEVELS = isa_levels.LEVEL_NAMES
 _KERNEL_DTYPE = {DataType.DT_FP16: 0, DataType.DT_BF16: 1}
@@ -235,6 +235,13 @@ def measure_peak_gflops(threads, kind="madd", seconds=0.3):
     runs = [flops / took] + [f / t for f, t in (kernel.peak_flops(kind, threads, iterations)
                                                 for _ in range(2))]
     return max(runs) / 1e9
+
+
+def release_kernel_buffers():
+    """Free the weight-panel and scratch buffers the CPU kernel keeps for its next call (none
+    when no call has run)."""
+    if _chosen is not None:
+        _chosen[0].release_buffers()
 
 
 def _is_kernel_ready(array, np_dtype):

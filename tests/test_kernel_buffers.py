@@ -67,3 +67,20 @@ def test_has_non_finite_matches_numpy(level, dtype):
         bits = rng.choice(finite, 33)
         bits[17] = pattern
         assert kernel.has_non_finite(bits, dtype)
+
+
+def test_release_kernel_buffers_frees_what_the_op_kept():
+    import pypto
+    from pypto import _cpu
+
+    dy = np.random.default_rng(0).uniform(-1, 1, (1, 32, 8, 8)).astype(np.float16)
+    w = np.random.default_rng(1).uniform(-1, 1, (32, 32, 3, 3)).astype(np.float16)
+    tiles = pypto.suggest_convbp_input_tile_shapes(dy.shape, w.shape, [1, 32, 8, 8],
+                                                   pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1])
+    with pypto.options(convbp_tile_shapes=tiles, vec_tile_shapes=[16, 16, 16, 16]):
+        pypto.conv_backward_input(pypto.from_numpy(dy), [1, 32, 8, 8], pypto.from_numpy(w),
+                                  pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1])
+    kernel = _cpu._kernel()
+    assert kernel.kept_buffer_bytes() > 0
+    _cpu.release_kernel_buffers()
+    assert kernel.kept_buffer_bytes() == 0
