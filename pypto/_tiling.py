@@ -148,7 +148,8 @@ class Tiling(NamedTuple):
 
         Mirrors the kernel's buffers (pypto/_kernels/_dgrad_impl.pxi) with its largest register
         blocks (pixel-vector: 8 channels x 32 pixels, or 4 x 64 for few channels;
-        channel-vector: 7 pixels x 32 channels) and fp32 everywhere, so it never under-counts.
+        channel-vector: 7 pixels x 32 channels, AVX2 6 x 16) and fp32 everywhere, so it never
+        under-counts.
         """
         rows, cols, nl1, kl1, _, kl0, _ = kernel_tiles or self.kernel_tiles(p)
         output = p.n * p.cin * p.hin * p.win * p.dtype_size
@@ -163,9 +164,9 @@ class Tiling(NamedTuple):
         a_panel = ceil_align(max(kl0, 1) * 32 + 8, align) + ceil_align(2 * max(kl0, 1), align)
         accumulator = ceil_align(max(
             ceil_align(nl1, 8) * ceil_align(rows_max * fc_max, 32),
-            ceil_align(nl1, 32) * ceil_align(group * rows_max * cols_max, 7)), align)
+            ceil_align(nl1, 32) * (group * rows_max * cols_max + 6)), align)
         frame = ceil_align(cout_l1 * group * fr_max * fc_max + fc_max + 64, align)
-        offsets = 2 * ceil_align(group * rows_max * cols_max, 7)
+        offsets = 2 * (group * rows_max * cols_max + 6)  # rounded to 6 or 7 pixels
         scratch = 4 * ceil_align(a_panel + accumulator + frame
                                  + ceil_align(2 * cout_l1 * p.taps, align) + offsets, align)
         return output + panels + threads * scratch + 4 * align

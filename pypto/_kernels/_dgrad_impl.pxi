@@ -62,6 +62,7 @@ cdef extern from "pypto_gemm.h" nogil:
     enum: PYPTO_FEW_NR
     enum: PYPTO_CV_M
     enum: PYPTO_CV_N
+    enum: PYPTO_CV_STORE
     const char *pypto_isa_name()
     void pypto_pack_a(int64_t kc, const void *const *a_rows, const int64_t *runs, int n_runs,
                       int64_t filled, uint32_t *a)
@@ -464,8 +465,8 @@ cdef void _write_out(const Geometry *g, const float *acc, uint16_t *dx_img, int6
 cdef void _write_out_cv(const Geometry *g, const float *acc, uint16_t *dx_img, int64_t c_first,
                         int64_t n_count, const Frame *f) noexcept nogil:
     """_write_out for the channel-vector kernels' [position][channel] accumulator: each
-    vec-tile chunk in blocks of 16 columns x 16 channels, transposed in registers; the
-    group's images one after another."""
+    vec-tile chunk in blocks of PYPTO_CV_STORE columns x channels (16, AVX2 8), transposed in
+    registers; the group's images one after another."""
     cdef int64_t image
     for image in range(f.images):
         _write_out_cv_image(g, acc + image * f.rows * f.cols * f.ldc,
@@ -489,11 +490,12 @@ cdef void _write_out_cv_image(const Geometry *g, const float *acc, uint16_t *dx_
                     while pb < w_end:
                         pypto_cv_store_block(
                             acc + (r * f.pitch + pb) * f.ldc + cb, f.ldc,
-                            <int>_min(16, w_end - pb), <int>_min(16, c_end - cb),
+                            <int>_min(PYPTO_CV_STORE, w_end - pb),
+                            <int>_min(PYPTO_CV_STORE, c_end - cb),
                             dx_img + ((c_first + cb) * g.hin + f.hi0 + r * g.sh) * g.win
                             + f.wi0 + pb * g.sw, plane, g.sw, g.dtype)
-                        pb += 16
-                    cb += 16
+                        pb += PYPTO_CV_STORE
+                    cb += PYPTO_CV_STORE
                 w_blk = w_end
         c_blk = c_end
 

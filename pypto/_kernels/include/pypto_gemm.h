@@ -408,9 +408,9 @@ static inline void pypto_ukernel_few_bf16(int64_t kc_pairs, const uint32_t *rest
 }
 #endif
 
-/* Channel-vector kernels (AVX-512 levels): the transposed register block, for layers with
- * many input channels. C rows are PYPTO_CV_M output pixels, C columns PYPTO_CV_N = 32 input
- * channels (two zmm): c[m*ldc + n] += sum_k a_rows[k][offs[m]] * w[k*32 + n]. A is read by
+/* Channel-vector kernels (AVX-512 and AVX2 levels): the transposed register block, for layers
+ * with many input channels. C rows are PYPTO_CV_M output pixels, C columns PYPTO_CV_N = 32
+ * input channels (two zmm; AVX2: 6 x 16, two ymm): c[m*ldc + n] += sum_k a_rows[k][offs[m]] * w[k*32 + n]. A is read by
  * broadcasting one dy value (or bf16 pair) per pixel straight from the frame, at the pixel's
  * offset, so there is no halo to compute and nothing to pack; W is packed [k][32] per block of
  * 32 channels. Each element is the same sum in the same k order as the pixel-vector kernels
@@ -418,7 +418,7 @@ static inline void pypto_ukernel_few_bf16(int64_t kc_pairs, const uint32_t *rest
  * image widths (7, 14, 28, 56, 112, 224) are multiples of 7, and 14 accumulators cover the FMA
  * and dot-product latencies. */
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
-enum { PYPTO_HAVE_CHAN_VEC = 1, PYPTO_CV_M = 7, PYPTO_CV_N = 32 };
+enum { PYPTO_HAVE_CHAN_VEC = 1, PYPTO_CV_M = 7, PYPTO_CV_N = 32, PYPTO_CV_STORE = 16 };
 #define PYPTO_CV_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6)
 #define PYPTO_CV_LOAD(r) const int64_t o##r = offs[r]; PYPTO_Z_LOAD(r)
 
@@ -523,9 +523,92 @@ static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos
         }
     }
 }
+#elif defined(PYPTO_ISA_AVX2)
+/* AVX2: 6 pixels x 16 channels (two ymm): 12 accumulators, 2 W loads and 6 broadcasts per k
+ * fill its 16 ymm registers; W is packed [k][16]. fp32 only (AVX2 has no bf16 dot product). */
+enum { PYPTO_HAVE_CHAN_VEC = 1, PYPTO_CV_M = 6, PYPTO_CV_N = 16, PYPTO_CV_STORE = 8 };
+#define PYPTO_CV_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define PYPTO_CV_LOAD(r) const int64_t o##r = offs[r]; \
+    __m256 c##r##0 = _mm256_loadu_ps(c + (r) * ldc), c##r##1 = _mm256_loadu_ps(c + (r) * ldc + 8);
+#define PYPTO_CV_STORE_ROW(r) _mm256_storeu_ps(c + (r) * ldc, c##r##0); \
+    _mm256_storeu_ps(c + (r) * ldc + 8, c##r##1);
+
+static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
+                                        const float *const *a_rows, const int64_t *offs,
+                                        float *restrict c, int64_t ldc)
+{
+    PYPTO_CV_ROWS(PYPTO_CV_LOAD)
+    for (int64_t k = 0; k < kc; k++) {
+        const float *a = a_rows[k];
+        const __m256 w0 = _mm256_loadu_ps(w + k * 16), w1 = _mm256_loadu_ps(w + k * 16 + 8);
+#define PYPTO_CV_FMA(r) { const __m256 b = _mm256_broadcast_ss(a + o##r); \
+                          c##r##0 = _mm256_fmadd_ps(w0, b, c##r##0); \
+                          c##r##1 = _mm256_fmadd_ps(w1, b, c##r##1); }
+        PYPTO_CV_ROWS(PYPTO_CV_FMA)
+#undef PYPTO_CV_FMA
+    }
+    PYPTO_CV_ROWS(PYPTO_CV_STORE_ROW)
+}
+
+static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
+                                         const uint32_t *const *a_rows, const int64_t *offs,
+                                         float *restrict c, int64_t ldc)
+{
+    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc;  /* never called */
+}
+
+/* 8x8 fp32 transpose in registers: out[j] lane i = in[i] lane j. */
+static inline void pypto_transpose_8x8(__m256 *v)
+{
+    __m256 t[8], u[8];
+    for (int k = 0; k < 4; k++) {
+        t[2 * k] = _mm256_unpacklo_ps(v[2 * k], v[2 * k + 1]);
+        t[2 * k + 1] = _mm256_unpackhi_ps(v[2 * k], v[2 * k + 1]);
+    }
+    for (int h = 0; h < 2; h++) {  /* u[4h+m], 128-bit lane L: rows 4h..4h+3 of column 4L+m */
+        u[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+        u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xee);
+        u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+        u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xee);
+    }
+    for (int m = 0; m < 4; m++) {
+        v[m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x20);
+        v[4 + m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x31);
+    }
+}
+
+/* pypto_cv_store_block of the AVX-512 levels, in 8 x 8 blocks (n_pos, n_ch <= 8). */
+static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch,
+                                        uint16_t *dst, int64_t ch_stride, int64_t step,
+                                        int dtype)
+{
+    __m256 v[8];
+    float row[8];
+    for (int i = 0; i < 8; i++) {
+        if (i < n_pos && n_ch == 8) {
+            v[i] = _mm256_loadu_ps(acc + i * ldc);
+        } else if (i < n_pos) {
+            for (int j = 0; j < 8; j++) row[j] = j < n_ch ? acc[i * ldc + j] : 0.0f;
+            v[i] = _mm256_loadu_ps(row);
+        } else {
+            v[i] = _mm256_setzero_ps();
+        }
+    }
+    pypto_transpose_8x8(v);
+    for (int j = 0; j < n_ch; j++) {
+        uint16_t lanes[8];
+        _mm_storeu_si128((__m128i *)lanes, pypto_narrow8(v[j], dtype));
+        if (step == 1) {
+            memcpy(dst + j * ch_stride, lanes, (size_t)n_pos * sizeof(uint16_t));
+        } else {
+            for (int i = 0; i < n_pos; i++)
+                dst[j * ch_stride + i * step] = lanes[i];
+        }
+    }
+}
 #else
 /* Other levels have no channel-vector kernel (the kernel never chooses it there). */
-enum { PYPTO_HAVE_CHAN_VEC = 0, PYPTO_CV_M = 7, PYPTO_CV_N = 32 };
+enum { PYPTO_HAVE_CHAN_VEC = 0, PYPTO_CV_M = 7, PYPTO_CV_N = 32, PYPTO_CV_STORE = 16 };
 static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
                                         const float *const *a_rows, const int64_t *offs,
                                         float *restrict c, int64_t ldc)
