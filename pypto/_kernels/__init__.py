@@ -28,8 +28,8 @@ so every choice gives the same bits, tests/test_kernel_paths.py):
 
     pixel-vector (every level)  C rows = 8 channels (AVX2: 4), columns NR pixels; A rows read
                                 as vectors from the frame or a packed panel, W broadcast
-    channel-vector (AVX-512)    tiles of whole 32-channel blocks: C rows = 7 pixels, columns 32
-                                channels ([pixel][channel] accumulator, 16x16 transposes at the
+    channel-vector (AVX-512,    tiles of whole 32-channel blocks: C rows = 7 pixels, columns 32
+    AVX2: 6 x 16)               channels ([pixel][channel] accumulator, 16x16 transposes at the
                                 write-out); A broadcast from the frame at each pixel's offset, so
                                 no halo is computed and nothing is packed; small whole-image
                                 tiles of several images share a work item (image groups, up to

@@ -732,9 +732,9 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     g.n_blocks = (g.cin + g.nl1 - 1) // g.nl1
     g.row_tiles = (g.hin + g.m_rows - 1) // g.m_rows
     g.col_tiles = (g.win + g.m_cols - 1) // g.m_cols
-    # Channel-vector kernels where N-L1 blocks are whole 32-channel panels (or one block of all
-    # channels) and padding to 32 wastes at most 1/9 of the work: no halo, no A packing and
-    # pixel blocks of 7 instead of 32 (small images).
+    # Channel-vector kernels where N-L1 blocks are whole PYPTO_CV_N-channel panels (32; AVX2 16)
+    # or one block of all channels, and padding wastes at most 1/9 of the work: no halo, no A
+    # packing and pixel blocks of 7 (AVX2 6) instead of 32 (small images).
     g.chan_vec = PYPTO_HAVE_CHAN_VEC and use_chan_vec \
         and (g.nl1 % PYPTO_CV_N == 0 or g.nl1 == g.cin) \
         and _round_up(g.nl1, PYPTO_CV_N) * 8 <= g.nl1 * 9
