@@ -417,10 +417,31 @@ static inline void pypto_ukernel_few_bf16(int64_t kc_pairs, const uint32_t *rest
  * (the weight stays the first multiplicand), so the bits are the same. 7 pixels: ResNet's
  * image widths (7, 14, 28, 56, 112, 224) are multiples of 7, and 14 accumulators cover the FMA
  * and dot-product latencies. */
-#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512) || defined(PYPTO_ISA_AVX2)
+/* The level's fp32 vector: two of them make a row of PYPTO_CV_N channels. */
+#if defined(PYPTO_ISA_AVX2)
+enum { PYPTO_HAVE_CHAN_VEC = 1, PYPTO_CV_M = 6, PYPTO_CV_N = 16, PYPTO_CV_STORE = 8 };
+#define PYPTO_CV_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+typedef __m256 pypto_cv_vec;
+#define PYPTO_CV_VLOAD _mm256_loadu_ps
+#define PYPTO_CV_VSTORE _mm256_storeu_ps
+#define PYPTO_CV_VSET1 _mm256_broadcast_ss
+#define PYPTO_CV_VFMA _mm256_fmadd_ps
+#else
 enum { PYPTO_HAVE_CHAN_VEC = 1, PYPTO_CV_M = 7, PYPTO_CV_N = 32, PYPTO_CV_STORE = 16 };
 #define PYPTO_CV_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6)
-#define PYPTO_CV_LOAD(r) const int64_t o##r = offs[r]; PYPTO_Z_LOAD(r)
+typedef __m512 pypto_cv_vec;
+#define PYPTO_CV_VLOAD _mm512_loadu_ps
+#define PYPTO_CV_VSTORE _mm512_storeu_ps
+#define PYPTO_CV_VSET1(p) _mm512_set1_ps(*(p))
+#define PYPTO_CV_VFMA _mm512_fmadd_ps
+#endif
+enum { PYPTO_CV_HALF = PYPTO_CV_N / 2 };
+#define PYPTO_CV_LOAD(r) const int64_t o##r = offs[r]; \
+    pypto_cv_vec c##r##0 = PYPTO_CV_VLOAD(c + (r) * ldc), \
+                 c##r##1 = PYPTO_CV_VLOAD(c + (r) * ldc + PYPTO_CV_HALF);
+#define PYPTO_CV_STORE_ROW(r) PYPTO_CV_VSTORE(c + (r) * ldc, c##r##0); \
+    PYPTO_CV_VSTORE(c + (r) * ldc + PYPTO_CV_HALF, c##r##1);
 
 static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
                                         const float *const *a_rows, const int64_t *offs,
@@ -429,15 +450,19 @@ static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
     PYPTO_CV_ROWS(PYPTO_CV_LOAD)
     for (int64_t k = 0; k < kc; k++) {
         const float *a = a_rows[k];
-        const __m512 w0 = _mm512_loadu_ps(w + k * 32), w1 = _mm512_loadu_ps(w + k * 32 + 16);
-#define PYPTO_CV_FMA(r) { const __m512 b = _mm512_set1_ps(a[o##r]); \
-                          c##r##0 = _mm512_fmadd_ps(w0, b, c##r##0); \
-                          c##r##1 = _mm512_fmadd_ps(w1, b, c##r##1); }
+        const pypto_cv_vec w0 = PYPTO_CV_VLOAD(w + k * PYPTO_CV_N);
+        const pypto_cv_vec w1 = PYPTO_CV_VLOAD(w + k * PYPTO_CV_N + PYPTO_CV_HALF);
+#define PYPTO_CV_FMA(r) { const pypto_cv_vec b = PYPTO_CV_VSET1(a + o##r); \
+                          c##r##0 = PYPTO_CV_VFMA(w0, b, c##r##0); \
+                          c##r##1 = PYPTO_CV_VFMA(w1, b, c##r##1); }
         PYPTO_CV_ROWS(PYPTO_CV_FMA)
 #undef PYPTO_CV_FMA
     }
-    PYPTO_CV_ROWS(PYPTO_Z_STORE)
+    PYPTO_CV_ROWS(PYPTO_CV_STORE_ROW)
 }
+#endif
+
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
 
 #ifdef PYPTO_ISA_AVX512BF16
 /* k in pairs: a_rows[kp][offs[m]] is the pixel's (channel 2kp, 2kp+1) bf16 pair, w[kp*32 + n]
@@ -457,7 +482,7 @@ static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restr
         PYPTO_CV_ROWS(PYPTO_CV_DOT)
 #undef PYPTO_CV_DOT
     }
-    PYPTO_CV_ROWS(PYPTO_Z_STORE)
+    PYPTO_CV_ROWS(PYPTO_CV_STORE_ROW)
 }
 #else
 static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
@@ -524,32 +549,8 @@ static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos
     }
 }
 #elif defined(PYPTO_ISA_AVX2)
-/* AVX2: 6 pixels x 16 channels (two ymm): 12 accumulators, 2 W loads and 6 broadcasts per k
- * fill its 16 ymm registers; W is packed [k][16]. fp32 only (AVX2 has no bf16 dot product). */
-enum { PYPTO_HAVE_CHAN_VEC = 1, PYPTO_CV_M = 6, PYPTO_CV_N = 16, PYPTO_CV_STORE = 8 };
-#define PYPTO_CV_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
-#define PYPTO_CV_LOAD(r) const int64_t o##r = offs[r]; \
-    __m256 c##r##0 = _mm256_loadu_ps(c + (r) * ldc), c##r##1 = _mm256_loadu_ps(c + (r) * ldc + 8);
-#define PYPTO_CV_STORE_ROW(r) _mm256_storeu_ps(c + (r) * ldc, c##r##0); \
-    _mm256_storeu_ps(c + (r) * ldc + 8, c##r##1);
-
-static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
-                                        const float *const *a_rows, const int64_t *offs,
-                                        float *restrict c, int64_t ldc)
-{
-    PYPTO_CV_ROWS(PYPTO_CV_LOAD)
-    for (int64_t k = 0; k < kc; k++) {
-        const float *a = a_rows[k];
-        const __m256 w0 = _mm256_loadu_ps(w + k * 16), w1 = _mm256_loadu_ps(w + k * 16 + 8);
-#define PYPTO_CV_FMA(r) { const __m256 b = _mm256_broadcast_ss(a + o##r); \
-                          c##r##0 = _mm256_fmadd_ps(w0, b, c##r##0); \
-                          c##r##1 = _mm256_fmadd_ps(w1, b, c##r##1); }
-        PYPTO_CV_ROWS(PYPTO_CV_FMA)
-#undef PYPTO_CV_FMA
-    }
-    PYPTO_CV_ROWS(PYPTO_CV_STORE_ROW)
-}
-
+/* AVX2: 6 pixels x 16 channels (two ymm; pypto_ukernel_cv_f32 above): 12 accumulators, 2 W
+ * loads and 6 broadcasts per k fill its 16 ymm registers. fp32 only (no bf16 dot product). */
 static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                          const uint32_t *const *a_rows, const int64_t *offs,
                                          float *restrict c, int64_t ldc)
