@@ -148,14 +148,14 @@ class Tiling(NamedTuple):
 
         Mirrors the kernel's buffers (pypto/_kernels/_dgrad_impl.pxi) with its largest register
         blocks (pixel-vector: 8 channels x 32 pixels, or 4 x 64 for few channels;
-        channel-vector: 7 pixels x 32 channels, AVX2 6 x 16) and fp32 everywhere, so it never
-        under-counts.
+        channel-vector: 7 pixels x 32 channels, 6 x 64 wide, AVX2 6 x 16) and fp32 everywhere,
+        so it never under-counts.
         """
         rows, cols, nl1, kl1, _, kl0, _ = kernel_tiles or self.kernel_tiles(p)
         output = p.n * p.cin * p.hin * p.win * p.dtype_size
         group = max(1, min(p.n, CPU_GROUP_PIXELS // (rows * cols))) \
             if rows >= p.hin and cols >= p.win else 1
-        panels = ceil_align(p.cin, 32) * ceil_align(p.cout, 2) * p.taps * 4
+        panels = ceil_align(p.cin, 64) * ceil_align(p.cout, 2) * p.taps * 4
         rows_max, cols_max = ceil_div(rows, p.sh), ceil_div(cols, p.sw)
         fr_max = rows_max + (p.kh - 1) * p.dh // p.sh + 1
         fc_max = cols_max + (p.kw - 1) * p.dw // p.sw + 1

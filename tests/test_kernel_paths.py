@@ -3,7 +3,8 @@
 Pixel-vector kernels (C rows are 8 input channels, columns output pixels) serve every level;
 on the AVX-512 levels the channel-vector kernels (rows are pixels, columns 32 input channels;
 no halo, no A packing, 16x16 transposes on the way out) serve tiles of whole 32-channel
-blocks, and the few-channel kernels (4 rows x 64 positions) tiles of at most 4 channels. All
+blocks (with the bf16 dot product, the wide one: 6 pixels x 64 channels, for whole 64-channel
+blocks), and the few-channel kernels (4 rows x 64 positions) tiles of at most 4 channels. All
 sum each element over k in the same order, so they must agree bit for bit with the 8-row
 pixel kernels, on fp16 and bf16 (with and without the dot product), for every stride, tile and
 vec-tile chunk shape, on any thread count, with Inf and NaN in dy too.
@@ -34,9 +35,10 @@ PROBLEMS = [
     (1, 32, 48, 6, 40, 3, 3, (1, 1), (1, 1), (2, 2), None),     # dilation, wide rows
     (3, 96, 20, 6, 7, 3, 3, (1, 1), (1, 1), (1, 1), 32),       # image groups of 3, or 2 + 1
     (5, 64, 24, 4, 4, 3, 3, (2, 2), (1, 1), (1, 1), None),      # 5 images: 4 + 1
+    (4, 128, 18, 7, 7, 3, 3, (1, 1), (1, 1), (1, 1), 64),      # 6-pixel blocks across images
 ]
 # problem index: {threads: images per item}; groups keep two work items per thread
-GROUPED = {4: {1: 2}, 8: {1: 3, 2: 2}, 9: {1: 4}}
+GROUPED = {4: {1: 2}, 8: {1: 3, 2: 2}, 9: {1: 4}, 10: {1: 4, 2: 3}}
 VEC_CHUNKS = [(16, 64), (3, 5), (1, 1), (40, 7)]  # (channels, columns) per write-out chunk
 
 
@@ -62,11 +64,13 @@ def _case(problem, dtype, rng, non_finite=False):
 
 def _run(kernel, case, dtype, vec, threads, dot, shape_kind):
     """The kernel on ``case`` with one register-block shape allowed: "pixel" (the 8-row
-    pixel-vector kernels), "chan_vec" or "few"."""
+    pixel-vector kernels), "chan_vec" (7 x 32), "wide" (6 x 64 where the tile allows, else
+    7 x 32) or "few"."""
     dy, w, attrs, tiles, shape = case
     out = np.full(shape, 0xABCD, np.uint16)  # a pattern no write leaves behind
     path = kernel.dgrad(dy, w, out, dtype, attrs, tiles, vec, threads, dot,
-                        shape_kind == "chan_vec", shape_kind == "few")
+                        shape_kind in ("chan_vec", "wide"), shape_kind == "few",
+                        shape_kind == "wide")
     return path, out
 
 
@@ -78,11 +82,18 @@ def _same_bits_as_pixel_kernels(kernel, case, dtype, shape_kind, label, groups=N
         for dot in ((True, False) if dtype == 1 else (True,)):
             path, expected = _run(kernel, case, dtype, vec, threads, dot, "pixel")
             assert "+chan_vec" not in path and "+few" not in path, path
-            path, out = _run(kernel, case, dtype, vec, threads, dot, shape_kind)
-            assert f"+{shape_kind}" in path, path
-            group = (groups or {}).get(threads, 1)
-            assert ("+group" not in path) if group == 1 else path.endswith(f"+group{group}")
-            assert np.array_equal(out, expected), (label, vec, threads, dot)
+            kinds = [shape_kind]
+            if shape_kind == "chan_vec" and dtype == 1 and dot and kernel.HAS_CV_WIDE:
+                kinds.append("wide")
+            for kind in kinds:
+                path, out = _run(kernel, case, dtype, vec, threads, dot, kind)
+                assert f"+{shape_kind}" in path, path
+                # the wide kernel serves exactly the tiles of whole 64-channel blocks
+                nl1 = case[3][2]
+                assert ("+wide" in path) == (kind == "wide" and nl1 % 64 == 0), (path, nl1)
+                group = (groups or {}).get(threads, 1)
+                assert ("+group" not in path) if group == 1 else path.endswith(f"+group{group}")
+                assert np.array_equal(out, expected), (label, kind, vec, threads, dot)
 
 
 @pytest.mark.skipif(not CHAN_VEC_LEVELS, reason="no level with channel-vector kernels here")

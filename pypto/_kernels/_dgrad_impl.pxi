@@ -21,7 +21,9 @@
 # The frame has the phase tile's width plus the halo. Packed, M positions are the tile's pixels;
 # unpacked (few channel blocks), the kernels read the frame's rows and the halo columns are
 # computed as M positions and never stored. The channel-vector kernels (_multiply_cv) take the
-# tile's pixels only, broadcasting each from the frame at its offset; the few-channel kernels
+# tile's pixels only, broadcasting each from the frame at its offset (7 pixels x 32 channels, or
+# 6 x 64 with the bf16 dot product where N-L1 blocks are whole 64-channel panels); the
+# few-channel kernels
 # (_multiply_few) read the frame's rows like the unpacked path. Each output element is summed over k = (co, tap) in
 # ascending order (over (co pair, tap) pairs with the bf16 dot product) whatever the tiles and
 # threads, so neither changes a bit.
@@ -63,6 +65,9 @@ cdef extern from "pypto_gemm.h" nogil:
     enum: PYPTO_CV_M
     enum: PYPTO_CV_N
     enum: PYPTO_CV_STORE
+    enum: PYPTO_HAVE_CV_WIDE
+    enum: PYPTO_CVW_M
+    enum: PYPTO_CVW_N
     const char *pypto_isa_name()
     void pypto_pack_a(int64_t kc, const void *const *a_rows, const int64_t *runs, int n_runs,
                       int64_t filled, uint32_t *a)
@@ -84,6 +89,8 @@ cdef extern from "pypto_gemm.h" nogil:
                               const int64_t *offs, float *c, int64_t ldc)
     void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
                                const int64_t *offs, float *c, int64_t ldc)
+    void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
+                                const int64_t *offs, float *c, int64_t ldc)
     void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch, uint16_t *dst,
                               int64_t ch_stride, int64_t step, int dtype)
 
@@ -107,6 +114,7 @@ MR = PYPTO_MR
 NR = PYPTO_NR
 HAS_BF16_DOT = bool(PYPTO_HAVE_BF16_DOT)
 HAS_CHAN_VEC = bool(PYPTO_HAVE_CHAN_VEC)
+HAS_CV_WIDE = bool(PYPTO_HAVE_CV_WIDE)
 HAS_FEW = bool(PYPTO_HAVE_FEW)
 
 
@@ -155,8 +163,8 @@ cdef struct Geometry:
     int64_t sh, sw, pt, pl, dh, dw
     int dtype, dot_bf16, pack_a
     # chan_vec: the channel-vector kernels (C rows are pixels, columns channels); few: the
-    # few-channel kernels (4 rows x 64 positions); wb: channels per weight panel (PYPTO_CV_N,
-    # PYPTO_FEW_MR or PYPTO_MR); m_block: positions per register block
+    # few-channel kernels (4 rows x 64 positions); wb: channels per weight panel (PYPTO_CV_N or
+    # PYPTO_CVW_N, PYPTO_FEW_MR or PYPTO_MR); m_block: positions per register block
     int chan_vec, few
     int64_t wb, m_block
     # tiles, clipped to the problem
@@ -385,11 +393,11 @@ cdef void _multiply_few(const Geometry *g, const Frame *f, int64_t phase, int64_
         jb += PYPTO_FEW_NR
 
 
-cdef void _position_offsets(const Frame *f, int64_t *offs) noexcept nogil:
+cdef void _position_offsets(const Geometry *g, const Frame *f, int64_t *offs) noexcept nogil:
     """offs[t] = the frame offset of position t (image, row, column), for t up to the
-    positions rounded up to PYPTO_CV_M; the spare ones repeat the last position."""
+    positions rounded up to g.m_block; the spare ones repeat the last position."""
     cdef int64_t per_image = f.rows * f.cols, t, p, image, r
-    for t in range(_round_up(f.positions, PYPTO_CV_M)):
+    for t in range(_round_up(f.positions, g.m_block)):
         p = _min(t, f.positions - 1)
         image = p // per_image
         p -= image * per_image
@@ -401,12 +409,12 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
                        int64_t n_count1, int64_t k_first, int64_t k_count, const void **rows,
                        int64_t t0, int64_t t_count, float *acc,
                        const int64_t *offs) noexcept nogil:
-    """_multiply with the channel-vector kernels: acc[t][ci] for PYPTO_CV_M pixels x
-    PYPTO_CV_N channels at a time (offs: _position_offsets). A short last pixel block repeats
+    """_multiply with the channel-vector kernels: acc[t][ci] for g.m_block pixels x g.wb
+    channels at a time (offs: _position_offsets). A short last pixel block repeats
     its last pixel into the accumulator's spare rows (past the tile's positions: never written
     out)."""
     cdef int64_t k_len = _k_len(g, g.tap_count[phase])
-    cdef int64_t nl0 = _round_up(g.nl0, PYPTO_CV_N)
+    cdef int64_t nl0 = _round_up(g.nl0, g.wb)
     cdef int64_t n0, n_end, cb, pb, panel
     n0 = 0
     while n0 < n_count1:                                           # N-L0
@@ -416,7 +424,11 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
             panel = g.w_offset[phase] + (c_first + cb) * k_len
             pb = t0
             while pb < t0 + t_count:  # ... while the pixel blocks pass over it
-                if g.dot_bf16:
+                if g.wb == PYPTO_CVW_N:
+                    pypto_ukernel_cvw_bf16(
+                        k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_CVW_N,
+                        <const uint32_t *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc)
+                elif g.dot_bf16:
                     pypto_ukernel_cv_bf16(
                         k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_CV_N,
                         <const uint32_t *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc)
@@ -424,8 +436,8 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
                     pypto_ukernel_cv_f32(
                         k_count, <const float *>g.w_packed + panel + k_first * PYPTO_CV_N,
                         <const float *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc)
-                pb += PYPTO_CV_M
-            cb += PYPTO_CV_N
+                pb += g.m_block
+            cb += g.wb
         n0 = n_end
 
 
@@ -536,8 +548,8 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
             continue
         ntaps = g.tap_count[phase]
         if g.chan_vec:
-            _position_offsets(&f, offs)
-            memset(acc, 0, _round_up(f.positions, PYPTO_CV_M) * f.ldc * sizeof(float))
+            _position_offsets(g, &f, offs)
+            memset(acc, 0, _round_up(f.positions, m_block) * f.ldc * sizeof(float))
         else:
             memset(acc, 0, g.nl1_pad * f.ldc * sizeof(float))
         co1 = 0
@@ -573,7 +585,7 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
 
 cdef void _pack_weight_block(const Geometry *g, const uint16_t *w, int64_t cb) noexcept nogil:
     """Weight panels of channels cb .. cb+wb-1 for every phase (zero rows past Cin); wb is
-    PYPTO_MR, or PYPTO_CV_N for the channel-vector kernels.
+    g.wb: PYPTO_MR, PYPTO_FEW_MR, or PYPTO_CV_N / PYPTO_CVW_N for the channel-vector kernels.
 
     fp32: panel[k][r] = w[co, cb+r, kh, kw] with k = co*ntaps + (the tap's index in its phase);
     bf16 pairs: panel[kp][r][co % 2] with kp = (co // 2)*ntaps + tap index. For each
@@ -702,7 +714,7 @@ cdef int _min_exponent(const uint16_t *x, int64_t n, int num_threads):
 
 def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
           uint16_t[:, :, :, ::1] dx, int dtype, tuple attrs, tuple tiles, tuple vec_cw,
-          int num_threads, bint use_bf16_dot=True, bint use_chan_vec=True, bint use_few=True):
+          int num_threads, bint use_bf16_dot=True, bint use_chan_vec=True, bint use_few=True, bint use_wide=True):
     """dx = dgrad(dy, w); NCHW arrays of 16-bit patterns (``dtype``: 0 fp16, 1 bf16).
 
     attrs = (sh, sw, pt, pl, dh, dw); tiles = (m_rows, m_cols, nl1, kl1, ml0, kl0, nl0) from
@@ -711,8 +723,10 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     cannot produce subnormals. The channel-vector kernels serve tiles of whole blocks of 32
     input channels where the build has them and ``use_chan_vec`` is true (the same bits either
     way), and the few-channel kernels tiles of at most 4 channels (all of Cin) where the build
-    has them and ``use_few`` is true. Returns the path taken: "bf16_dot" or "fp32", with
-    "+chan_vec" or "+few" when those served and "+group<G>" when work items held G images.
+    has them and ``use_few`` is true; with the bf16 dot product, the wide channel-vector kernel
+    (6 pixels x 64 channels) serves tiles of whole 64-channel blocks where ``use_wide`` is true.
+    Returns the path taken: "bf16_dot" or "fp32", with "+chan_vec" (and "+wide") or "+few" when
+    those served and "+group<G>" when work items held G images.
     """
     cdef Geometry g
     cdef int64_t kl1
@@ -743,6 +757,11 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
         and g.cin <= PYPTO_FEW_MR
     g.wb = PYPTO_CV_N if g.chan_vec else (PYPTO_FEW_MR if g.few else PYPTO_MR)
     g.m_block = PYPTO_CV_M if g.chan_vec else (PYPTO_FEW_NR if g.few else PYPTO_NR)
+    # The wide one (bf16 dot product, 6 pixels x 64 channels) where N-L1 blocks are whole
+    # 64-channel panels.
+    if g.chan_vec and g.dot_bf16 and PYPTO_HAVE_CV_WIDE and use_wide \
+            and g.nl1 % PYPTO_CVW_N == 0:
+        g.wb, g.m_block = PYPTO_CVW_N, PYPTO_CVW_M
     g.nl1_pad = _round_up(g.nl1, g.wb)
     # Image groups: small whole-image M tiles share work items, while at least two items per
     # thread remain. The same sums: only which images one weight read serves changes.
@@ -795,7 +814,7 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     g.panel_len = _round_up(k_l0 * PYPTO_NR + 8, ALIGN) if g.pack_a else 0
     g.panel_rows_len = _round_up(2 * k_l0, ALIGN) if g.pack_a else 0   # pointers: two slots
     if g.chan_vec:
-        g.acc_len = _round_up(_round_up(g.group * rows_max * cols_max, PYPTO_CV_M) * g.nl1_pad,
+        g.acc_len = _round_up(_round_up(g.group * rows_max * cols_max, g.m_block) * g.nl1_pad,
                               ALIGN)
     else:
         g.acc_len = _round_up(g.nl1_pad * _round_up(rows_max * (cols_max if g.pack_a else fc_max),
@@ -803,7 +822,7 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     g.frame_len = _round_up(slots * g.group * fr_max * fc_max + fc_max + g.m_block, ALIGN)
     g.rows_len = _round_up(2 * slots * max_ntaps, ALIGN)   # pointers are two float slots
     # channel-vector kernels: the positions' frame offsets (int64: two float slots)
-    g.offs_len = 2 * _round_up(g.group * rows_max * cols_max, PYPTO_CV_M) if g.chan_vec else 0
+    g.offs_len = 2 * _round_up(g.group * rows_max * cols_max, g.m_block) if g.chan_vec else 0
     cdef size_t panel_bytes = panel_elems * (sizeof(uint16_t) if g.dot_bf16 else sizeof(float))
     cdef size_t panel_capacity, scratch_capacity
     cdef void *w_packed = _take_buffer(SLOT_PANELS, panel_bytes, &panel_capacity)
@@ -844,5 +863,6 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
         _give_buffer(SLOT_PANELS, w_packed, panel_capacity)
         free(tables)
     return ("bf16_dot" if g.dot_bf16 else "fp32") + ("+chan_vec" if g.chan_vec else "") \
+        + ("+wide" if g.chan_vec and g.wb == PYPTO_CVW_N else "") \
         + ("+few" if g.few else "") \
         + (f"+group{g.group}" if g.group > 1 else "")
