@@ -49,6 +49,7 @@ cdef extern from "pypto_numeric.h" nogil:
     uint16_t pypto_float_to_bf16(float f)
     void pypto_frame_row_f32(const uint16_t *src, int64_t lo, int64_t hi, int64_t n, float *dst,
                               int dtype)
+    void pypto_zero32(void *dst, int64_t n)
     void pypto_frame_row_pairs(const uint16_t *a, const uint16_t *b, int64_t lo, int64_t hi,
                                 int64_t n, uint32_t *dst)
 
@@ -86,11 +87,11 @@ cdef extern from "pypto_gemm.h" nogil:
     void pypto_ukernel_few_bf16(int64_t kc_pairs, const uint32_t *w,
                                 const uint32_t *const *a_rows, int64_t j0, float *c, int64_t ldc)
     void pypto_ukernel_cv_f32(int64_t kc, const float *w, const float *const *a_rows,
-                              const int64_t *offs, float *c, int64_t ldc)
+                              const int64_t *offs, float *c, int64_t ldc, int first)
     void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
-                               const int64_t *offs, float *c, int64_t ldc)
+                               const int64_t *offs, float *c, int64_t ldc, int first)
     void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
-                                const int64_t *offs, float *c, int64_t ldc)
+                                const int64_t *offs, float *c, int64_t ldc, int first)
     void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch, uint16_t *dst,
                               int64_t ch_stride, int64_t step, int dtype)
 
@@ -408,9 +409,10 @@ cdef void _position_offsets(const Geometry *g, const Frame *f, int64_t *offs) no
 cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t c_first,
                        int64_t n_count1, int64_t k_first, int64_t k_count, const void **rows,
                        int64_t t0, int64_t t_count, float *acc,
-                       const int64_t *offs) noexcept nogil:
+                       const int64_t *offs, bint first) noexcept nogil:
     """_multiply with the channel-vector kernels: acc[t][ci] for g.m_block pixels x g.wb
-    channels at a time (offs: _position_offsets). A short last pixel block repeats
+    channels at a time (offs: _position_offsets; first: the accumulator's first k, which starts
+    the sums at 0 instead of reading acc). A short last pixel block repeats
     its last pixel into the accumulator's spare rows (past the tile's positions: never written
     out)."""
     cdef int64_t k_len = _k_len(g, g.tap_count[phase])
@@ -427,15 +429,18 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
                 if g.wb == PYPTO_CVW_N:
                     pypto_ukernel_cvw_bf16(
                         k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_CVW_N,
-                        <const uint32_t *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc)
+                        <const uint32_t *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc,
+                        first)
                 elif g.dot_bf16:
                     pypto_ukernel_cv_bf16(
                         k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_CV_N,
-                        <const uint32_t *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc)
+                        <const uint32_t *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc,
+                        first)
                 else:
                     pypto_ukernel_cv_f32(
                         k_count, <const float *>g.w_packed + panel + k_first * PYPTO_CV_N,
-                        <const float *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc)
+                        <const float *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc,
+                        first)
                 pb += g.m_block
             cb += g.wb
         n0 = n_end
@@ -549,7 +554,8 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
         ntaps = g.tap_count[phase]
         if g.chan_vec:
             _position_offsets(g, &f, offs)
-            memset(acc, 0, _round_up(f.positions, m_block) * f.ldc * sizeof(float))
+            if ntaps == 0:   # otherwise the first k block starts the sums at 0 (no memset)
+                memset(acc, 0, _round_up(f.positions, m_block) * f.ldc * sizeof(float))
         else:
             memset(acc, 0, g.nl1_pad * f.ldc * sizeof(float))
         co1 = 0
@@ -570,7 +576,8 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
                     k_count = _min(_max(g.kl0 // pair, 1), k_count1 - k0)
                     if g.chan_vec:
                         _multiply_cv(g, &f, phase, c_first, n_count1, k1 + k0, k_count,
-                                     row_ptrs + k0, t0, t_count, acc, offs)
+                                     row_ptrs + k0, t0, t_count, acc, offs,
+                                     co1 == 0 and k0 == 0)
                     elif g.few:
                         _multiply_few(g, &f, phase, k1 + k0, k_count, row_ptrs + k0, t0,
                                       t_count, acc)
@@ -623,8 +630,7 @@ cdef void _pack_weight_block(const Geometry *g, const uint16_t *w, int64_t cb) n
                     else:   # odd Cout: the last pair's partner is 0
                         for r in range(rows):
                             dst_pair[r] = src[r * taps + tap_index]
-                    for r in range(rows, wb):
-                        dst_pair[r] = 0
+                    pypto_zero32(dst_pair + rows, wb - rows)
             continue
         for co in range(g.cout):
             src = w + (co * g.cin + cb) * taps
@@ -640,8 +646,7 @@ cdef void _pack_weight_block(const Geometry *g, const uint16_t *w, int64_t cb) n
                 else:
                     for r in range(rows):
                         pypto_widen(&src[r * taps + tap_index], &dst_f[r], 1, g.dtype)
-                for r in range(rows, wb):
-                    dst_f[r] = 0
+                pypto_zero32(dst_f + rows, wb - rows)
         # rows past Cin and the missing partner of an odd last channel are written as 0, so the
         # panels need no zeroed allocation (they are often the last call's buffer)
 

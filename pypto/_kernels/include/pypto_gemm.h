@@ -427,6 +427,7 @@ typedef __m256 pypto_cv_vec;
 #define PYPTO_CV_VSTORE _mm256_storeu_ps
 #define PYPTO_CV_VSET1 _mm256_broadcast_ss
 #define PYPTO_CV_VFMA _mm256_fmadd_ps
+#define PYPTO_CV_VZERO _mm256_setzero_ps
 #else
 enum { PYPTO_HAVE_CHAN_VEC = 1, PYPTO_CV_M = 7, PYPTO_CV_N = 32, PYPTO_CV_STORE = 16 };
 #define PYPTO_CV_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6)
@@ -435,17 +436,22 @@ typedef __m512 pypto_cv_vec;
 #define PYPTO_CV_VSTORE _mm512_storeu_ps
 #define PYPTO_CV_VSET1(p) _mm512_set1_ps(*(p))
 #define PYPTO_CV_VFMA _mm512_fmadd_ps
+#define PYPTO_CV_VZERO _mm512_setzero_ps
 #endif
 enum { PYPTO_CV_HALF = PYPTO_CV_N / 2 };
+/* first: the block's first k; its accumulators start at 0 instead of loading C (the same
+ * +0.0 the zeroed C held, without the memset and the loads) */
+#define PYPTO_CV_INIT(p) (first ? PYPTO_CV_VZERO() : PYPTO_CV_VLOAD(p))
 #define PYPTO_CV_LOAD(r) const int64_t o##r = offs[r]; \
-    pypto_cv_vec c##r##0 = PYPTO_CV_VLOAD(c + (r) * ldc), \
-                 c##r##1 = PYPTO_CV_VLOAD(c + (r) * ldc + PYPTO_CV_HALF);
+    pypto_cv_vec c##r##0 = PYPTO_CV_INIT(c + (r) * ldc), \
+                 c##r##1 = PYPTO_CV_INIT(c + (r) * ldc + PYPTO_CV_HALF);
 #define PYPTO_CV_STORE_ROW(r) PYPTO_CV_VSTORE(c + (r) * ldc, c##r##0); \
     PYPTO_CV_VSTORE(c + (r) * ldc + PYPTO_CV_HALF, c##r##1);
 
 static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
                                         const float *const *a_rows, const int64_t *offs,
-                                        float *restrict c, int64_t ldc)
+                                        float *restrict c, int64_t ldc,
+                                        int first)
 {
     PYPTO_CV_ROWS(PYPTO_CV_LOAD)
     for (int64_t k = 0; k < kc; k++) {
@@ -473,8 +479,8 @@ static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
 enum { PYPTO_HAVE_CV_WIDE = PYPTO_HAVE_BF16_DOT, PYPTO_CVW_M = 6, PYPTO_CVW_N = 64 };
 #define PYPTO_CVW_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 #define PYPTO_CVW_LOAD(r) const int64_t o##r = offs[r]; \
-    __m512 c##r##0 = _mm512_loadu_ps(c + (r) * ldc), c##r##1 = _mm512_loadu_ps(c + (r) * ldc + 16), \
-           c##r##2 = _mm512_loadu_ps(c + (r) * ldc + 32), c##r##3 = _mm512_loadu_ps(c + (r) * ldc + 48);
+    __m512 c##r##0 = PYPTO_CV_INIT(c + (r) * ldc), c##r##1 = PYPTO_CV_INIT(c + (r) * ldc + 16), \
+           c##r##2 = PYPTO_CV_INIT(c + (r) * ldc + 32), c##r##3 = PYPTO_CV_INIT(c + (r) * ldc + 48);
 #define PYPTO_CVW_STORE_ROW(r) _mm512_storeu_ps(c + (r) * ldc, c##r##0); \
     _mm512_storeu_ps(c + (r) * ldc + 16, c##r##1); _mm512_storeu_ps(c + (r) * ldc + 32, c##r##2); \
     _mm512_storeu_ps(c + (r) * ldc + 48, c##r##3);
@@ -484,7 +490,8 @@ enum { PYPTO_HAVE_CV_WIDE = PYPTO_HAVE_BF16_DOT, PYPTO_CVW_M = 6, PYPTO_CVW_N = 
  * the pair of weights of channel n. */
 static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                          const uint32_t *const *a_rows, const int64_t *offs,
-                                         float *restrict c, int64_t ldc)
+                                         float *restrict c, int64_t ldc,
+                                         int first)
 {
     PYPTO_CV_ROWS(PYPTO_CV_LOAD)
     for (int64_t kp = 0; kp < kc_pairs; kp++) {
@@ -502,7 +509,8 @@ static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restr
 
 static inline void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                           const uint32_t *const *a_rows, const int64_t *offs,
-                                          float *restrict c, int64_t ldc)
+                                          float *restrict c, int64_t ldc,
+                                          int first)
 {
     PYPTO_CVW_ROWS(PYPTO_CVW_LOAD)
     for (int64_t kp = 0; kp < kc_pairs; kp++) {
@@ -522,15 +530,17 @@ static inline void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *rest
 #else
 static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                          const uint32_t *const *a_rows, const int64_t *offs,
-                                         float *restrict c, int64_t ldc)
+                                         float *restrict c, int64_t ldc,
+                                         int first)
 {
-    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc;  /* never called */
+    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;  /* never called */
 }
 static inline void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                           const uint32_t *const *a_rows, const int64_t *offs,
-                                          float *restrict c, int64_t ldc)
+                                          float *restrict c, int64_t ldc,
+                                          int first)
 {
-    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc;  /* never called */
+    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;  /* never called */
 }
 #endif
 
@@ -594,9 +604,10 @@ static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos
  * loads and 6 broadcasts per k fill its 16 ymm registers. fp32 only (no bf16 dot product). */
 static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                          const uint32_t *const *a_rows, const int64_t *offs,
-                                         float *restrict c, int64_t ldc)
+                                         float *restrict c, int64_t ldc,
+                                         int first)
 {
-    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc;  /* never called */
+    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;  /* never called */
 }
 
 /* 8x8 fp32 transpose in registers: out[j] lane i = in[i] lane j. */
@@ -653,15 +664,17 @@ static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos
 enum { PYPTO_HAVE_CHAN_VEC = 0, PYPTO_CV_M = 7, PYPTO_CV_N = 32, PYPTO_CV_STORE = 16 };
 static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
                                         const float *const *a_rows, const int64_t *offs,
-                                        float *restrict c, int64_t ldc)
+                                        float *restrict c, int64_t ldc,
+                                        int first)
 {
-    (void)kc; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc;  /* never called */
+    (void)kc; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;  /* never called */
 }
 static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                          const uint32_t *const *a_rows, const int64_t *offs,
-                                         float *restrict c, int64_t ldc)
+                                         float *restrict c, int64_t ldc,
+                                         int first)
 {
-    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc;  /* never called */
+    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;  /* never called */
 }
 static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch,
                                         uint16_t *dst, int64_t ch_stride, int64_t step,
@@ -714,9 +727,10 @@ static inline void pypto_ukernel_f32_quarter(int64_t kc, const float *restrict w
 enum { PYPTO_HAVE_CV_WIDE = 0, PYPTO_CVW_M = 6, PYPTO_CVW_N = 64 };
 static inline void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                           const uint32_t *const *a_rows, const int64_t *offs,
-                                          float *restrict c, int64_t ldc)
+                                          float *restrict c, int64_t ldc,
+                                          int first)
 {
-    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc;  /* never called */
+    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;  /* never called */
 }
 #endif
 
