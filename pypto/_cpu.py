@@ -284,11 +284,11 @@ def conv_backward_input_cpu(call, dy, w):
     # before any copy or allocation
     check_host_memory(call.tiling.cpu_memory_bytes(p, threads, kernel_tiles) + copies, p,
                       "weight panels, tile scratch and input copies")
-    non_finite = non_finite_mask(w, call.dtype, _kernel().has_non_finite)
-    if non_finite is not None:
-        return with_real_taps_only(conv_backward_input_cpu, call, dy, w, non_finite)
     out = np.empty((p.n, p.cin, p.hin, p.win), dtype=np_dtype)
-    _kernel().dgrad(_bits(dy, np_dtype), _bits(w, np_dtype), out.view(np.uint16),
-                  _KERNEL_DTYPE[call.dtype], (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw),
-                  kernel_tiles, _vec_chunks(call.vec_tile, p), threads)
+    path = _kernel().dgrad(_bits(dy, np_dtype), _bits(w, np_dtype), out.view(np.uint16),
+                           _KERNEL_DTYPE[call.dtype], (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw),
+                           kernel_tiles, _vec_chunks(call.vec_tile, p), threads)
+    if path == "non_finite":  # the kernel's scan of the weight found Inf/NaN; nothing written
+        return with_real_taps_only(conv_backward_input_cpu, call, dy, w,
+                                   non_finite_mask(w, call.dtype))
     return out

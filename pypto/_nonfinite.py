@@ -20,17 +20,14 @@ __all__ = ["non_finite_mask", "with_real_taps_only"]
 _EXPONENT_BITS = {DataType.DT_FP16: 0x7C00, DataType.DT_BF16: 0x7F80}
 
 
-def non_finite_mask(w, dtype, scan=None):
+def non_finite_mask(w, dtype):
     """A boolean mask of w's Inf/NaN entries, or None when all are finite (the common case,
-    checked on the 16-bit patterns when w is laid out natively). ``scan(bits, code)``, the CPU
-    kernel's ``has_non_finite``, checks in one pass without temporaries where given."""
+    checked on the 16-bit patterns when w is laid out natively). (The CPU kernel checks in its
+    own pass over the weight and calls this only when it found some.)"""
     if w.dtype.isnative and w.flags.c_contiguous and w.flags.aligned:
         exponent = _EXPONENT_BITS[dtype]
         bits = w.view(np.uint16).reshape(-1)
-        if scan is not None:
-            if not scan(bits, int(dtype == DataType.DT_BF16)):
-                return None
-        elif not (np.bitwise_and(bits, exponent) == exponent).any():
+        if not (np.bitwise_and(bits, exponent) == exponent).any():
             return None
     elif np.isfinite(w).all():
         return None

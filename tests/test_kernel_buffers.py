@@ -2,7 +2,8 @@
 
 A call keeps its weight-panel and scratch buffers for the next one (fresh pages cost up to a
 third of a call); a reused buffer holds the last call's data, so results must not depend on
-what was there. has_non_finite is the one-pass form of the Inf/NaN check on the weight.
+what was there. scan_magnitudes is the kernel's one pass over the weight (Inf/NaN and the
+least exponent).
 """
 
 import ml_dtypes
@@ -46,27 +47,46 @@ def test_kept_buffers_change_no_result(level, dtype):
     assert kernel.kept_buffer_bytes() == 0
 
 
+def _least_exponent(bits):
+    """The least biased exponent (bits 7..14, as bf16) of the nonzero patterns: 255 if none."""
+    magnitudes = bits & 0x7FFF
+    nonzero = magnitudes[magnitudes != 0]
+    return 255 if nonzero.size == 0 else int(nonzero.min()) >> 7
+
+
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("dtype", [0, 1], ids=["fp16", "bf16"])
-def test_has_non_finite_matches_numpy(level, dtype):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_scan_magnitudes_matches_numpy(level, dtype, threads):
+    """The kernel's one pass over the weight: Inf/NaN as NumPy sees them, and the least
+    exponent that decides the bf16 dot product, over every pattern and in chunks."""
     kernel = load_level(level)
     np_dtype = np.float16 if dtype == 0 else ml_dtypes.bfloat16
     rng = np.random.default_rng(dtype)
     every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     finite = every[np.isfinite(every.view(np_dtype).astype(np.float32))]
-    assert not kernel.has_non_finite(finite, dtype)
-    assert not kernel.has_non_finite(np.empty(0, np.uint16), dtype)
+    assert kernel.scan_magnitudes(finite, dtype, threads) == (False, 0)  # subnormals in it
+    assert kernel.scan_magnitudes(np.empty(0, np.uint16), dtype, threads) == (False, 255)
+    assert kernel.scan_magnitudes(np.zeros(5, np.uint16) | 0x8000, dtype, threads) == (False, 255)
     for value in (np.inf, -np.inf, np.nan):
-        for length in (1, 7, 64, 1001):
+        for length in (1, 7, 64, 1001, 200_003):  # the last one spans several chunks
             bits = rng.choice(finite, length)
+            assert not kernel.scan_magnitudes(bits, dtype, threads)[0]
             bits[rng.integers(length)] = np.array(value, np_dtype).view(np.uint16)
-            assert kernel.has_non_finite(bits, dtype), (value, length)
+            assert kernel.scan_magnitudes(bits, dtype, threads)[0], (value, length)
     # every NaN payload and both infinities, each alone among finite values
     non_finite = every[~np.isfinite(every.view(np_dtype).astype(np.float32))]
     for pattern in non_finite[:: max(1, len(non_finite) // 97)]:
         bits = rng.choice(finite, 33)
         bits[17] = pattern
-        assert kernel.has_non_finite(bits, dtype)
+        assert kernel.scan_magnitudes(bits, dtype, threads)[0]
+    # least exponents: random normal values with one small one planted anywhere
+    for length in (3, 1000, 150_001):
+        bits = (rng.integers(0x3F00, 0x4100, length) | (rng.integers(0, 2, length) << 15)
+                ).astype(np.uint16)
+        bits[rng.integers(length)] = rng.integers(1, 0x7F00)
+        bits[rng.integers(length)] = 0  # zeros do not count
+        assert kernel.scan_magnitudes(bits, 1, threads) == (False, _least_exponent(bits))
 
 
 def test_release_kernel_buffers_frees_what_the_op_kept():

@@ -45,7 +45,9 @@ cdef extern from "pypto_numeric.h" nogil:
     float pypto_half_to_float(uint16_t h)
     float pypto_bf16_to_float(uint16_t h)
     void pypto_gather_f32(const float *src, int64_t stride, int64_t n, float *dst)
-    int pypto_bf16_min_exponent(const uint16_t *x, int64_t n)
+    void pypto_magnitudes(const uint16_t *x, int64_t n, uint16_t *least_minus_one,
+                          uint16_t *most)
+    int pypto_bf16_least_exponent(uint16_t least_minus_one)
     uint16_t pypto_float_to_bf16(float f)
     void pypto_frame_row_f32(const uint16_t *src, int64_t lo, int64_t hi, int64_t n, float *dst,
                               int dtype)
@@ -124,17 +126,17 @@ def openmp_enabled():
     return bool(PYPTO_HAVE_OPENMP)
 
 
-def has_non_finite(const uint16_t[::1] bits, int dtype):
-    """True when any of the 16-bit patterns (``dtype``: 0 fp16, 1 bf16) is Inf or NaN: one
-    pass, no temporaries (NumPy's form made two arrays the size of the weight per call)."""
-    cdef uint16_t exponent = 0x7f80 if dtype == 1 else 0x7c00
-    cdef uint16_t found = 0
-    cdef int64_t i, n = bits.shape[0]
-    cdef const uint16_t *x = &bits[0] if n > 0 else NULL
-    with nogil:
-        for i in range(n):  # a branch-free or-reduction: it vectorizes
-            found |= <uint16_t>((x[i] & exponent) == exponent)
-    return found != 0
+def scan_magnitudes(const uint16_t[::1] bits, int dtype, int num_threads=1):
+    """(any Inf or NaN, least exponent of the nonzero values as bf16) of 16-bit patterns
+    (``dtype``: 0 fp16, 1 bf16): the kernel's one pass over the weight (_magnitudes)."""
+    cdef uint16_t least = 0xffff, most = 0
+    if bits.shape[0] > 0:
+        _magnitudes(&bits[0], bits.shape[0], num_threads, &least, &most)
+    return most >= _all_ones_exponent(dtype), pypto_bf16_least_exponent(least)
+
+
+cdef inline uint16_t _all_ones_exponent(int dtype) noexcept nogil:
+    return 0x7f80 if dtype == 1 else 0x7c00
 
 
 def peak_flops(str kind, int threads, int64_t iterations):
@@ -707,20 +709,24 @@ def release_buffers():
         _kept[i] = NULL
 
 
-cdef int _min_exponent(const uint16_t *x, int64_t n, int num_threads):
-    """pypto_bf16_min_exponent over n values, in parallel chunks (dy can be large)."""
+cdef void _magnitudes(const uint16_t *x, int64_t n, int num_threads, uint16_t *least,
+                      uint16_t *most) noexcept:
+    """pypto_magnitudes over n values, in parallel chunks (the weight and dy can be large)."""
     cdef int64_t chunk = 1 << 16, n_chunks = (n + chunk - 1) // chunk, i
-    cdef int least = 255, threads = <int>_max(1, _min(num_threads, n_chunks))
-    cdef int *found = <int *>malloc(n_chunks * sizeof(int))
+    cdef int threads = <int>_max(1, _min(num_threads, n_chunks))
+    cdef uint16_t *found = <uint16_t *>malloc(2 * n_chunks * sizeof(uint16_t))
     if found == NULL:
-        return pypto_bf16_min_exponent(x, n)
+        pypto_magnitudes(x, n, least, most)
+        return
     with nogil, parallel(num_threads=threads):
         for i in prange(n_chunks, schedule="static"):
-            found[i] = pypto_bf16_min_exponent(x + i * chunk, _min(chunk, n - i * chunk))
+            pypto_magnitudes(x + i * chunk, _min(chunk, n - i * chunk), &found[2 * i],
+                             &found[2 * i + 1])
+    least[0], most[0] = 0xffff, 0
     for i in range(n_chunks):
-        least = found[i] if found[i] < least else least
+        least[0] = found[2 * i] if found[2 * i] < least[0] else least[0]
+        most[0] = found[2 * i + 1] if found[2 * i + 1] > most[0] else most[0]
     free(found)
-    return least
 
 
 def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
@@ -737,10 +743,16 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     has them and ``use_few`` is true; with the bf16 dot product, the wide channel-vector kernel
     (6 pixels x 64 channels) serves tiles of whole 64-channel blocks where ``use_wide`` is true.
     Returns the path taken: "bf16_dot" or "fp32", with "+chan_vec" (and "+wide") or "+few" when
-    those served and "+group<G>" when work items held G images.
+    those served and "+group<G>" when work items held G images; or "non_finite", having written
+    nothing, when the weight holds Inf or NaN (the caller's with_real_taps_only case).
     """
     cdef Geometry g
     cdef int64_t kl1
+    cdef uint16_t w_least, w_most, dy_least, dy_most
+    # One pass over the weight: Inf/NaN (before anything else) and its least exponent.
+    _magnitudes(&w[0, 0, 0, 0], w.size, num_threads, &w_least, &w_most)
+    if w_most >= _all_ones_exponent(dtype):
+        return "non_finite"
     g.n_img, g.cout, g.hout, g.wout = dy.shape[0], dy.shape[1], dy.shape[2], dy.shape[3]
     g.cin, g.kh, g.kw = w.shape[1], w.shape[2], w.shape[3]
     g.hin, g.win = dx.shape[2], dx.shape[3]
@@ -749,8 +761,9 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     g.dot_bf16 = dtype == 1 and PYPTO_HAVE_BF16_DOT and use_bf16_dot
     if g.dot_bf16:
         # the dot-product instruction flushes subnormals: use it only where none can occur
-        g.dot_bf16 = (_min_exponent(&dy[0, 0, 0, 0], dy.size, num_threads)
-                      + _min_exponent(&w[0, 0, 0, 0], w.size, num_threads)) >= 142
+        _magnitudes(&dy[0, 0, 0, 0], dy.size, num_threads, &dy_least, &dy_most)
+        g.dot_bf16 = (pypto_bf16_least_exponent(dy_least)
+                      + pypto_bf16_least_exponent(w_least)) >= 142
     g.m_rows, g.m_cols, g.nl1, kl1, g.ml0, g.kl0, g.nl0 = tiles
     g.cout_l1 = kl1 // (g.kh * g.kw)
     g.vec_c, g.vec_w = vec_cw

@@ -251,7 +251,7 @@ static inline void pypto_ukernel_f32(int64_t kc, const float *restrict w,
  * two bf16 in one uint32; w[kp*MR + r] holds (W[r][2kp], W[r][2kp+1]). Products of bf16 are exact
  * in fp32; vdpbf16ps adds them to the accumulator with round-to-nearest-even, treating
  * subnormal inputs and results as zero (its fixed DAZ/FTZ behaviour): the caller uses this
- * kernel only for data where no subnormal can arise (pypto_bf16_min_exponent). */
+ * kernel only for data where no subnormal can arise (pypto_bf16_least_exponent). */
 static inline void pypto_ukernel_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                       const uint32_t *const *a_rows, int64_t j0,
                                       float *restrict c, int64_t ldc)

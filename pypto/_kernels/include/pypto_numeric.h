@@ -183,22 +183,33 @@ static inline void pypto_narrow(const float *restrict src, uint16_t *restrict ds
         for (; i < n; i++) dst[i] = pypto_float_to_half(src[i]);
 }
 
-/* Smallest biased exponent among the nonzero bf16 values (255 when all are zero; 0 when any is
- * subnormal). With two such exponents Ed and Ew, every product of a nonzero dy and w is a
- * multiple of 2^(Ed-127 + Ew-127 - 14), and so is every fp32 partial sum of them: when
- * Ed + Ew >= 142 none can be a nonzero value below 2^-126, so the bf16 dot-product
- * instruction's flush of subnormals never changes a bit. */
-static inline int pypto_bf16_min_exponent(const uint16_t *restrict x, int64_t n)
+/* The least nonzero and the largest magnitude (sign bit cleared) of n fp16/bf16 patterns, in one
+ * pass: *least_minus_one = min(magnitude - 1) in unsigned 16-bit arithmetic (a zero wraps to
+ * 0xffff, above every nonzero one), *most = max(magnitude). An and, a subtract, an unsigned min
+ * and max per element: four instructions per vector. The largest tells Inf/NaN (at least the
+ * all-ones exponent); the least gives the least exponent (pypto_bf16_least_exponent). */
+static inline void pypto_magnitudes(const uint16_t *restrict x, int64_t n,
+                                    uint16_t *least_minus_one, uint16_t *most)
 {
-    /* The least nonzero magnitude, as min(magnitude - 1) in unsigned 16-bit arithmetic (zero
-     * wraps to 0xffff, above every nonzero one): an and, a subtract and an unsigned min per
-     * element, which vectorize to three instructions per vector. */
-    uint16_t least = 0xffffu;
+    uint16_t least = 0xffffu, largest = 0;
     for (int64_t i = 0; i < n; i++) {
-        const uint16_t key = (uint16_t)((x[i] & 0x7fffu) - 1u);
+        const uint16_t magnitude = (uint16_t)(x[i] & 0x7fffu);
+        const uint16_t key = (uint16_t)(magnitude - 1u);
         least = key < least ? key : least;
+        largest = magnitude > largest ? magnitude : largest;
     }
-    return least == 0xffffu ? 255 : (int)(((uint32_t)least + 1u) >> 7);
+    *least_minus_one = least;
+    *most = largest;
+}
+
+/* Smallest biased exponent among nonzero bf16 values from pypto_magnitudes' least (255 when all
+ * are zero; 0 when any is subnormal). With two such exponents Ed and Ew, every product of a
+ * nonzero dy and w is a multiple of 2^(Ed-127 + Ew-127 - 14), and so is every fp32 partial sum
+ * of them: when Ed + Ew >= 142 none can be a nonzero value below 2^-126, so the bf16
+ * dot-product instruction's flush of subnormals never changes a bit. */
+static inline int pypto_bf16_least_exponent(uint16_t least_minus_one)
+{
+    return least_minus_one == 0xffffu ? 255 : (int)(((uint32_t)least_minus_one + 1u) >> 7);
 }
 
 /* dst[i] = src[i * stride] for i < n (n, stride small: a weight block's transpose). AVX-512
