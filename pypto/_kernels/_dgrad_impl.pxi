@@ -52,6 +52,8 @@ cdef extern from "pypto_numeric.h" nogil:
     void pypto_frame_row_f32(const uint16_t *src, int64_t lo, int64_t hi, int64_t n, float *dst,
                               int dtype)
     void pypto_zero32(void *dst, int64_t n)
+    void pypto_prefetch_row(const uint16_t *p, int64_t n)
+    void pypto_prefetch_row_w(uint16_t *p, int64_t n)
     void pypto_frame_row_pairs(const uint16_t *a, const uint16_t *b, int64_t lo, int64_t hi,
                                 int64_t n, uint32_t *dst)
 
@@ -155,6 +157,7 @@ def peak_flops(str kind, int threads, int64_t iterations):
 
 
 cdef enum:
+    FILL_AHEAD = 8      # the frame fill prefetches dy rows this many channels ahead
     PACK_BLOCK = 4096   # floats on the stack for one converted weight block (MR x Kh*Kw)
     MAX_RUNS = 32       # runs of frame positions in one register block: at most NR (<= 32)
     PACK_MIN_BLOCKS = 4 # pack A when at least this many channel blocks share each packed panel
@@ -273,6 +276,8 @@ cdef void _fill_frame(const Geometry *g, const uint16_t *dy_img, const Frame *f,
                 co = co_first + (2 * ch if g.dot_bf16 else ch)
                 src = dy_img + ((image * g.cout + co) * g.hout + ho) * g.wout + wo_first
                 dst = ch * plane + (image * f.fr + row) * f.fc
+                if co + FILL_AHEAD < co_first + co_count and 0 <= ho < g.hout and hi > lo:
+                    pypto_prefetch_row(src + FILL_AHEAD * g.hout * g.wout + lo, hi - lo)
                 if g.dot_bf16:
                     src2 = src + g.hout * g.wout if co + 1 < co_first + co_count else NULL
                     if ho < 0 or ho >= g.hout:
@@ -494,12 +499,20 @@ cdef void _write_out_cv(const Geometry *g, const float *acc, uint16_t *dx_img, i
 
 cdef void _write_out_cv_image(const Geometry *g, const float *acc, uint16_t *dx_img,
                               int64_t c_first, int64_t n_count, const Frame *f) noexcept nogil:
-    cdef int64_t c_blk, c_end, r, w_blk, w_end, cb, pb
+    cdef int64_t c_blk, c_end, r, w_blk, w_end, cb, pb, ci, r_next, c_next, c_next_end
     cdef int64_t plane = g.hin * g.win
+    cdef int64_t span = (f.cols - 1) * g.sw + 1   # a tile row's extent in an output row
     c_blk = 0
     while c_blk < n_count:
         c_end = _min(c_blk + g.vec_c, n_count)
         for r in range(f.rows):
+            # the output rows of the next (chunk, row) step, for writing
+            r_next, c_next, c_next_end = r + 1, c_blk, c_end
+            if r_next == f.rows:
+                r_next, c_next, c_next_end = 0, c_end, _min(c_end + g.vec_c, n_count)
+            for ci in range(c_next, c_next_end):
+                pypto_prefetch_row_w(dx_img + ((c_first + ci) * g.hin + f.hi0 + r_next * g.sh)
+                                     * g.win + f.wi0, span)
             w_blk = 0
             while w_blk < f.cols:
                 w_end = _min(w_blk + g.vec_w, f.cols)

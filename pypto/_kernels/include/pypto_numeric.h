@@ -255,6 +255,26 @@ static inline void pypto_zero32(void *dst, int64_t n)
 #endif
 }
 
+/* Prefetch the cache lines of n 16-bit values from p: the frame fill's rows ahead (dy rows of
+ * successive channels are a plane apart, which the hardware prefetchers do not follow). */
+static inline void pypto_prefetch_row(const uint16_t *p, int64_t n)
+{
+    const char *first = (const char *)p, *last = (const char *)(p + n - 1);
+    for (const char *q = first; q <= last; q += 64)
+        __builtin_prefetch(q, 0, 3);
+    __builtin_prefetch(last, 0, 3);
+}
+
+/* The same for lines about to be written (the write-out's next output rows, one per channel
+ * plane: without it the stores wait for each line). */
+static inline void pypto_prefetch_row_w(uint16_t *p, int64_t n)
+{
+    char *first = (char *)p, *last = (char *)(p + n - 1);
+    for (char *q = first; q <= last; q += 64)
+        __builtin_prefetch(q, 1, 3);
+    __builtin_prefetch(last, 1, 3);
+}
+
 /* One row of the dgrad's dy frame: dst[j] = src[j] widened to fp32 for lo <= j < hi, 0
  * elsewhere in [0, n) (the zero halo). Inline loops: rows are short and libc calls would cost
  * more than the copy. */
