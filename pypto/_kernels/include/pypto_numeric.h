@@ -234,8 +234,8 @@ static inline void pypto_gather_f32(const float *restrict src, int64_t stride, i
         dst[i] = src[i * stride];
 }
 
-/* dst[0 .. n) = 0 for 32-bit elements. AVX-512 stores 16 at a time under a mask: GCC turns the
- * plain loop into a memset call, which costs more than the store on the short runs here (a
+/* dst[0 .. n) = 0 for 32-bit elements. AVX-512 (AVX2) stores 16 (8) at a time under a mask:
+ * GCC turns the plain loop into a memset call, which costs more than the store on the short runs here (a
  * frame row's halo, a weight panel's padding rows). */
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 static inline __mmask16 pypto_lanes_below(int64_t k)   /* lanes i < k of 16 */
@@ -250,6 +250,14 @@ static inline void pypto_zero32(void *dst, int64_t n)
     for (int64_t j = 0; j < n; j += 16)
         _mm512_mask_storeu_epi32((uint32_t *)dst + j, pypto_lanes_below(n - j),
                                  _mm512_setzero_si512());
+#elif defined(__AVX2__)
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int64_t j = 0; j < n; j += 8) {
+        const int64_t left = n - j;
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(left < 8 ? left : 8)),
+                                                lane);
+        _mm256_maskstore_epi32((int *)dst + j, mask, _mm256_setzero_si256());
+    }
 #else
     for (int64_t j = 0; j < n; j++) ((uint32_t *)dst)[j] = 0;
 #endif
