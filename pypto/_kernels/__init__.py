@@ -33,7 +33,9 @@ so every choice gives the same bits, tests/test_kernel_paths.py):
                                 write-out); A broadcast from the frame at each pixel's offset, so
                                 no halo is computed and nothing is packed; small whole-image
                                 tiles of several images share a work item (image groups, up to
-                                _tiling.CPU_GROUP_PIXELS pixels), so one weight read serves them
+                                _tiling.CPU_GROUP_PIXELS pixels), so one weight read serves them;
+                                with the bf16 dot product and whole 64-channel blocks, the wide
+                                one: 6 pixels x 64 channels (24 accumulators)
     few-channel (AVX-512)       all of Cin <= 4 (an RGB stem): 4 channels x 64 pixels
 
 Modules: _dgrad_impl.pxi holds the loops; _dgrad_<isa>.pyx include it once per ISA level; the
@@ -41,7 +43,11 @@ levels, their compiler flags and the CPU features each needs are one table, isa_
 (setup.py builds from it); include/pypto_gemm.h holds the micro-kernels, include/pypto_numeric.h
 the exact fp16/bf16 conversions. Scratch per thread is sized by the tiles (accumulator, one
 frame, A row pointers): there is no whole-image im2col. The weight panels and the scratch are
-kept for the next call (fresh pages from the OS cost up to a third of a call).
+kept for the next call (fresh pages from the OS cost up to a third of a call). One parallel pass
+over the weight finds Inf/NaN (the kernel then returns "non_finite" and the op takes the
+real-taps path) and its least exponent (the bf16 dot product's no-subnormal rule); the panels
+are packed in the weight's memory order; the frame fill prefetches dy rows some channels ahead
+and the write-out the next output rows (plane-strided rows that hardware prefetchers miss).
 
 CPU dispatch (the NumPy rule: nothing above the baseline runs before the CPU check)::
 
