@@ -527,21 +527,6 @@ static inline void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *rest
     }
     PYPTO_CVW_ROWS(PYPTO_CVW_STORE_ROW)
 }
-#else
-static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
-                                         const uint32_t *const *a_rows, const int64_t *offs,
-                                         float *restrict c, int64_t ldc,
-                                         int first)
-{
-    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;  /* never called */
-}
-static inline void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *restrict w,
-                                          const uint32_t *const *a_rows, const int64_t *offs,
-                                          float *restrict c, int64_t ldc,
-                                          int first)
-{
-    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;  /* never called */
-}
 #endif
 
 /* 16x16 fp32 transpose in registers: out[j] lane i = in[i] lane j. Unpacks pair rows within
@@ -602,13 +587,6 @@ static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos
 #elif defined(PYPTO_ISA_AVX2)
 /* AVX2: 6 pixels x 16 channels (two ymm; pypto_ukernel_cv_f32 above): 12 accumulators, 2 W
  * loads and 6 broadcasts per k fill its 16 ymm registers. fp32 only (no bf16 dot product). */
-static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
-                                         const uint32_t *const *a_rows, const int64_t *offs,
-                                         float *restrict c, int64_t ldc,
-                                         int first)
-{
-    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;  /* never called */
-}
 
 /* 8x8 fp32 transpose in registers: out[j] lane i = in[i] lane j. */
 static inline void pypto_transpose_8x8(__m256 *v)
@@ -669,13 +647,6 @@ static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
 {
     (void)kc; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;  /* never called */
 }
-static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
-                                         const uint32_t *const *a_rows, const int64_t *offs,
-                                         float *restrict c, int64_t ldc,
-                                         int first)
-{
-    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;  /* never called */
-}
 static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch,
                                         uint16_t *dst, int64_t ch_stride, int64_t step,
                                         int dtype)
@@ -725,12 +696,22 @@ static inline void pypto_ukernel_f32_quarter(int64_t kc, const float *restrict w
 
 #if !defined(PYPTO_ISA_AVX512BF16) && !defined(PYPTO_ISA_AVX512)
 enum { PYPTO_HAVE_CV_WIDE = 0, PYPTO_CVW_M = 6, PYPTO_CVW_N = 64 };
+#endif
+
+#ifndef PYPTO_ISA_AVX512BF16
+/* Levels without the bf16 dot product never choose its channel-vector kernels: stubs, so that
+ * one Cython body compiles at every level. */
+static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
+                                         const uint32_t *const *a_rows, const int64_t *offs,
+                                         float *restrict c, int64_t ldc, int first)
+{
+    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;
+}
 static inline void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                           const uint32_t *const *a_rows, const int64_t *offs,
-                                          float *restrict c, int64_t ldc,
-                                          int first)
+                                          float *restrict c, int64_t ldc, int first)
 {
-    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;  /* never called */
+    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;
 }
 #endif
 
