@@ -368,8 +368,11 @@ def test_kernel_releases_the_gil():
 # Ctrl-C
 # ---------------------------------------------------------------------------------------------
 _SIGINT_SCRIPT = textwrap.dedent("""
-    import math, sys, time
+    import math, signal, sys, time
     import numpy as np, pypto
+    # Python's own handler, as at a terminal: a shell that starts a job in the background
+    # without job control passes SIGINT down as ignored, and Python then installs none
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
     threads = int(sys.argv[1]) or None
     pypto.set_num_threads(threads)
