@@ -23,10 +23,9 @@
 # computed as M positions and never stored. The channel-vector kernels (_multiply_cv) take the
 # tile's pixels only, broadcasting each from the frame at its offset (7 pixels x 32 channels, or
 # 6 x 64 with the bf16 dot product where N-L1 blocks are whole 64-channel panels); the
-# few-channel kernels
-# (_multiply_few) read the frame's rows like the unpacked path. Each output element is summed over k = (co, tap) in
-# ascending order (over (co pair, tap) pairs with the bf16 dot product) whatever the tiles and
-# threads, so neither changes a bit.
+# few-channel kernels (_multiply_few) read the frame's rows like the unpacked path. Each output
+# element is summed over k = (co, tap) in ascending order (over (co pair, tap) pairs with the
+# bf16 dot product) whatever the tiles and threads, so neither changes a bit.
 
 from cpython.exc cimport PyErr_CheckSignals
 from cython.parallel cimport parallel, prange, threadid
@@ -52,8 +51,7 @@ cdef extern from "pypto_numeric.h" nogil:
     void pypto_frame_row_f32(const uint16_t *src, int64_t lo, int64_t hi, int64_t n, float *dst,
                               int dtype)
     void pypto_zero32(void *dst, int64_t n)
-    void pypto_prefetch_row(const uint16_t *p, int64_t n)
-    void pypto_prefetch_row_w(uint16_t *p, int64_t n)
+    void pypto_prefetch_row(const uint16_t *p, int64_t n, int for_write)
     void pypto_frame_row_pairs(const uint16_t *a, const uint16_t *b, int64_t lo, int64_t hi,
                                 int64_t n, uint32_t *dst)
 
@@ -277,7 +275,7 @@ cdef void _fill_frame(const Geometry *g, const uint16_t *dy_img, const Frame *f,
                 src = dy_img + ((image * g.cout + co) * g.hout + ho) * g.wout + wo_first
                 dst = ch * plane + (image * f.fr + row) * f.fc
                 if co + FILL_AHEAD < co_first + co_count and 0 <= ho < g.hout and hi > lo:
-                    pypto_prefetch_row(src + FILL_AHEAD * g.hout * g.wout + lo, hi - lo)
+                    pypto_prefetch_row(src + FILL_AHEAD * g.hout * g.wout + lo, hi - lo, 0)
                 if g.dot_bf16:
                     src2 = src + g.hout * g.wout if co + 1 < co_first + co_count else NULL
                     if ho < 0 or ho >= g.hout:
@@ -419,9 +417,8 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
                        const int64_t *offs, bint first) noexcept nogil:
     """_multiply with the channel-vector kernels: acc[t][ci] for g.m_block pixels x g.wb
     channels at a time (offs: _position_offsets; first: the accumulator's first k, which starts
-    the sums at 0 instead of reading acc). A short last pixel block repeats
-    its last pixel into the accumulator's spare rows (past the tile's positions: never written
-    out)."""
+    the sums at 0 instead of reading acc). A short last pixel block repeats its last pixel into
+    the accumulator's spare rows (past the tile's positions: never written out)."""
     cdef int64_t k_len = _k_len(g, g.tap_count[phase])
     cdef int64_t nl0 = _round_up(g.nl0, g.wb)
     cdef int64_t n0, n_end, cb, pb, panel
@@ -429,7 +426,7 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
     while n0 < n_count1:                                           # N-L0
         n_end = _min(n0 + nl0, n_count1)
         cb = n0
-        while cb < n_end:            # 32 channels: their weight panel stays in L1 ...
+        while cb < n_end:            # g.wb channels: their weight panel stays in L1 ...
             panel = g.w_offset[phase] + (c_first + cb) * k_len
             pb = t0
             while pb < t0 + t_count:  # ... while the pixel blocks pass over it
@@ -511,8 +508,8 @@ cdef void _write_out_cv_image(const Geometry *g, const float *acc, uint16_t *dx_
             if r_next == f.rows:
                 r_next, c_next, c_next_end = 0, c_end, _min(c_end + g.vec_c, n_count)
             for ci in range(c_next, c_next_end):
-                pypto_prefetch_row_w(dx_img + ((c_first + ci) * g.hin + f.hi0 + r_next * g.sh)
-                                     * g.win + f.wi0, span)
+                pypto_prefetch_row(dx_img + ((c_first + ci) * g.hin + f.hi0 + r_next * g.sh)
+                                   * g.win + f.wi0, span, 1)
             w_blk = 0
             while w_blk < f.cols:
                 w_end = _min(w_blk + g.vec_w, f.cols)
@@ -744,7 +741,8 @@ cdef void _magnitudes(const uint16_t *x, int64_t n, int num_threads, uint16_t *l
 
 def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
           uint16_t[:, :, :, ::1] dx, int dtype, tuple attrs, tuple tiles, tuple vec_cw,
-          int num_threads, bint use_bf16_dot=True, bint use_chan_vec=True, bint use_few=True, bint use_wide=True):
+          int num_threads, bint use_bf16_dot=True, bint use_chan_vec=True, bint use_few=True,
+          bint use_wide=True):
     """dx = dgrad(dy, w); NCHW arrays of 16-bit patterns (``dtype``: 0 fp16, 1 bf16).
 
     attrs = (sh, sw, pt, pl, dh, dw); tiles = (m_rows, m_cols, nl1, kl1, ml0, kl0, nl0) from

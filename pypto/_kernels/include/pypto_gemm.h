@@ -21,8 +21,9 @@
  *
  * The AVX-512 levels have two more shapes (below): channel-vector kernels (*_cv_*: 7 pixels x
  * 32 channels, A broadcast from the frame at each pixel's offset, no halo, no packing) for tiles
- * of whole 32-channel blocks, and few-channel kernels (*_few_*: 4 channels x 64 positions) for
- * tiles of at most 4 channels.
+ * of whole 32-channel blocks (with the bf16 dot product *_cvw_*: 6 pixels x 64 channels, for
+ * whole 64-channel blocks; AVX2 has *_cv_* too, 6 x 16), and few-channel kernels (*_few_*: 4
+ * channels x 64 positions) for tiles of at most 4 channels.
  *
  * Each C element is accumulated in fp32 over k in ascending order (pairs (k, k+1) at a time in
  * the bf16 kernel), independent of where the block sits: threads never change a bit.
@@ -75,6 +76,8 @@ enum { PYPTO_HAVE_BF16_DOT = 1 };
 #else
 enum { PYPTO_HAVE_BF16_DOT = 0 };
 #endif
+/* the wide channel-vector kernel (6 pixels x 64 channels, below) is a bf16 dot-product kernel */
+enum { PYPTO_HAVE_CV_WIDE = PYPTO_HAVE_BF16_DOT, PYPTO_CVW_M = 6, PYPTO_CVW_N = 64 };
 
 static const char *pypto_isa_name(void) { return PYPTO_ISA_NAME; }
 
@@ -345,7 +348,8 @@ enum { PYPTO_HAVE_FEW = 1, PYPTO_FEW_MR = 4, PYPTO_FEW_NR = 64 };
 #define PYPTO_FEW_LOAD(r) __m512 c##r##0 = _mm512_loadu_ps(c + (r) * ldc), \
     c##r##1 = _mm512_loadu_ps(c + (r) * ldc + 16), c##r##2 = _mm512_loadu_ps(c + (r) * ldc + 32), \
     c##r##3 = _mm512_loadu_ps(c + (r) * ldc + 48);
-#define PYPTO_FEW_STORE(r) _mm512_storeu_ps(c + (r) * ldc, c##r##0); \
+/* a C row of four zmm (64 columns), c<r>0 .. c<r>3: the few-channel and wide kernels' store */
+#define PYPTO_Z4_STORE(r) _mm512_storeu_ps(c + (r) * ldc, c##r##0); \
     _mm512_storeu_ps(c + (r) * ldc + 16, c##r##1); _mm512_storeu_ps(c + (r) * ldc + 32, c##r##2); \
     _mm512_storeu_ps(c + (r) * ldc + 48, c##r##3);
 
@@ -364,7 +368,7 @@ static inline void pypto_ukernel_few_f32(int64_t kc, const float *restrict w,
         PYPTO_FEW_ROWS(PYPTO_FEW_FMA)
 #undef PYPTO_FEW_FMA
     }
-    PYPTO_FEW_ROWS(PYPTO_FEW_STORE)
+    PYPTO_FEW_ROWS(PYPTO_Z4_STORE)
 }
 
 #ifdef PYPTO_ISA_AVX512BF16
@@ -386,7 +390,7 @@ static inline void pypto_ukernel_few_bf16(int64_t kc_pairs, const uint32_t *rest
         PYPTO_FEW_ROWS(PYPTO_FEW_DOT)
 #undef PYPTO_FEW_DOT
     }
-    PYPTO_FEW_ROWS(PYPTO_FEW_STORE)
+    PYPTO_FEW_ROWS(PYPTO_Z4_STORE)
 }
 #endif
 #else
@@ -399,24 +403,17 @@ static inline void pypto_ukernel_few_f32(int64_t kc, const float *restrict w,
     (void)kc; (void)w; (void)a_rows; (void)j0; (void)c; (void)ldc;  /* never called */
 }
 #endif
-#ifndef PYPTO_ISA_AVX512BF16
-static inline void pypto_ukernel_few_bf16(int64_t kc_pairs, const uint32_t *restrict w,
-                                          const uint32_t *const *a_rows, int64_t j0,
-                                          float *restrict c, int64_t ldc)
-{
-    (void)kc_pairs; (void)w; (void)a_rows; (void)j0; (void)c; (void)ldc;  /* never called */
-}
-#endif
 
 /* Channel-vector kernels (AVX-512 and AVX2 levels): the transposed register block, for layers
  * with many input channels. C rows are PYPTO_CV_M output pixels, C columns PYPTO_CV_N = 32
- * input channels (two zmm; AVX2: 6 x 16, two ymm): c[m*ldc + n] += sum_k a_rows[k][offs[m]] * w[k*32 + n]. A is read by
- * broadcasting one dy value (or bf16 pair) per pixel straight from the frame, at the pixel's
- * offset, so there is no halo to compute and nothing to pack; W is packed [k][32] per block of
- * 32 channels. Each element is the same sum in the same k order as the pixel-vector kernels
- * (the weight stays the first multiplicand), so the bits are the same. 7 pixels: ResNet's
- * image widths (7, 14, 28, 56, 112, 224) are multiples of 7, and 14 accumulators cover the FMA
- * and dot-product latencies. */
+ * input channels (two zmm; AVX2: 6 x 16, two ymm):
+ * c[m*ldc + n] += sum_k a_rows[k][offs[m]] * w[k*32 + n]. A is read by broadcasting one dy
+ * value (or bf16 pair) per pixel straight from the frame, at the pixel's offset, so there is no
+ * halo to compute and nothing to pack; W is packed [k][32] per block of 32 channels. Each
+ * element is the same sum in the same k order as the pixel-vector kernels (the weight stays the
+ * first multiplicand), so the bits are the same. 7 pixels: ResNet's image widths (7, 14, 28,
+ * 56, 112, 224) are multiples of 7, and 14 accumulators cover the FMA and dot-product
+ * latencies. */
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512) || defined(PYPTO_ISA_AVX2)
 /* The level's fp32 vector: two of them make a row of PYPTO_CV_N channels. */
 #if defined(PYPTO_ISA_AVX2)
@@ -476,14 +473,10 @@ static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
  * 14), and half the kernel calls: 3-8% on the 3x3 layers (the fp32 kernels, at 97% of the FMA
  * peak already, gained nothing from the same shape). The same sums in the same k order as the
  * 7 x 32 kernel. */
-enum { PYPTO_HAVE_CV_WIDE = PYPTO_HAVE_BF16_DOT, PYPTO_CVW_M = 6, PYPTO_CVW_N = 64 };
 #define PYPTO_CVW_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 #define PYPTO_CVW_LOAD(r) const int64_t o##r = offs[r]; \
     __m512 c##r##0 = PYPTO_CV_INIT(c + (r) * ldc), c##r##1 = PYPTO_CV_INIT(c + (r) * ldc + 16), \
            c##r##2 = PYPTO_CV_INIT(c + (r) * ldc + 32), c##r##3 = PYPTO_CV_INIT(c + (r) * ldc + 48);
-#define PYPTO_CVW_STORE_ROW(r) _mm512_storeu_ps(c + (r) * ldc, c##r##0); \
-    _mm512_storeu_ps(c + (r) * ldc + 16, c##r##1); _mm512_storeu_ps(c + (r) * ldc + 32, c##r##2); \
-    _mm512_storeu_ps(c + (r) * ldc + 48, c##r##3);
 
 #ifdef PYPTO_ISA_AVX512BF16
 /* k in pairs: a_rows[kp][offs[m]] is the pixel's (channel 2kp, 2kp+1) bf16 pair, w[kp*32 + n]
@@ -525,7 +518,7 @@ static inline void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *rest
         PYPTO_CVW_ROWS(PYPTO_CVW_DOT)
 #undef PYPTO_CVW_DOT
     }
-    PYPTO_CVW_ROWS(PYPTO_CVW_STORE_ROW)
+    PYPTO_CVW_ROWS(PYPTO_Z4_STORE)
 }
 #endif
 
@@ -645,7 +638,7 @@ static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
                                         float *restrict c, int64_t ldc,
                                         int first)
 {
-    (void)kc; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;  /* never called */
+    (void)kc; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;
 }
 static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch,
                                         uint16_t *dst, int64_t ch_stride, int64_t step,
@@ -694,13 +687,15 @@ static inline void pypto_ukernel_f32_quarter(int64_t kc, const float *restrict w
 #endif
 }
 
-#if !defined(PYPTO_ISA_AVX512BF16) && !defined(PYPTO_ISA_AVX512)
-enum { PYPTO_HAVE_CV_WIDE = 0, PYPTO_CVW_M = 6, PYPTO_CVW_N = 64 };
-#endif
-
 #ifndef PYPTO_ISA_AVX512BF16
-/* Levels without the bf16 dot product never choose its channel-vector kernels: stubs, so that
- * one Cython body compiles at every level. */
+/* Levels without the bf16 dot product never choose its kernels: stubs, so that one Cython body
+ * compiles at every level. */
+static inline void pypto_ukernel_few_bf16(int64_t kc_pairs, const uint32_t *restrict w,
+                                          const uint32_t *const *a_rows, int64_t j0,
+                                          float *restrict c, int64_t ldc)
+{
+    (void)kc_pairs; (void)w; (void)a_rows; (void)j0; (void)c; (void)ldc;
+}
 static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                          const uint32_t *const *a_rows, const int64_t *offs,
                                          float *restrict c, int64_t ldc, int first)

@@ -212,6 +212,13 @@ static inline int pypto_bf16_least_exponent(uint16_t least_minus_one)
     return least_minus_one == 0xffffu ? 255 : (int)(((uint32_t)least_minus_one + 1u) >> 7);
 }
 
+#if defined(__AVX512F__)
+static inline __mmask16 pypto_lanes_below(int64_t k)   /* lanes i < k of 16 */
+{
+    return k <= 0 ? (__mmask16)0 : k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1u);
+}
+#endif
+
 /* dst[i] = src[i * stride] for i < n (n, stride small: a weight block's transpose). AVX-512
  * gathers 16 at a time, the tail under a mask; elsewhere a plain loop. */
 static inline void pypto_gather_f32(const float *restrict src, int64_t stride, int64_t n,
@@ -224,7 +231,7 @@ static inline void pypto_gather_f32(const float *restrict src, int64_t stride, i
     for (; i + 16 <= n; i += 16)
         _mm512_storeu_ps(dst + i, _mm512_i32gather_ps(index, src + i * stride, 4));
     if (i < n) {
-        const __mmask16 tail = (__mmask16)((1u << (n - i)) - 1u);
+        const __mmask16 tail = pypto_lanes_below(n - i);
         _mm512_mask_storeu_ps(dst + i, tail, _mm512_mask_i32gather_ps(
             _mm512_setzero_ps(), tail, index, src + i * stride, 4));
     }
@@ -235,15 +242,8 @@ static inline void pypto_gather_f32(const float *restrict src, int64_t stride, i
 }
 
 /* dst[0 .. n) = 0 for 32-bit elements. AVX-512 (AVX2) stores 16 (8) at a time under a mask:
- * GCC turns the plain loop into a memset call, which costs more than the store on the short runs here (a
- * frame row's halo, a weight panel's padding rows). */
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-static inline __mmask16 pypto_lanes_below(int64_t k)   /* lanes i < k of 16 */
-{
-    return k <= 0 ? (__mmask16)0 : k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1u);
-}
-#endif
-
+ * GCC turns the plain loop into a memset call, which costs more than the store on the short
+ * runs here (a frame row's halo, a weight panel's padding rows). */
 static inline void pypto_zero32(void *dst, int64_t n)
 {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
@@ -263,24 +263,21 @@ static inline void pypto_zero32(void *dst, int64_t n)
 #endif
 }
 
-/* Prefetch the cache lines of n 16-bit values from p: the frame fill's rows ahead (dy rows of
- * successive channels are a plane apart, which the hardware prefetchers do not follow). */
-static inline void pypto_prefetch_row(const uint16_t *p, int64_t n)
+/* Prefetch the cache lines of n 16-bit values from p, to read (the frame fill's dy rows some
+ * channels ahead) or, with for_write, to write (the write-out's next output rows). Such rows
+ * are a channel plane apart, which the hardware prefetchers do not follow. for_write is a
+ * constant at every call, so each inlined copy keeps one of the two prefetches. (The write hint
+ * becomes prefetchw only where the target has it; the x86 levels' -march flags do not enable
+ * it, so there both are prefetcht0, and the measured gains came from that.) */
+static inline void pypto_prefetch_row(const uint16_t *p, int64_t n, int for_write)
 {
     const char *first = (const char *)p, *last = (const char *)(p + n - 1);
-    for (const char *q = first; q <= last; q += 64)
-        __builtin_prefetch(q, 0, 3);
-    __builtin_prefetch(last, 0, 3);
-}
-
-/* The same for lines about to be written (the write-out's next output rows, one per channel
- * plane: without it the stores wait for each line). */
-static inline void pypto_prefetch_row_w(uint16_t *p, int64_t n)
-{
-    char *first = (char *)p, *last = (char *)(p + n - 1);
-    for (char *q = first; q <= last; q += 64)
-        __builtin_prefetch(q, 1, 3);
-    __builtin_prefetch(last, 1, 3);
+    for (const char *q = first; q <= last; q += 64) {
+        if (for_write) __builtin_prefetch(q, 1, 3);
+        else __builtin_prefetch(q, 0, 3);
+    }
+    if (for_write) __builtin_prefetch(last, 1, 3);   /* a row that starts inside a line */
+    else __builtin_prefetch(last, 0, 3);
 }
 
 /* One row of the dgrad's dy frame: dst[j] = src[j] widened to fp32 for lo <= j < hi, 0
