@@ -272,7 +272,7 @@ def conv_backward_input_cpu(call, dy, w):
     Checks the memory the call needs against the limit before allocating anything.
     """
     p = call.problem
-    check_host_arrays(p, dy, w)
+    dy, w = check_host_arrays(p, dy, w, call.dtype)
     kernel_tiles = call.tiling.kernel_tiles(p)
     np_dtype = numpy_dtype(call.dtype)
     copies = sum(a.size * 2 for a in (dy, w) if not _is_kernel_ready(a, np_dtype))

@@ -8,10 +8,12 @@ the text is upstream's. Nothing is computed before all rules pass.
 """
 
 import operator
+
+import numpy as np
 from dataclasses import dataclass
 
 from . import _config
-from ._dtypes import DataType, dtype_size
+from ._dtypes import DataType, dtype_size, from_numpy_dtype
 from ._shapes import MAX_DIM, clipped_bounds, forward_out_size
 from ._tiling import BUFFER_BYTES, C0, ConvProblem, Tiling, ceil_align
 from .error import (ConvBpInputError, ConvBpRuntimeError, ConvBpTypeError, ConvBpValueError,
@@ -507,11 +509,27 @@ __all__ += ["size_range_args", "problem_from_shapes", "rule_message", "tile_viol
             "ConvBpInputError"]
 
 
-def check_host_arrays(problem, dy, w):
-    """Both backends read and write by the arrays' shapes: they must be the validated ones."""
+def check_host_arrays(problem, dy, w, dtype):
+    """(dy, w) as plain ndarrays whose buffers hold the validated shapes and dtype.
+
+    Both backends read and write by the buffers' own dimensions, so these are taken from the
+    buffer (``np.asarray`` drops an ndarray subclass, whose ``.shape`` or ``.dtype`` attribute
+    could say something else), never from attributes a subclass can override.
+    """
     p = problem
+    arrays = []
     for name, array, want in (("grad_output", dy, (p.n, p.cout, p.hout, p.wout)),
                               ("weight", w, (p.cout, p.cin, p.kh, p.kw))):
+        if isinstance(array, np.ma.MaskedArray):
+            raise PyptoRtError(TypeError(f"{name} is a masked array: its mask would be ignored; "
+                                         "pass .filled(...) or .data"))
+        array = np.asarray(array)  # a base-class view of the same buffer
         if array.shape != want:
             raise PyptoRtError(RuntimeError(f"{name} data has shape {list(array.shape)}, but the "
                                             f"validated call needs {list(want)}"))
+        # any byte order, but the validated type and width
+        if from_numpy_dtype(array.dtype) != dtype:
+            raise PyptoRtError(RuntimeError(f"{name} data has dtype {array.dtype}, but the "
+                                            f"validated call needs {dtype}"))
+        arrays.append(array)
+    return tuple(arrays)

@@ -53,6 +53,8 @@ class Tensor:
             raise FeError(TypeError(f"Tensor dtype must be a DataType, but got {dtype!r}."))
         self._dtype = dtype
         self.name = name
+        if format is not None and not isinstance(format, TileOpFormat):
+            raise FeError(TypeError(f"Tensor format must be a TileOpFormat, but got {format!r}."))
         self._format = TileOpFormat.TILEOP_ND if format is None else format
         self._ori_shape = list(self._shape) if ori_shape is None else _shape_list(ori_shape)
         self.device = device
@@ -223,6 +225,9 @@ def from_numpy(array, name=""):
     """
     if not isinstance(array, np.ndarray):
         raise FeError(TypeError(f"from_numpy expects a numpy.ndarray, but got {type(array).__name__}."))
+    if isinstance(array, np.ma.MaskedArray):  # the op would read the masked values as data
+        raise FeError(TypeError("from_numpy: a masked array's mask would be ignored; pass "
+                                "array.filled(value) or array.data"))
     if from_numpy_dtype(array.dtype) is None:
         raise FeError(TypeError(f"from_numpy: arrays of dtype {array.dtype} have no pypto "
                                 "DataType (use float16, bfloat16, float32, float64, ints or bool)."))

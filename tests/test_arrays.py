@@ -697,3 +697,60 @@ def test_memory_guard_honours_the_address_space_limit():
         pytest.skip("setrlimit(RLIMIT_AS) does not take effect here")
     assert done.stdout.startswith("PyptoMemoryError"), done.stdout
     assert "address-space limit" in done.stdout and "ulimit -v" in done.stdout
+
+
+class _ShapeLiar(np.ndarray):
+    """An ndarray subclass whose ``.shape`` / ``.dtype`` attributes say something other than
+    its buffer holds (adversarial round 3, finding 1)."""
+
+    fake_shape = fake_dtype = None
+
+    def __array_finalize__(self, obj):
+        self.fake_shape = getattr(obj, "fake_shape", None)
+        self.fake_dtype = getattr(obj, "fake_dtype", None)
+
+    @property
+    def shape(self):
+        return self.fake_shape if self.fake_shape is not None else super().shape
+
+    @property
+    def dtype(self):
+        return self.fake_dtype if self.fake_dtype is not None else super().dtype
+
+
+@pytest.mark.parametrize("which", ["dy", "w"])
+@pytest.mark.parametrize("lie", ["shape", "dtype"])
+def test_an_array_subclass_cannot_lie_about_its_buffer(which, lie):
+    """Every check reads the buffer's own dimensions and type, not attributes a subclass can
+    override: a lie is a PyptoError, never a write past dx (which it was: ASan
+    heap-buffer-overflow in the write-out)."""
+    set_tiles(*auto_tiles(SAME))
+    dy, w = make_data(SAME, FP16, np.random.default_rng(4))
+    real = {"dy": np.ones((1, 16, 4, 4), np.float16), "w": np.ones((16, 48, 3, 3), np.float16)}
+    arrays = {"dy": dy, "w": w}
+    if lie == "shape":  # a buffer with 3x the channels, claiming the validated shape
+        liar = real[which].view(_ShapeLiar) if which == "w" else \
+            np.ones((3, 16, 4, 4), np.float16).view(_ShapeLiar)
+        liar.fake_shape = arrays[which].shape
+    else:  # a 32-bit buffer claiming to be fp16
+        liar = np.ones(arrays[which].shape, np.float32).view(_ShapeLiar)
+        liar.fake_dtype = np.dtype(np.float16)
+    arrays[which] = liar
+    with pytest.raises(pypto.PyptoError, match="but the validated call needs"):
+        call_op(SAME, arrays["dy"], arrays["w"], pypto.DT_FP16)
+
+
+def test_the_kernel_refuses_buffers_whose_dimensions_disagree():
+    """The second line of defence: the kernel itself compares N, Cout and Cin of its three
+    buffers before it reads or writes any of them."""
+    from pypto._cpu import _kernel
+
+    dy, w, dx = (np.zeros(s, np.uint16) for s in ((1, 16, 4, 4), (16, 48, 3, 3), (1, 16, 4, 4)))
+    with pytest.raises(ValueError, match="buffer shapes disagree"):
+        _kernel().dgrad(dy, w, dx, 0, (1, 1, 1, 1, 1, 1), (1, 4, 16, 144, 16, 16, 16),
+                        (16, 4), 1)
+
+
+def test_masked_arrays_are_refused_not_read_without_their_mask():
+    with pytest.raises(pypto.PyptoError, match="mask"):
+        pypto.from_numpy(np.ma.masked_array(np.ones((1, 16, 4, 4), np.float16)))

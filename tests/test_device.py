@@ -24,7 +24,10 @@ import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
+
+import pypto
 
 from pypto.device import _launch_struct as layout
 from pypto.device._plan import MAX_BACKPROP_PAD, axis_window
@@ -808,3 +811,65 @@ def test_npu_check_example(fake_ascend, with_fake_npu, tmp_path):
         assert "6 sub-problem(s), 6 launch(es)" in done.stdout, done.stdout
     else:
         assert "NPU path unavailable: no Ascend NPU device node" in done.stdout
+
+
+# --- round three of the adversarial review ----------------------------------------------------
+def test_a_huge_tile_ml1_is_clipped_to_the_image_not_truncated_in_the_launch_struct(fake_ascend):
+    """tileML1 = Win * 2^32 is legal (a multiple of Win; the CPU clips it to Hin); the launch
+    plan clips rows per task to Hin too, where it used to keep 2^32 and ctypes truncated it to
+    0 in the uint32 struct fields (a device fault)."""
+    case = _case("huge ML1", [1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], [1, 1], [1, 1, 1, 1],
+                 [1, 1], [32 << 32, 144, 16], [16, 16, 16], dtype="DT_FP16")
+    result = run_python(f"""
+        call = make_call({case!r})
+        dy, w = arrays({case!r}, True)
+        npu = device.conv_backward_input_npu(call, dy, w)
+        cpu = conv_backward_input_cpu(call, dy, w)
+        from pypto.device._plan import plan_launches
+        rows = [p.launches.rows_per_task for p in plan_launches(call).pieces if p.runs]
+        emit(dict(equal=bool(np.array_equal(npu.view(np.uint16), cpu.view(np.uint16))),
+                  rows=rows, faults=fake_counter("kernel_faults")))
+    """, fake_ascend.env(PYPTO_DEVICE="npu"))
+    assert result["equal"] and result["faults"] == 0, result
+    assert result["rows"] and all(r <= 5 for r in result["rows"]), result
+
+
+def test_launch_struct_fields_refuse_values_that_do_not_fit():
+    """ctypes keeps only the low bits of an int too wide for its field: filled() refuses."""
+    from pypto.device._launch_struct import ConvDxLaunch, filled
+
+    assert filled(ConvDxLaunch, rowsPerTask=(1 << 32) - 1).rowsPerTask == (1 << 32) - 1
+    for bad in (1 << 32, -1):
+        with pytest.raises(pypto.PyptoError, match="rowsPerTask"):
+            filled(ConvDxLaunch, rowsPerTask=bad)
+
+
+def test_copy_in_passes_the_buffers_size_as_dest_max():
+    """aclrtMemcpy's destMax is the device buffer's size, not the source's, so the runtime's own
+    bound holds; a source larger than the buffer is refused before any copy."""
+    from pypto.device._runtime import Session
+
+    calls = []
+
+    class FakeAcl:
+        def aclrtMalloc(self, pointer, nbytes, policy):
+            pointer._obj.value = 4096
+            return 0
+
+        def aclrtMemcpy(self, dst, dest_max, src, count, kind):
+            calls.append((dest_max, count))
+            return 0
+
+        def check(self, ret, name):
+            assert ret == 0
+
+    class FakeRuntime:
+        acl, kernel, stream = FakeAcl(), None, None
+
+    session = Session(FakeRuntime())
+    buffer = session.alloc(64)
+    session.copy_in(buffer, np.zeros(8, np.uint16))
+    assert calls == [(64, 16)]
+    with pytest.raises(pypto.PyptoError, match="do not fit"):
+        session.copy_in(buffer, np.zeros(40, np.uint16))
+    assert len(calls) == 1

@@ -1032,3 +1032,11 @@ def test_error_inside_function_is_reraised_unchanged():
                                       [1, 1, 1, 1], [1, 1])
     check_error(e.value, "D3", "grad_output and weight data types must be consistent, but got "
                 "grad_output: DataType.DT_FP16, weight: DataType.DT_BF16")
+
+
+@pytest.mark.parametrize("bad", ["xyz", 3, None.__class__])
+def test_tensor_format_must_be_a_tile_op_format(bad):
+    with pytest.raises(pypto.PyptoError, match="TileOpFormat"):
+        pypto.Tensor([1, 16, 4, 4], pypto.DT_FP16, format=bad)
+    assert pypto.Tensor([1], pypto.DT_FP16, format=pypto.TileOpFormat.TILEOP_NZ).format \
+        == pypto.TileOpFormat.TILEOP_NZ

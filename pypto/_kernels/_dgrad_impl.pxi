@@ -760,6 +760,12 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     cdef Geometry g
     cdef int64_t kl1
     cdef uint16_t w_least, w_most, dy_least, dy_most
+    # The dimensions come from the buffers; the caller validated them, and this keeps a
+    # disagreement between the three from ever becoming a write past dx.
+    if dy.shape[0] != dx.shape[0] or w.shape[0] != dy.shape[1] or w.shape[1] != dx.shape[1]:
+        raise ValueError(f"dgrad: buffer shapes disagree: dy N={dy.shape[0]} "
+                         f"Cout={dy.shape[1]}, w Cout={w.shape[0]} Cin={w.shape[1]}, "
+                         f"dx N={dx.shape[0]} Cin={dx.shape[1]}")
     # One pass over the weight: Inf/NaN (before anything else) and its least exponent.
     _magnitudes(&w[0, 0, 0, 0], w.size, num_threads, &w_least, &w_most)
     if w_most >= _all_ones_exponent(dtype):

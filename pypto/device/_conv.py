@@ -73,7 +73,7 @@ def conv_backward_input_npu(call, dy, w):
     at its largest size and reused by every sub-problem and stripe.
     """
     p = call.problem
-    check_host_arrays(p, dy, w)
+    dy, w = check_host_arrays(p, dy, w, call.dtype)
     dtype = numpy_dtype(call.dtype)
     plan = plan_launches(call)
     copies = sum(a.size * p.dtype_size for a in (dy, w)

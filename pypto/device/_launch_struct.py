@@ -7,7 +7,9 @@ sizeof, every offset and every constant with this module.
 
 import ctypes
 
-__all__ = ["ConvDxApiTiling", "ConvDxLaunch", "API_U32_FIELDS", "MAGIC", "DONE_SLOT_BYTES",
+from ..error import PyptoRtError
+
+__all__ = ["ConvDxApiTiling", "ConvDxLaunch", "filled", "API_U32_FIELDS", "MAGIC", "DONE_SLOT_BYTES",
            "SYSTEM_WORKSPACE_BYTES", "MAX_BLOCKS", "FP16", "BF16", "B2_BASEK_LT_HKWK",
            "B2_BASEK_GE_HKWK", "B2_HKWK_EQ_ONE"]
 
@@ -60,6 +62,24 @@ class ConvDxLaunch(ctypes.Structure):
         ("reserved", ctypes.c_uint32),
         ("api", ConvDxApiTiling),
     ]
+
+
+_RANGES = {ctypes.c_uint32: (0, (1 << 32) - 1, "uint32"),
+           ctypes.c_int32: (-(1 << 31), (1 << 31) - 1, "int32"),
+           ctypes.c_uint64: (0, (1 << 64) - 1, "uint64")}
+
+
+def filled(struct_type, **values):
+    """``struct_type(**values)``, after checking that every integer fits its field: ctypes
+    would silently keep only the low bits, and a truncated tiling is a device fault."""
+    types = dict(struct_type._fields_)
+    for name, value in values.items():
+        bounds = _RANGES.get(types[name])
+        if bounds is not None and not bounds[0] <= value <= bounds[1]:
+            raise PyptoRtError(OverflowError(
+                f"internal error: {struct_type.__name__}.{name} = {value} does not fit its "
+                f"{bounds[2]} field"))
+    return struct_type(**values)
 
 
 # The header static_asserts the same sizes; a drift here must not reach a launch.

@@ -36,7 +36,7 @@ from .._tiling import BUFFER_BYTES, C0, ConvProblem, ceil_align, ceil_div
 from ._decompose import Piece, decompositions, piece_tiling
 from ._errors import NpuUnsupportedError
 from ._launch_struct import (B2_BASEK_GE_HKWK, B2_BASEK_LT_HKWK, B2_HKWK_EQ_ONE, BF16, FP16,
-                             MAGIC, MAX_BLOCKS, ConvDxApiTiling, ConvDxLaunch)
+                             MAGIC, MAX_BLOCKS, ConvDxApiTiling, ConvDxLaunch, filled)
 
 __all__ = ["AxisWindow", "Blocks", "Stripe", "LaunchPlan", "PlannedPiece", "CallPlan",
            "axis_window", "plan_launches"]
@@ -138,7 +138,8 @@ class LaunchPlan:
 
     def launch(self, stripe, batch_start, batch_count, slot, token):
         """The kernel's launch struct: this plan's task grid, one batch chunk, one done slot."""
-        return ConvDxLaunch(
+        return filled(
+            ConvDxLaunch,
             magic=MAGIC, dtype=self.dtype_code, loadB2Mode=stripe.load_b2_mode,
             batchStart=batch_start, batchCount=batch_count, mTasks=self.m_tasks,
             nTasks=self.n_tasks, rowsPerTask=self.rows_per_task, cinPerTask=self.cin_per_task,
@@ -218,7 +219,8 @@ def _api_tiling(p, rows, cols, b, rows_per_task, cin_per_task, init_output):
     l0ab_double = (b.base_m * b.base_k * p.dtype_size <= BUFFER_BYTES["L0A"] // 2
                    and b.base_k * b.base_n * p.dtype_size <= BUFFER_BYTES["L0B"] // 2)
     cout1, cin1 = ceil_div(p.cout, C0), ceil_div(p.cin, C0)
-    return ConvDxApiTiling(
+    return filled(
+        ConvDxApiTiling,
         batch=p.n, cin=p.cin, cout=p.cout, cout1=cout1, cin1=cin1, cout1G=cout1, cin1G=cin1,
         c0=C0, c0Bits=C0.bit_length() - 1, dout=1, ho=rows.count, wo=cols.count, di=1,
         hi=p.hin, wi=cols.size, dk=1, hk=p.kh, wk=p.kw, group=1, strideD=1, strideH=p.sh,
@@ -250,7 +252,8 @@ def _load_b2_mode(p, base_k):
 def task_grid(p, t):
     """(rows_per_task, cin_per_task, m_tasks, n_tasks) of one image: tileML1 of whole rows by
     tileNL1 channels (the error localiser, pypto/_localise.py, reports in these tasks too)."""
-    rows_per_task = t.ml1 // p.win if t.ml1 >= p.win else 1
+    # clipped to the image, as the CPU's loop nest clips it (tileML1 is unbounded above)
+    rows_per_task = min(p.hin, t.ml1 // p.win) if t.ml1 >= p.win else 1
     cin_per_task = min(t.nl1, ceil_align(p.cin, C0))
     n_tasks = ceil_div(p.cin, cin_per_task)
     m_tasks = ceil_div(p.hin, rows_per_task)

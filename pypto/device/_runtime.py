@@ -20,6 +20,7 @@ import threading
 
 import numpy as np
 
+from ..error import PyptoRtError
 from ._acl import open_library
 from ._discovery import find_acl_library, find_kernel_library, quick_unavailable_reason
 from ._errors import (ACL_ERROR_REPEAT_INITIALIZE, ACL_SUCCESS, NpuError, NpuUnavailableError,
@@ -102,12 +103,14 @@ class Session:
     def __init__(self, runtime):
         self._acl, self._kernel, self._stream = runtime.acl, runtime.kernel, runtime.stream
         self._buffers = []
+        self._sizes = {}  # device pointer -> bytes allocated there
 
     def alloc(self, nbytes):
         pointer = ctypes.c_void_p()
         ret = self._acl.aclrtMalloc(ctypes.byref(pointer), nbytes, ACL_MEM_MALLOC_HUGE_FIRST)
         self._acl.check(ret, "aclrtMalloc")
         self._buffers.append(pointer.value)
+        self._sizes[pointer.value] = nbytes
         return pointer.value
 
     def upload(self, array):
@@ -117,9 +120,14 @@ class Session:
         return pointer
 
     def copy_in(self, pointer, array):
-        """Copy a host array into device memory we hold (at least ``array.nbytes`` there)."""
+        """Copy a host array to the start of a buffer this session allocated. destMax is the
+        buffer's size, so the runtime itself refuses a copy that would not fit."""
         array = np.ascontiguousarray(array)
-        ret = self._acl.aclrtMemcpy(pointer, array.nbytes, array.ctypes.data, array.nbytes,
+        room = self._sizes[pointer]
+        if array.nbytes > room:
+            raise PyptoRtError(RuntimeError(f"internal error: {array.nbytes} bytes do not fit "
+                                            f"the {room}-byte device buffer"))
+        ret = self._acl.aclrtMemcpy(pointer, room, array.ctypes.data, array.nbytes,
                                     ACL_MEMCPY_HOST_TO_DEVICE)
         self._acl.check(ret, "aclrtMemcpy")
 
@@ -147,6 +155,7 @@ class Session:
 
     def free(self, pointer):
         self._buffers.remove(pointer)
+        self._sizes.pop(pointer, None)
         self._acl.check(self._acl.aclrtFree(pointer), "aclrtFree")
 
     def release(self, after_error):
