@@ -59,7 +59,13 @@ def conv_backward_input(grad_output, input_size, weight, out_dtype, strides, pad
                         out_dtype)
 
 
-_cpu_compute = None
+try:
+    # Imported with pypto, not on the first call: a fork while another thread is inside that
+    # import would leave the child waiting forever on CPython's lock of the module. (This
+    # reads the CPU's features; the kernel itself loads on first use.)
+    from ._cpu import conv_backward_input_cpu as _cpu_compute
+except ImportError:  # the unbuilt source tree: the first call says how to build it
+    _cpu_compute = None
 
 
 def _backend(call):
@@ -68,7 +74,7 @@ def _backend(call):
     if select_backend(call) == "npu":
         from .device import conv_backward_input_npu
         return conv_backward_input_npu
-    if _cpu_compute is None:  # imported on first use: it loads the kernel modules
+    if _cpu_compute is None:
         from ._cpu import conv_backward_input_cpu
         _cpu_compute = conv_backward_input_cpu
     return _cpu_compute

@@ -115,19 +115,37 @@ _most_threads_run = 1  # the most threads a call has run on in this process (lib
 _forked_after_threads = False
 
 
+def _before_fork():
+    # A fork waits for a thread probe or a kernel import in another thread to finish: the
+    # child must not start with that half done (an import holds CPython's lock of the module,
+    # which no thread of the child would release).
+    _lock.acquire()
+
+
+def _after_fork_in_parent():
+    _lock.release()
+
+
 def _after_fork_in_child():
-    global _forked_after_threads
+    global _forked_after_threads, _lock
     _forked_after_threads = _forked_after_threads or _most_threads_run > 1
+    _lock = threading.Lock()  # the parent's is held (by the fork itself, see _before_fork)
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)
 
 
 def _threads_that_start(wanted):
     """How many threads, this one included, can run (up to ``wanted``): starts the others idle,
-    with the default stack size OpenMP uses too, and ends them."""
+    with the stack size OpenMP's threads will ask for, and ends them."""
     release, started = threading.Event(), []
     tasks_before = _task_count()
+    stack = _omp_stack_request()
+    try:  # (below Python's minimum, libgomp too keeps the default)
+        previous = threading.stack_size(stack) if stack and stack >= 1 << 15 else None
+    except (ValueError, OverflowError):  # too large to ask for at all
+        return 1
     try:
         for _ in range(wanted - 1):
             thread = threading.Thread(target=release.wait, daemon=True)
@@ -136,6 +154,8 @@ def _threads_that_start(wanted):
     except RuntimeError:  # "can't start new thread": no memory or address space, or a limit
         pass
     finally:
+        if previous is not None:
+            threading.stack_size(previous)
         release.set()
         for thread in started:
             thread.join()
@@ -156,15 +176,27 @@ def _task_count():
         return None
 
 
+_STACK_UNITS = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _omp_stack_request():
+    """The stack size libgomp gives its threads, as it reads it: OMP_STACKSIZE, else
+    GOMP_STACKSIZE, each a number with an optional B/K/M/G suffix (default K); a value it
+    cannot parse is ignored (None: the system default, as Python's threads get)."""
+    for name in ("OMP_STACKSIZE", "GOMP_STACKSIZE"):
+        text = os.environ.get(name, "").strip().upper()
+        unit = _STACK_UNITS.get(text[-1:])
+        digits = (text[:-1] if unit else text).strip()
+        if digits.isdigit() and digits.isascii():
+            return int(digits) * (unit or 1 << 10)
+    return None
+
+
 def _thread_stack_bytes():
-    """The stack an OpenMP thread gets: OMP_STACKSIZE, else glibc's default (RLIMIT_STACK)."""
-    text = os.environ.get("OMP_STACKSIZE", "").strip().upper()
-    if text:
-        unit = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], None)
-        try:
-            return int(text[:-1] if unit else text) * (unit or 1 << 10)
-        except ValueError:
-            pass
+    """The stack an OpenMP thread gets: as requested, else glibc's default (RLIMIT_STACK)."""
+    requested = _omp_stack_request()
+    if requested:
+        return requested
     soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
     return 32 << 20 if soft == resource.RLIM_INFINITY else soft
 
@@ -192,8 +224,11 @@ def _usable_threads(wanted, shared_bytes, per_thread_bytes):
         with _lock:
             can = _threads_that_start(wanted)
             if can < wanted:
+                stack = _omp_stack_request()
                 warnings.warn(f"pypto: only {can} of the {wanted} threads asked for could be "
-                              f"started; running on {can}", RuntimeWarning, stacklevel=4)
+                              f"started" + (f" with the {stack}-byte stacks OMP_STACKSIZE / "
+                                            "GOMP_STACKSIZE ask for" if stack else "")
+                              + f"; running on {can}", RuntimeWarning, stacklevel=4)
             wanted = can
             _most_threads_run = max(_most_threads_run, wanted)
     return wanted

@@ -500,6 +500,100 @@ def test_a_forked_child_computes_instead_of_hanging(how, tmp_path):
     assert result["parent_again"] and all(result["children_equal"]), result
 
 
+_FORK_MID_FIRST_CALL_SCRIPT = textwrap.dedent("""
+    import os, sys, threading, time
+    import numpy as np, pypto, pypto._cpu as cpu
+    from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
+    assert "pypto._cpu" in sys.modules  # imported with pypto, not on the first call
+    # Widen the windows that were races (a few ms) to 0.5 s: the thread probe, or the kernel
+    # module's import, of the process's first multi-threaded call.
+    window = sys.argv[1]
+    slow = getattr(cpu, window)
+    def slowed(*args):
+        time.sleep(0.5)
+        return slow(*args)
+    setattr(cpu, window, slowed)
+    pypto.set_convbp_input_tile_shapes(ConvBpTileL1Info(16, 144, 16), ConvBpTileL0Info(16, 16, 16))
+    pypto.set_vec_tile_shapes(16, 16, 16, 16)
+    pypto.set_num_threads(2)
+    dy = pypto.from_numpy(np.ones((4, 16, 5, 32), np.float16))
+    w = pypto.from_numpy(np.ones((16, 16, 3, 3), np.float16))
+    call = lambda: pypto.conv_backward_input(dy, [4, 16, 5, 32], w, pypto.DT_FP16, [1, 1],
+                                             [1, 1, 1, 1], [1, 1]).numpy()
+    worker = threading.Thread(target=call)
+    worker.start()
+    time.sleep(0.2)  # the worker is inside the window now
+    pid = os.fork()
+    if pid == 0:
+        setattr(cpu, window, slow)
+        os._exit(0 if call()[0, 0, 2, 2] == 144 else 3)
+    worker.join()
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            print("child", os.waitstatus_to_exitcode(status))
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        print("child hung")
+""")
+
+
+@pytest.mark.parametrize("window", ["_threads_that_start", "load_level"])
+def test_a_fork_during_another_threads_first_call_does_not_hang_the_child(window, tmp_path):
+    """Adversarial round 3, finding 2: the thread probe and the kernel's import run under
+    pypto's lock; a fork meanwhile left it (and CPython's lock of the module being imported)
+    held in the child forever. Now a fork waits for them, and the child gets a fresh lock."""
+    done = subprocess.run([sys.executable, "-c", _FORK_MID_FIRST_CALL_SCRIPT, window],
+                          capture_output=True, text=True, timeout=limit(120), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["child", "0"], done.stdout
+
+
+_STACK_SCRIPT = textwrap.dedent("""
+    import warnings
+    import numpy as np, pypto
+    from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
+    pypto.set_convbp_input_tile_shapes(ConvBpTileL1Info(16, 144, 16), ConvBpTileL0Info(16, 16, 16))
+    pypto.set_vec_tile_shapes(16, 16, 16, 16)
+    pypto.set_num_threads(2)
+    dy = pypto.from_numpy(np.ones((4, 16, 5, 32), np.float16))
+    w = pypto.from_numpy(np.ones((16, 16, 3, 3), np.float16))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = pypto.conv_backward_input(dy, [4, 16, 5, 32], w, pypto.DT_FP16, [1, 1],
+                                        [1, 1, 1, 1], [1, 1]).numpy()
+    print("ok", int(out[0, 0, 2, 2]), "|".join(str(c.message) for c in caught))
+""")
+
+
+@pytest.mark.parametrize("env", [{"OMP_STACKSIZE": "64G"}, {"GOMP_STACKSIZE": "64g"},
+                                 {"OMP_STACKSIZE": "100000000"},  # KiB by default: 95 TiB
+                                 {"OMP_STACKSIZE": " 1T "}, {"OMP_STACKSIZE": "16M"}])
+def test_stack_sizes_libgomp_cannot_map_mean_fewer_threads_not_an_exit(env, tmp_path):
+    """Adversarial round 3, finding 3: the probe starts its threads with the stack libgomp will
+    ask for (OMP_STACKSIZE, else GOMP_STACKSIZE); where those cannot be mapped the call runs on
+    fewer threads with a warning, where libgomp used to end the process. (1T is no size
+    libgomp reads: it keeps its default, and so does the probe.)"""
+    import os
+
+    done = subprocess.run([sys.executable, "-c", _STACK_SCRIPT], capture_output=True, text=True,
+                          timeout=limit(120), cwd=tmp_path, env=dict(os.environ, **env))
+    assert done.returncode == 0, done.stderr[-2000:]
+    words = done.stdout.split(maxsplit=2)
+    assert words[:2] == ["ok", "144"], done.stdout
+    size = next(iter(env.values())).strip()
+    if size.endswith(("G", "g")) or size == "100000000":
+        with open("/proc/sys/vm/overcommit_memory") as f:
+            if f.read().strip() == "1":  # such a stack is mapped, so libgomp's start too
+                return
+        assert "only 1 of the 2 threads" in done.stdout and "STACKSIZE" in done.stdout
+    else:
+        assert "threads" not in done.stdout
+
+
 # --- thread creation under an address-space limit -------------------------------------------------
 _THREAD_LIMIT_SCRIPT = textwrap.dedent("""
     import resource, sys, warnings
