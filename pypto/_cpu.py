@@ -324,6 +324,7 @@ def conv_backward_input_cpu(call, dy, w):
                            _KERNEL_DTYPE[call.dtype], (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw),
                            kernel_tiles, _vec_chunks(call.vec_tile, p), threads)
     if path == "non_finite":  # the kernel's scan of the weight found Inf/NaN; nothing written
+        del out  # the recomputation makes its own: not two outputs at once
         return with_real_taps_only(conv_backward_input_cpu, call, dy, w,
                                    non_finite_mask(w, call.dtype))
     return out

@@ -15,7 +15,7 @@ import numpy as np
 from ._dtypes import DataType
 from ._memory import check_host_memory
 
-__all__ = ["non_finite_mask", "with_real_taps_only"]
+__all__ = ["non_finite_mask", "with_real_taps_only", "recompute_bytes"]
 
 _EXPONENT_BITS = {DataType.DT_FP16: 0x7C00, DataType.DT_BF16: 0x7F80}
 
@@ -34,15 +34,51 @@ def non_finite_mask(w, dtype):
     return ~np.isfinite(w)
 
 
+# Bytes per output element of one channel chunk of the recomputation, all alive at once: the
+# float64 sums, einsum's float64 result for a tap, the non-finite mask (and its negation), the
+# chunk of the result (a copy, 2 bytes) and the float64 values that land plus their rounding.
+_CHUNK_BYTES_PER_ELEMENT = 8 + 8 + 2 + 2 + 8 + 2
+_CHUNK_BUDGET = 64 << 20  # channels are recomputed in chunks of about this many bytes
+
+
+def _chunk_channels(p):
+    """Input channels recomputed together: as many as fit the chunk budget, at least one."""
+    per_channel = p.n * p.hin * p.win * _CHUNK_BYTES_PER_ELEMENT
+    return max(1, min(p.cin, _CHUNK_BUDGET // max(per_channel, 1)))
+
+
+def recompute_bytes(p, dy_size, w_size):
+    """The most the recomputation holds at once, besides what ``compute`` needs for itself:
+    the result, the weight with its non-finite entries zeroed, dy in float64, one chunk."""
+    chunk = _chunk_channels(p)
+    return (p.n * p.cin * p.hin * p.win * p.dtype_size + w_size * p.dtype_size + 8 * dy_size
+            + 8 * p.cout * chunk * p.kh * p.kw
+            + p.n * chunk * p.hin * p.win * _CHUNK_BYTES_PER_ELEMENT)
+
+
 def with_real_taps_only(compute, call, dy, w, mask):
     """``compute(call, dy, w)`` for a weight with Inf/NaN entries (``mask``)."""
     p = call.problem
-    channels = np.unique(np.nonzero(mask)[1])
-    check_host_memory(8 * (dy.size + w.size + p.n * len(channels) * p.hin * p.win), p,
+    check_host_memory(recompute_bytes(p, dy.size, w.size), p,
                       "a float64 recomputation of the channels with Inf/NaN weights")
     out = compute(call, dy, np.where(mask, np.zeros((), w.dtype), w))
-    dy64, w64 = dy.astype(np.float64), w[:, channels].astype(np.float64)
-    exact = np.zeros((p.n, len(channels), p.hin, p.win), np.float64)
+    channels = np.unique(np.nonzero(mask)[1])
+    dy64 = dy.astype(np.float64)
+    step = _chunk_channels(p)
+    for first in range(0, len(channels), step):
+        chunk = channels[first:first + step]
+        exact = _real_tap_sums(p, dy64, w[:, chunk].astype(np.float64))
+        landed = ~np.isfinite(exact)
+        part = out[:, chunk]
+        part[landed] = exact[landed].astype(out.dtype)
+        out[:, chunk] = part
+        del exact, landed, part  # before the next chunk's: one chunk at a time
+    return out
+
+
+def _real_tap_sums(p, dy64, w64):
+    """dx of the channels of ``w64`` from the definition, summed over real taps only."""
+    exact = np.zeros((p.n, w64.shape[1], p.hin, p.win), np.float64)
     with np.errstate(invalid="ignore", over="ignore"):  # Inf * 0 is NaN here by definition
         for i in range(p.kh):
             rows = _reach(p.hout, p.hin, p.sh, p.pt, i * p.dh)
@@ -53,11 +89,7 @@ def with_real_taps_only(compute, call, dy, w, mask):
                 (ho, h), (wo, x) = rows, cols
                 exact[:, :, h, x] += np.einsum("nohw,oc->nchw", dy64[:, :, ho, wo],
                                                w64[:, :, i, j])
-    landed = ~np.isfinite(exact)
-    part = out[:, channels]
-    part[landed] = exact[landed].astype(out.dtype)
-    out[:, channels] = part
-    return out
+    return exact
 
 
 def _reach(out_len, in_len, stride, pad, offset):
