@@ -7,8 +7,10 @@ from the innermost scope out to the global scope, then to the defaults.
 """
 
 import contextlib
+import contextvars
 import copy
 import functools
+import inspect
 import operator
 import os
 import threading
@@ -33,24 +35,23 @@ _DEFAULTS = {
 _MISSING = object()
 _global_scope = {}
 _global_lock = threading.Lock()
-_thread = threading.local()
+# The open scopes, innermost last: a tuple of (token, values) pairs, replaced whole (never
+# changed in place). A context variable, so each thread and each asyncio task has its own
+# (a task starts with the scopes open where it was created, and what it opens or sets stays
+# its own).
+_scopes = contextvars.ContextVar("pypto_config_scopes", default=())
 
 
-def _stack():
-    """This thread's scopes, innermost last."""
-    stack = getattr(_thread, "stack", None)
-    if stack is None:
-        stack = _thread.stack = []
-    return stack
+def _after_fork_in_child():
+    global _global_lock
+    _global_lock = threading.Lock()  # another thread of the parent may have held it
 
 
-def _current_scope():
-    stack = _stack()
-    return stack[-1] if stack else _global_scope
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _get(key):
-    for scope in reversed(_stack()):
+    for _, scope in reversed(_scopes.get()):
         if key in scope:
             return scope[key]
     # A dict lookup is atomic; writers replace values whole, so readers need no lock.
@@ -59,26 +60,42 @@ def _get(key):
 
 
 def _set(key, value):
-    stack = _stack()
-    if stack:
-        stack[-1][key] = value
+    scopes = _scopes.get()
+    if scopes:
+        token, scope = scopes[-1]
+        _scopes.set(scopes[:-1] + ((token, {**scope, key: value}),))
     else:
         with _global_lock:
             _global_scope[key] = value
 
 
-@contextlib.contextmanager
-def _scope(values=None):
-    """Open a configuration scope for this thread; values set inside vanish when it exits."""
-    stack = _stack()
-    stack.append({})
-    depth = len(stack)
+def _open_scope(values):
+    """Open a scope in this context (thread, asyncio task); its token closes it."""
+    token = object()
+    _scopes.set(_scopes.get() + ((token, {}),))
     try:
         for key, value in (values or {}).items():
             set_options(**{key: value})
+    except BaseException:
+        _close_scope(token)
+        raise
+    return token
+
+
+def _close_scope(token):
+    """Close one scope, and only that one: scopes opened after it in this context stay open
+    (an exit out of order, as generators can make, must not close another's scope)."""
+    _scopes.set(tuple(item for item in _scopes.get() if item[0] is not token))
+
+
+@contextlib.contextmanager
+def _scope(values=None):
+    """Open a configuration scope; values set inside vanish when it exits."""
+    token = _open_scope(values)
+    try:
         yield
     finally:
-        del stack[depth - 1:]
+        _close_scope(token)
 
 
 def _normalize(key, value):
@@ -151,6 +168,11 @@ def _parse_bytes(value, name):
         except (ValueError, OverflowError):  # not a number; or inf
             raise FeError(ValueError(f"{name}: cannot read {value!r} as a size "
                                      "(e.g. 8589934592, '8G', '512M')")) from None
+    if not isinstance(value, bool):
+        try:
+            value = operator.index(value)  # ints and NumPy integers
+        except TypeError:
+            pass
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise FeError(ValueError(f"{name} must be a positive number of bytes, but got {value!r}."))
     return value
@@ -178,34 +200,84 @@ def get_options():
 @argument_errors_are_pypto_errors
 def reset_options():
     """Clear every value set in the current scope (at top level: back to the defaults)."""
-    scope = _current_scope()
-    if scope is _global_scope:
+    scopes = _scopes.get()
+    if not scopes:
         with _global_lock:
             _global_scope.clear()
     else:
-        scope.clear()
+        _scopes.set(scopes[:-1] + ((scopes[-1][0], {}),))
 
 
-class options(contextlib.ContextDecorator):
+class options:
     """A configuration scope, as a context manager or a decorator.
 
     ``with pypto.options(vec_tile_shapes=[16, 16, 16, 16]): ...`` sets the given options for the
-    block; anything set inside (with ``set_*``) is discarded on exit.
+    block; anything set inside (with ``set_*``) is discarded on exit. As a decorator it scopes
+    every call of a function, a coroutine function (``async def``) or a generator function
+    (each step of the generator runs in the scope; the caller's code between steps does not).
     """
 
     def __init__(self, name=None, **values):
         self.name = name
         self._values = {key: _normalize(key, value) for key, value in values.items()}
-        self._local = threading.local()
+        # the scopes this object opened, per context: one object may serve several threads
+        # and tasks at once
+        self._open = contextvars.ContextVar(f"pypto_options_{id(self)}", default=())
 
     def __enter__(self):
-        cm = _scope(self._values)
-        cm.__enter__()
-        self._local.__dict__.setdefault("cms", []).append(cm)
+        self._open.set(self._open.get() + (_open_scope(self._values),))
         return self
 
     def __exit__(self, *exc):
-        return self._local.cms.pop().__exit__(*exc)
+        opened = self._open.get()
+        self._open.set(opened[:-1])
+        _close_scope(opened[-1])
+        return False
+
+    def __call__(self, func):
+        values = self._values
+        if inspect.isasyncgenfunction(func):
+            raise FeError(TypeError(
+                f"@pypto.options cannot scope the async generator function {func.__name__!r}: "
+                "use `with pypto.options(...)` inside it"))
+        if inspect.iscoroutinefunction(func):
+            @functools.wraps(func)
+            async def scoped_coroutine(*args, **kwargs):
+                with _scope(values):
+                    return await func(*args, **kwargs)
+            return scoped_coroutine
+        if inspect.isgeneratorfunction(func):
+            @functools.wraps(func)
+            def scoped_generator(*args, **kwargs):
+                return (yield from _stepped_in_scope(func(*args, **kwargs), values))
+            return scoped_generator
+
+        @functools.wraps(func)
+        def scoped(*args, **kwargs):
+            with _scope(values):
+                return func(*args, **kwargs)
+        return scoped
+
+
+def _stepped_in_scope(generator, values):
+    """Run each step of ``generator`` inside a scope of ``values``, closed again before its
+    value goes back to the caller."""
+    step, arg = generator.send, None
+    while True:
+        with _scope(values):
+            try:
+                item = step(arg)
+            except StopIteration as stop:
+                return stop.value
+        try:
+            arg = yield item
+            step = generator.send
+        except GeneratorExit:
+            with _scope(values):
+                generator.close()
+            raise
+        except BaseException as exc:  # thrown in by the caller: passed on to the generator
+            step, arg = generator.throw, exc
 
 
 @argument_errors_are_pypto_errors

@@ -763,3 +763,104 @@ def test_vec_tile_shapes_that_are_no_list_are_pypto_errors(junk):
         else:
             assert junk is None  # explain: None means "the vec tiles in effect"
     pypto.reset_options()
+
+
+# --- scopes under asyncio and generators (adversarial round 3, finding 7) ----------------------
+def _tiles(m):
+    return ConvBpTileL1Info(m, 144, 16), ConvBpTileL0Info(16, 16, 16)
+
+
+def _ml1():
+    return pypto.get_convbp_input_tile_shapes()[0].tileML1
+
+
+def test_asyncio_tasks_keep_their_own_scopes():
+    """Two tasks on one thread, each in its own scope, interleaved at awaits: each sees its own
+    tiles throughout, and one's exit leaves the other's scope open (it used to delete it)."""
+    import asyncio
+
+    seen = {}
+
+    async def job(name, m, delay):
+        with pypto.options(convbp_tile_shapes=_tiles(m)):
+            before = _ml1()
+            await asyncio.sleep(delay)
+            pypto.set_vec_tile_shapes(m, m, m, m)  # set inside the scope, after the await
+            await asyncio.sleep(delay)
+            seen[name] = (before, _ml1(), pypto.get_vec_tile_shapes())
+        seen[name + " after"] = (_ml1(), pypto.get_vec_tile_shapes())
+
+    async def main():
+        with pypto.options(num_threads=3):
+            await asyncio.gather(job("A", 16, 0.01), job("B", 32, 0.03))
+            return pypto.get_num_threads(), pypto.get_vec_tile_shapes()
+
+    assert asyncio.run(main()) == (3, [])
+    assert seen == {"A": (16, 16, [16] * 4), "B": (32, 32, [32] * 4),
+                    "A after": (0, []), "B after": (0, [])}
+
+
+def test_options_decorates_coroutine_and_generator_functions():
+    import asyncio
+
+    @pypto.options(num_threads=1, vec_tile_shapes=[1, 1, 1, 16])
+    async def coroutine():
+        await asyncio.sleep(0)
+        return pypto.get_num_threads(), pypto.get_vec_tile_shapes()
+
+    @pypto.options(num_threads=1)
+    def generator():
+        received = yield pypto.get_num_threads()
+        yield received, pypto.get_num_threads()
+        return "done"
+
+    assert asyncio.run(coroutine()) == (1, [1, 1, 1, 16])
+    pypto.set_num_threads(2)
+    gen = generator()
+    assert next(gen) == 1
+    assert pypto.get_num_threads() == 2  # the caller's code between steps: not in the scope
+    assert gen.send("x") == ("x", 1)
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    assert stop.value.value == "done" and pypto.get_num_threads() == 2
+
+    @pypto.options(num_threads=1)
+    def catches():
+        try:
+            yield 1
+        except KeyError:
+            yield pypto.get_num_threads()
+
+    gen = catches()
+    next(gen)
+    assert gen.throw(KeyError("k")) == 1  # thrown in: handled inside the scope
+
+
+def test_options_refuses_async_generator_functions():
+    with pytest.raises(pypto.PyptoError, match="async generator"):
+        @pypto.options(num_threads=1)
+        async def agen():
+            yield 1
+
+
+def test_scopes_exited_out_of_order_close_only_themselves():
+    """Generators can exit scopes in any order: each exit closes its own scope only."""
+    def scoped(m):
+        with pypto.options(convbp_tile_shapes=_tiles(m)):
+            yield _ml1()
+            yield _ml1()
+
+    a, b = scoped(16), scoped(32)
+    assert next(a) == 16 and next(b) == 32  # b's scope opened inside a's
+    a.close()  # a's scope exits first
+    assert _ml1() == 32  # b's is still open
+    assert next(b) == 32
+    b.close()
+    assert _ml1() == 0
+
+
+def test_memory_limit_accepts_numpy_integers():
+    pypto.set_options(memory_limit=np.int64(10 ** 9))
+    assert pypto.get_options()["memory_limit"] == 10 ** 9
+    with pytest.raises(pypto.PyptoError, match="positive number of bytes"):
+        pypto.set_options(memory_limit=np.int64(0))
