@@ -38,6 +38,14 @@ _runtime = None
 _failure = None  # why bring-up failed, once it has
 
 
+def _after_fork_in_child():
+    global _lock
+    _lock = threading.Lock()  # another thread of the parent may have been bringing it up
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Runtime:
     """ACL initialised, our device, context and stream, and the loaded kernel library."""
 
@@ -67,6 +75,9 @@ class Runtime:
     @contextlib.contextmanager
     def session(self):
         """One call's device work: exclusive use of the stream; every buffer freed at the end."""
+        reason = self.unusable_reason()  # before the lock, which a fork may have left held
+        if reason:
+            raise NpuUnavailableError(reason)
         with self._lock:
             self.bind()
             session = Session(self)
