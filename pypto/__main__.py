@@ -210,10 +210,12 @@ def _cmd_info(args):
 
 def _cmd_golden(args):
     from pypto import testing
-    from pypto._casefiles import ACTUAL, write_case
+    from pypto._casefiles import ACTUAL, check_case_folder, write_case
     from pypto._golden import (comparison_bytes, draw_inputs, golden_bytes, golden_dgrad,
                                inputs_bytes, make_case, pypto_dgrad)
 
+    # before any work: a folder holding a case needs --force (its old result must not stay)
+    check_case_folder(args.out, args.force)
     spec, dtype = _problem_args(args)
     dy_shape, w_shape, size, strides, paddings, dilations, l1, l0, vec = spec
     case = make_case(dy_shape, w_shape, size, dtype, strides, paddings, dilations, (l1, l0), vec)
@@ -228,7 +230,8 @@ def _cmd_golden(args):
     check = testing.compare(reference, dy, w, list(case.input_size), case.strides,
                             case.paddings, case.dilations, tiles=(case.l1, case.l0, case.vec),
                             golden=golden, reference=reference)
-    write_case(args.out, case, dy, w, golden, reference, args.seed, args.dist)
+    _, removed = write_case(args.out, case, dy, w, golden, reference, args.seed, args.dist,
+                            replace=args.force)
     dt = case.dtype_name
     actual = os.path.join(args.out, ACTUAL[0] + ".bin")
     print(f"pypto {pypto.__version__}: golden case in {args.out} ({args.dist} inputs, seed "
@@ -237,6 +240,9 @@ def _cmd_golden(args):
     print(f"  {case.describe_tiles()}")
     print(f"  wrote input/grad_output.bin, input/weight.bin ({dt}), output/golden.bin "
           f"(float64), output/pypto.bin ({dt}), each with a .npy twin, and manifest.json")
+    if removed:
+        print(f"  removed the old case's {', '.join(removed)} (--force): no result of the old "
+              f"case stays beside the new one")
     verdicts = ", ".join(f"{sid} {'pass' if v.passed else 'FAIL'}"
                          for sid, v in check.verdicts.items())
     print(f"  pypto's own result: max {check.metrics.max_ulp:.3g} ulp, "
@@ -250,15 +256,24 @@ def _cmd_golden(args):
 
 def _cmd_compare(args):
     from pypto import testing
-    from pypto._casefiles import read_array, read_case, read_inputs, resolve_actual
-    from pypto._localise import plotting_available
+    from pypto._casefiles import (check_path, read_array, read_case, read_inputs,
+                                  resolve_actual, stale_warning)
+    from pypto._localise import check_plot_path, plotting_available
 
+    check_path(args.dir, "the case folder DIR", folder=True)
+    for option, value in (("--actual", args.actual), ("--plot", args.plot),
+                          ("--json", args.json)):
+        if value is not None:
+            check_path(value, option)
     if args.plot is not None:
         missing = plotting_available()  # before any work: the verdict must not be lost
         if missing is not None:
             raise missing
+        check_plot_path(args.plot)      # so must a format matplotlib cannot write
     if args.json is not None:   # before any work, like the plot
         folder = os.path.dirname(os.path.abspath(args.json))
+        if os.path.isdir(args.json):
+            raise FeError(OSError(f"cannot write the JSON report {args.json}: it is a folder"))
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
             raise FeError(OSError(f"cannot write the JSON report {args.json}: {folder} is not "
                                   f"a writable folder"))
@@ -269,15 +284,15 @@ def _cmd_compare(args):
     path = resolve_actual(args.dir, args.actual)
     actual = read_array(path, case.dtype_name, case.input_size, case)
     dy, w, golden, reference = read_inputs(args.dir, case, manifest)
+    stale = stale_warning(args.dir, path, manifest)
+    if stale is not None:
+        print(stale, file=sys.stderr)
     result = testing.compare(actual, dy, w, list(case.input_size), case.strides, case.paddings,
                              case.dilations, tiles=(case.l1, case.l0, case.vec),
                              standard=args.standard, golden=golden, reference=reference)
-    if args.plot is not None:
-        result.plot(args.plot, args.plot_units)
+    # the report and the JSON first: a plot that fails must not take the verdict with it
     print(f"pypto {pypto.__version__}: {path} against the golden in {args.dir}")
     print(result.report(args.top))
-    if args.plot is not None:
-        print(f"plot: {args.plot}")
     if args.json is not None:
         report = result.as_dict(args.top)
         report.update(actual=str(path), case_dir=str(args.dir))
@@ -288,6 +303,10 @@ def _cmd_compare(args):
         except OSError as exc:
             raise FeError(OSError(f"cannot write the JSON report {args.json}: {exc}")) from None
         print(f"JSON report: {args.json}")
+    if args.plot is not None:
+        sys.stdout.flush()
+        result.plot(args.plot, args.plot_units)
+        print(f"plot: {args.plot}")
     return 0 if result.passed else 1
 
 
@@ -336,6 +355,9 @@ def main(argv=None):
                         help="inputs uniform in [-1, 1), standard normal, or ints in [-4, 4] "
                              "(default uniform)")
     golden.add_argument("--out", required=True, metavar="DIR", help="the case's folder")
+    golden.add_argument("--force", action="store_true",
+                        help="write over a case already in DIR: deletes its old kernel results "
+                             "(every file in DIR/output that golden does not write)")
     compare = commands.add_parser(
         "compare", parents=[common],
         help="judge a kernel's result against a golden case: verdicts, where, worst elements")

@@ -25,12 +25,15 @@ from .error import ConvBpValueError, FeError
 from .pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
 __all__ = ["Case", "make_case", "golden_dgrad", "error_bound", "pypto_dgrad", "draw_inputs",
-           "DISTRIBUTIONS", "DTYPE_NAMES", "parse_dtype"]
+           "check_golden", "DISTRIBUTIONS", "DTYPE_NAMES", "parse_dtype"]
 
 DTYPE_NAMES = {"fp16": DataType.DT_FP16, "bf16": DataType.DT_BF16}
 DISTRIBUTIONS = ("uniform", "normal", "ints")
 DEFAULT_VEC = (16, 16, 16, 16)
 U32 = 2.0 ** -24  # fp32 unit roundoff
+U64 = 2.0 ** -53  # float64 unit roundoff
+# check_golden: random elements, non-finite ones (at most), largest ones
+SAMPLE_RANDOM, SAMPLE_NONFINITE, SAMPLE_LARGEST = 1024, 1024, 16
 
 
 def parse_dtype(dtype):
@@ -236,3 +239,107 @@ def draw_inputs(case, dist, seed):
             values = rng.integers(-4, 5, shape).astype(np.float64)
         arrays.append(values.astype(case.np_dtype))
     return tuple(arrays)
+
+
+def _sample_positions(case, dy, w, golden, seed):
+    """Flat indices for check_golden: random ones, the non-finite ones (a random subset when
+    there are many), those of the largest finite |golden|, and some that a non-finite input
+    feeds (where the golden must be non-finite too)."""
+    rng = np.random.default_rng(seed)
+    flat = golden.reshape(-1)
+    picked = [rng.integers(0, flat.size, min(SAMPLE_RANDOM, flat.size))]
+    finite = np.isfinite(flat)
+    nonfinite = np.flatnonzero(~finite)
+    if nonfinite.size > SAMPLE_NONFINITE:
+        nonfinite = rng.choice(nonfinite, SAMPLE_NONFINITE, replace=False)
+    picked.append(nonfinite)
+    magnitude = np.abs(flat)
+    magnitude[~finite] = -1.0
+    k = min(SAMPLE_LARGEST, flat.size)
+    picked.append(np.argpartition(magnitude, flat.size - k)[flat.size - k:])
+    picked.append(_fed_by_nonfinite(case, dy, w, rng))
+    return np.unique(np.concatenate(picked).astype(np.int64))
+
+
+def _fed_by_nonfinite(case, dy, w, rng):
+    """Flat dx indices that some Inf/NaN of dy or w reaches through a real tap (at most
+    SAMPLE_NONFINITE of those inputs, one dx element each): dx is non-finite there."""
+    p = case.problem
+    found = []
+    bad = np.argwhere(~np.isfinite(dy))
+    if len(bad):
+        bad = bad[rng.choice(len(bad), min(len(bad), SAMPLE_NONFINITE), replace=False)]
+        for n, o, ho, wo in bad:
+            for i in range(p.kh):
+                h = ho * p.sh - p.pt + i * p.dh
+                x = wo * p.sw - p.pl + np.arange(p.kw) * p.dw
+                x = x[(x >= 0) & (x < p.win)]
+                if 0 <= h < p.hin and x.size:
+                    found.append(((n * p.cin + rng.integers(p.cin)) * p.hin + h) * p.win + x[0])
+                    break
+    bad = np.argwhere(~np.isfinite(w))
+    if len(bad):
+        bad = bad[rng.choice(len(bad), min(len(bad), SAMPLE_NONFINITE), replace=False)]
+        for o, c, i, j in bad:
+            h = np.arange(p.hout) * p.sh - p.pt + i * p.dh
+            x = np.arange(p.wout) * p.sw - p.pl + j * p.dw
+            h, x = h[(h >= 0) & (h < p.hin)], x[(x >= 0) & (x < p.win)]
+            if h.size and x.size:   # else this tap only ever meets the padding
+                found.append(((rng.integers(p.n) * p.cin + c) * p.hin + h[0]) * p.win + x[0])
+    return np.array(found, dtype=np.int64)
+
+
+def _dx_at(case, dy, w, positions):
+    """(dx, sum|dy*w|) in float64 at ``positions`` ([m, 4] of (n, c, h, x)), summed straight
+    from the definition: dy (n, o, ho, wo) with w (o, c, i, j) feeds dx (n, c, ho*sh - pt +
+    i*dh, wo*sw - pl + j*dw). Shares nothing with the GEMM + col2im the golden comes from."""
+    p = case.problem
+    n, c, h, x = (positions[:, k] for k in range(4))
+    dx = np.zeros(len(positions))
+    size = np.zeros(len(positions))
+    # chunks of positions: a [chunk, Cout] product per tap stays small
+    chunk = max(1, (1 << 20) // p.cout)
+    with np.errstate(invalid="ignore", over="ignore"):   # Inf * 0 at a real tap is NaN
+        for i in range(p.kh):
+            top = h + p.pt - i * p.dh                      # = ho * sh when tap i reaches h
+            for j in range(p.kw):
+                left = x + p.pl - j * p.dw
+                real = ((top % p.sh == 0) & (top >= 0) & (top < p.hout * p.sh)
+                        & (left % p.sw == 0) & (left >= 0) & (left < p.wout * p.sw))
+                for lo in range(0, len(positions), chunk):
+                    part = np.flatnonzero(real[lo:lo + chunk]) + lo
+                    if part.size == 0:
+                        continue
+                    rows = dy[n[part], :, top[part] // p.sh, left[part] // p.sw]  # [m, Cout]
+                    cols = w[:, c[part], i, j].T                                   # [m, Cout]
+                    products = rows.astype(np.float64) * cols.astype(np.float64)
+                    dx[part] += products.sum(axis=1)
+                    size[part] += np.abs(products).sum(axis=1)
+    return dx, size
+
+
+def check_golden(case, dy, w, golden, name="the golden", seed=0):
+    """Raise a PyptoError when ``golden`` does not match the inputs it claims to come from, at
+    a sample of elements recomputed in float64 (see :func:`_sample_positions`): a corrupted
+    or edited golden would otherwise decide every verdict (a NaN golden passes a NaN result).
+    Both sums lose at most K * 2^-53 * sum|dy*w| (exact products); non-finite values must be
+    the same (NaN where NaN, Inf of the same sign)."""
+    check_host_memory(10 * golden.size + (1 << 24), case.problem,
+                      "the check of the golden against the inputs")
+    flat = _sample_positions(case, dy, w, golden, seed)
+    positions = np.stack(np.unravel_index(flat, golden.shape), axis=1)
+    recomputed, size = _dx_at(case, dy, w, positions)
+    given = golden.reshape(-1)[flat].astype(np.float64)
+    tolerance = 2 * case.k_terms * U64 * size + 1e-300
+    with np.errstate(invalid="ignore", over="ignore"):
+        finite = np.isfinite(given) & np.isfinite(recomputed)
+        same = np.where(finite, np.abs(given - recomputed) <= tolerance,
+                        (np.isnan(given) & np.isnan(recomputed)) | (given == recomputed))
+    if not same.all():
+        bad = int(np.argmin(same))
+        where = tuple(int(v) for v in positions[bad])
+        raise FeError(ValueError(
+            f"{name} does not match the inputs (corrupted or edited case): at (n, c, h, w) = "
+            f"{where} it holds {float(given[bad])!r}, but dy and w give "
+            f"{float(recomputed[bad])!r}; "
+            f"{int((~same).sum())} of {len(same)} checked elements differ"))

@@ -13,6 +13,7 @@ kernel with one final rounding can be: one ulp of the output dtype plus K * 2^-2
 summation order, has no element outside it.
 """
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +23,7 @@ from ._tiling import ceil_div
 from .device._plan import task_grid
 from .error import FeError
 
-__all__ = ["Localisation", "task_grid", "PLOT_UNITS"]
+__all__ = ["Localisation", "task_grid", "PLOT_UNITS", "check_plot_path", "plotting_available"]
 
 MAX_ROWS = 16        # rows per table section before only the worst are shown
 MAX_PANELS = 8       # channel blocks drawn
@@ -245,6 +246,7 @@ class Localisation:
             raise FeError(ValueError(f"units must be one of {', '.join(PLOT_UNITS)}, but got "
                                      f"{units!r}"))
         figure_type, canvas_type, colors, patches = _matplotlib()
+        path, fmt = check_plot_path(path)
         p = self.case.problem
         values = {"ulp": self._errors.ulp, "relative": self._errors.rel,
                   "bound": self._over}[units]
@@ -325,8 +327,8 @@ class Localisation:
         bar.set_label(label, fontsize=8)
         bar.ax.tick_params(labelsize=8)
         try:
-            fig.savefig(path)
-        except OSError as exc:
+            fig.savefig(path, format=fmt)
+        except (OSError, ValueError, RuntimeError) as exc:   # ValueError: a format it refuses
             raise FeError(ValueError(f"cannot write the plot to {path}: {exc}")) from None
         return path
 
@@ -342,6 +344,37 @@ def _matplotlib():
                                    "pip install matplotlib (or pip install 'pypto[plot]')")) \
             from None
     return Figure, FigureCanvasAgg, colors, patches
+
+
+def check_plot_path(path):
+    """(path, format) for savefig, or a PyptoError before anything is drawn: an empty path, a
+    folder, a missing or read-only folder, or an extension matplotlib cannot write. A name
+    without an extension is a PNG written under that very name (matplotlib would add .png)."""
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise FeError(TypeError(f"the plot path must be a str or os.PathLike, but got "
+                                f"{path!r}")) from None
+    if not isinstance(path, str) or not path.strip() or "\0" in path:
+        raise FeError(ValueError(f"the plot path is {path!r}: give a file name such as dx.png"))
+    if os.path.isdir(path) or path.endswith(("/", os.sep)):
+        raise FeError(ValueError(f"cannot write the plot to {path}: it is a folder; give a file "
+                                 f"name such as {os.path.join(path, 'dx.png')}"))
+    _matplotlib()   # its clear error when matplotlib is missing
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    extension = os.path.splitext(path)[1]
+    fmt = extension[1:].lower() if extension else "png"
+    supported = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in supported:
+        raise FeError(ValueError(f"cannot write the plot to {path}: matplotlib cannot write "
+                                 f"'{extension}' files (it writes "
+                                 f"{', '.join('.' + f for f in sorted(supported))})"))
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise FeError(OSError(f"cannot write the plot to {path}: {folder} is not a writable "
+                              f"folder"))
+    return path, fmt
 
 
 def plotting_available():
