@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from . import _config
 from ._tiling import BUFFER_BYTES, C0, MAX_L0_LOOPS, ConvProblem, Tiling, ceil_align, ceil_div
-from ._validation import TILE_RULES, problem_from_shapes, rule_message
+from ._validation import RULES, TILE_RULES, _problem_of, _shape_only_call, rule_message
 from .error import ConvBpInputError, FeError, argument_errors_are_pypto_errors
 from .pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
@@ -87,6 +87,28 @@ def _numbers(rule_id, p, t, vec_tile):
     return f"vec_tile_shapes {vec_tile}"
 
 
+_TS0_ERROR, _TS0_CHECK = next((error, check) for rule_id, error, check in RULES
+                              if rule_id == "TS0")
+
+
+def _as_the_op_reads(call, tile_l1_info, tile_l0_info, vec_tile_shapes):
+    """(tiling, vec tile) as the op reads them, through the op's own option normalisation and
+    TS0 check, so that explain refuses exactly what the op refuses: a vec tile value that is no
+    int is the op's FeError, a tile value that is no int the op's TS0 error, and NumPy integers
+    become ints (a uint64 would overflow in the numbers below).
+
+    TS0's other refusals, all-zero tiles ("not set") and no vec tile, are not raised: here
+    they are the values asked about, and the report judges them (TS1-TS6, V1)."""
+    vec = {} if vec_tile_shapes is None else {"vec_tile_shapes": vec_tile_shapes}
+    with _config.options(convbp_tile_shapes=(tile_l1_info, tile_l0_info), **vec):
+        message = _TS0_CHECK(call)
+        vec_tile = _config.get_vec_tile_shapes()
+    # the check leaves call.tiling as given when it refuses a value that is no int
+    if message is not None and any(type(v) is not int for v in call.tiling):
+        raise _TS0_ERROR("TS0", message)
+    return call.tiling, vec_tile
+
+
 def _nearest_legal(p, t):
     """The legal tiles closest to ``t`` (smallest summed relative change), or None."""
     def around(value, step, lo, extra=()):
@@ -141,16 +163,11 @@ def explain_convbp_input_tiling(grad_output_shape, weight_shape, input_size, dty
                                                                         ConvBpTileL0Info):
         raise FeError(TypeError("tile_l1_info / tile_l0_info must be ConvBpTileL1Info / "
                                 "ConvBpTileL0Info"))
-    p = problem_from_shapes(grad_output_shape, weight_shape, input_size, dtype, strides,
+    # the op's rules T1 ... B1, then its TS0 on these tiles
+    call = _shape_only_call(grad_output_shape, weight_shape, input_size, dtype, strides,
                             paddings, dilations)
-    t = Tiling.from_infos(tile_l1_info, tile_l0_info)
-    try:
-        vec_tile = _config.get_vec_tile_shapes() if vec_tile_shapes is None \
-            else list(vec_tile_shapes)
-    except TypeError:
-        raise FeError(TypeError(f"vec_tile_shapes must be a list of ints, but got "
-                                f"{vec_tile_shapes!r} of type {type(vec_tile_shapes).__name__}."))\
-            from None
+    p = _problem_of(call)
+    t, vec_tile = _as_the_op_reads(call, tile_l1_info, tile_l0_info, vec_tile_shapes)
     rules = []
     for rule_id in TILE_RULES + ("V1",):
         message = rule_message(rule_id, p, t, vec_tile)

@@ -14,6 +14,7 @@ which is what the targets compare against; NumPy GEMM + col2im in fp32. pypto us
 """
 
 import argparse
+import math
 import os
 import platform
 import statistics
@@ -24,6 +25,7 @@ import numpy as np
 
 import pypto
 from pypto import pypto_impl
+from pypto._config import MAX_THREADS
 from pypto._cpu import kernel_info, measure_peak_gflops
 from pypto._dtypes import numpy_dtype
 from pypto._numpy_dgrad import dgrad_gemm_col2im
@@ -44,6 +46,7 @@ CASES = {
     "j": (1, 256, 256, 64, 64, 5, 5, 1, 2, 1),
 }
 SPEC_TILES = ((16, 144, 16), (16, 16, 16))
+DTYPES = {"bf16": pypto.DT_BF16, "fp16": pypto.DT_FP16}
 
 
 
@@ -438,13 +441,12 @@ def write_json(path, rows, peaks, argv):
 def write_plot(path, rows):
     """GFLOP/s per case, pypto against each peer, one panel per dtype and thread count, with
     the machine's peak marked. Needs matplotlib."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: no plot (pip install matplotlib)")
-        return
+    from pypto._localise import check_plot_path
+
+    path, fmt = check_plot_path(path)  # a PyptoError when matplotlib is missing
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     panels = sorted({(r["dtype"], r["threads"]) for r in rows})
     fig, axes = plt.subplots(len(panels), 1, figsize=(12, 3.6 * len(panels)), squeeze=False)
     info = kernel_info()
@@ -472,47 +474,144 @@ def write_plot(path, rows):
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(f"pypto {pypto.__version__} ({info['isa']}) on {_machine()}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format=fmt)
     print(f"plot written to {path}")
 
 
-def main(argv=None):
+# --- the command line: every value is checked before any case runs -----------------------------
+def _names(known, what):
+    """argparse type: comma-separated names out of ``known``, in order, each once."""
+    def parse(text):
+        names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {what}(s) {', '.join(unknown)}; known: "
+                                             f"{', '.join(known)}")
+        if not names:
+            raise argparse.ArgumentTypeError(f"no {what} in {text!r}; known: {', '.join(known)}")
+        return names
+    return parse
+
+
+def _thread_counts(text):
+    """argparse type: comma-separated thread counts, each in [1, MAX_THREADS]."""
+    counts = []
+    for part in text.split(","):
+        try:
+            count = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") \
+                from None
+        if not 1 <= count <= MAX_THREADS:
+            raise argparse.ArgumentTypeError(f"a thread count must be in [1, {MAX_THREADS}], "
+                                             f"not {count}")
+        counts.append(count)
+    return list(dict.fromkeys(counts))
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}")
+    return value
+
+
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return value
+
+
+def _json_path_error(path):
+    """Why the JSON results could not be written to ``path``, or None."""
+    if not path.strip() or "\0" in path:
+        return f"--json: {path!r} is no file name"
+    if os.path.isdir(path):
+        return f"--json: {path} is a folder; give a file name"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        return f"--json: cannot write {path}: {folder} is not a writable folder"
+    return None
+
+
+def _plot_path_error(path):
+    """Why the plot could not be written to ``path`` (no matplotlib, a format it cannot
+    write, no such folder), or None."""
+    from pypto._localise import check_plot_path
+    try:
+        check_plot_path(path)
+    except pypto.PyptoError as exc:
+        return f"--plot: {exc}"
+    return None
+
+
+def parse_args(argv=None):
+    """The checked arguments; a bad one is argparse's usage error (exit 2) before any work."""
     parser = argparse.ArgumentParser(prog="python -m pypto.bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--cases", default="a,b,c,d,e,f,g,h,i,j",
+    parser.add_argument("--cases", type=_names(list(CASES), "case"),
+                        default="a,b,c,d,e,f,g,h,i,j",
                         help="comma-separated case names (default: all)")
-    parser.add_argument("--dtypes", default="bf16,fp16")
-    parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--rounds", type=int, default=15, help="timed calls per runner")
-    parser.add_argument("--budget", type=float, default=6.0,
-                        help="seconds after which a slow runner stops repeating")
+    parser.add_argument("--dtypes", type=_names(list(DTYPES), "dtype"), default="bf16,fp16")
+    parser.add_argument("--threads", type=_thread_counts, default="1,2",
+                        help=f"comma-separated thread counts, each in [1, {MAX_THREADS}]")
+    parser.add_argument("--rounds", type=_positive_int, default=15,
+                        help="timed calls per runner (>= 1)")
+    parser.add_argument("--budget", type=_seconds, default=6.0,
+                        help="seconds after which a slow runner stops repeating (>= 0; it "
+                             "still makes 3 timed calls)")
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
-    parser.add_argument("--plot", metavar="PATH", help="write a PNG plot (needs matplotlib)")
+    parser.add_argument("--plot", metavar="PATH",
+                        help="write a plot, PNG or the format of PATH's extension (needs "
+                             "matplotlib)")
     parser.add_argument("--memory", action="store_true",
                         help="only report the peak memory of one call on case j")
     parser.add_argument("--quick", action="store_true",
                         help="a run under a minute: cases a, c, f at one thread, 3 rounds")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.cases, args.threads, args.rounds, args.budget = ["a", "c", "f"], [1], 3, 0.5
+    # the output paths before the run: a typo must not cost minutes of measurements
+    if not args.memory:
+        for path, error in ((args.json, _json_path_error), (args.plot, _plot_path_error)):
+            message = None if path is None else error(path)
+            if message is not None:
+                parser.error(message)
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     if args.memory:
         peak_memory()
         return 0
-    if args.quick:
-        args.cases, args.threads, args.rounds, args.budget = "a,c,f", "1", 3, 0.5
-    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
-    unknown = [c for c in cases if c not in CASES]
-    if unknown:
-        parser.error(f"unknown case(s) {unknown}; known: {sorted(CASES)}")
-    dtypes = [{"bf16": pypto.DT_BF16, "fp16": pypto.DT_FP16}[d.strip()]
-              for d in args.dtypes.split(",")]
-    threads = [int(t) for t in args.threads.split(",")]
-    rows, peaks = run(cases, dtypes, threads, args.rounds, args.budget,
-                      with_torch=not args.no_torch)
+    cases = args.cases
+    rows, peaks = run(cases, [DTYPES[d] for d in args.dtypes], args.threads, args.rounds,
+                      args.budget, with_torch=not args.no_torch)
     summarize(rows)
     summarize_peak_shares(rows)
-    if args.json:
-        write_json(args.json, rows, peaks, sys.argv if argv is None else argv)
-    if args.plot:
-        write_plot(args.plot, rows)
+    # the paths were checked before the run; what fails now (a full disk, a folder removed
+    # meanwhile) is one error line, and the rest of the output is still written
+    status = 0
+    if args.json is not None:
+        try:
+            write_json(args.json, rows, peaks, sys.argv if argv is None else argv)
+        except OSError as exc:
+            print(f"error: cannot write {args.json}: {exc}", file=sys.stderr)
+            status = 1
+    if args.plot is not None:
+        try:
+            write_plot(args.plot, rows)
+        except (OSError, pypto.PyptoError) as exc:
+            print(f"error: cannot write {args.plot}: {exc}", file=sys.stderr)
+            status = 1
     if "a" in cases:
         torch = None
         if not args.no_torch:
@@ -521,7 +620,7 @@ def main(argv=None):
             except ImportError:
                 pass
         small_call_overhead(torch, calls=200 if args.quick else 2000)
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -17,14 +17,16 @@ from dataclasses import asdict
 
 import numpy as np
 
-from . import _accuracy
+from . import _accuracy, _config
 from ._dtypes import DataType, from_numpy_dtype, numpy_dtype
 from ._golden import (comparison_bytes, error_bound, golden_bytes, golden_dgrad, make_case,
                       parse_dtype, pypto_dgrad)
-from ._localise import Localisation
+from ._localise import PLOT_UNITS, Localisation
+from ._validation import _as_int
 from ._version import __version__
 from ._memory import check_host_memory
 from .error import FeError, argument_errors_are_pypto_errors
+from .pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
 __all__ = ["compare", "assert_dgrad_close", "CompareResult", "STANDARDS", "DEFAULT_STANDARD",
            "ALL"]
@@ -89,6 +91,7 @@ class CompareResult:
         """The whole comparison as plain data (``pypto compare --json``): the case and tiles,
         both sides' metrics, every verdict with its thresholds and source, the deciding
         standard and the localisation (``top`` worst elements)."""
+        top = _top(top)
         return {
             "pypto_version": __version__,
             "case": self.case.as_dict(),
@@ -102,19 +105,31 @@ class CompareResult:
 
     def report(self, top=10):
         """The verdicts, then where the errors are and the ``top`` worst elements."""
-        return self.verdict_text() + "\n" + self.localisation.format(top)
+        return self.verdict_text() + "\n" + self.localisation.format(_top(top))
 
     def __str__(self):
         return self.report()
 
     def plot(self, path, units="ulp"):
-        """Heatmap of the error (see ``pypto._localise.Localisation.plot``); returns ``path``."""
+        """Heatmap of the error (see ``pypto._localise.Localisation.plot``, which checks the
+        path before drawing); returns ``path``."""
+        if not isinstance(units, str):  # the membership test would compare an array elementwise
+            raise FeError(TypeError(f"units must be one of {', '.join(PLOT_UNITS)}, but got "
+                                    f"{type(units).__name__}"))
         return self.localisation.plot(path, units)
 
 
-def _array(value, name, dtype):
-    """A NumPy array of ``dtype`` (fp16/bf16) from an array, a pypto Tensor or a torch tensor;
-    uint16 arrays are taken as bf16 bit patterns when the dtype is bf16."""
+def _top(top):
+    """``top`` (how many worst elements to list) as an int >= 0."""
+    count = _as_int(top)
+    if count is None or count < 0:
+        kind = TypeError if count is None else ValueError
+        raise FeError(kind(f"top must be an int >= 0, but got {top!r}"))
+    return count
+
+
+def _host_array(value, name):
+    """The NumPy array of an array, a pypto Tensor or a torch tensor (no copy where it can)."""
     from .tensor import Tensor
 
     if isinstance(value, Tensor):
@@ -127,6 +142,13 @@ def _array(value, name, dtype):
     if not isinstance(value, np.ndarray):
         raise FeError(TypeError(f"{name} must be a NumPy array (float16 or bfloat16), a pypto "
                                 f"Tensor or a torch tensor, but got {type(value).__name__}"))
+    return value
+
+
+def _array(value, name, dtype):
+    """A NumPy array of ``dtype`` (fp16/bf16) from an array, a pypto Tensor or a torch tensor;
+    uint16 arrays are taken as bf16 bit patterns when the dtype is bf16."""
+    value = _host_array(value, name)
     found = from_numpy_dtype(value.dtype)
     if dtype == DataType.DT_BF16 and value.dtype.kind == "u" and value.dtype.itemsize == 2:
         value = np.ascontiguousarray(value).astype("=u2", copy=False).view(numpy_dtype(dtype))
@@ -138,19 +160,25 @@ def _array(value, name, dtype):
     return np.ascontiguousarray(value.astype(value.dtype.newbyteorder("="), copy=False))
 
 
+def _parse_dtype(dtype):
+    if not (dtype is None or isinstance(dtype, (str, DataType))):
+        # parse_dtype compares by ==, which an array or a tensor answers elementwise
+        raise FeError(TypeError(f"dtype must be 'fp16', 'bf16', pypto.DT_FP16 or pypto.DT_BF16, "
+                                f"but got {type(dtype).__name__}"))
+    return parse_dtype(dtype)
+
+
 def _infer_dtype(grad_output, dtype):
-    dtype = parse_dtype(dtype)
+    """``dtype``, or else that of ``grad_output`` (a NumPy array: a pypto or torch tensor's data,
+    so torch.float16 / torch.bfloat16 tell; uint16 and int16 bits do not)."""
     if dtype is not None:
         return dtype
-    from .tensor import Tensor
-
-    found = grad_output.dtype if isinstance(grad_output, (np.ndarray, Tensor)) else None
-    if isinstance(found, np.dtype):
-        found = from_numpy_dtype(found)
+    found = from_numpy_dtype(grad_output.dtype)
     if found in (DataType.DT_FP16, DataType.DT_BF16):
         return found
     raise FeError(TypeError(f"cannot tell fp16 from bf16 by grad_output's dtype ({found}): "
-                            "pass float16 / bfloat16 arrays or dtype='fp16' / 'bf16'"))
+                            "pass float16 / bfloat16 arrays or tensors, or dtype='fp16' / "
+                            "'bf16'"))
 
 
 @argument_errors_are_pypto_errors
@@ -163,7 +191,8 @@ def compare(actual, grad_output, weight, input_size, strides, paddings, dilation
     actual : fp16/bf16 array (or pypto / torch tensor), the result to judge
     grad_output, weight : the fp16/bf16 inputs it was computed from
     input_size, strides, paddings, dilations : as for ``pypto.conv_backward_input``
-    dtype : "fp16" / "bf16" / DataType; default: grad_output's dtype (needed for uint16 bf16)
+    dtype : "fp16" / "bf16" / DataType; default: grad_output's dtype (float16 or bfloat16, NumPy
+        or torch; needed for bf16 as uint16 bits)
     tiles : (l1, l0) or (l1, l0, vec): ConvBpTileL1Info / L0Info or (M, K, N) triples, the tiles
         the kernel ran with; they place the M tiles and channel blocks of the localisation and
         drive pypto's own result. Default: the suggested tiles.
@@ -175,21 +204,25 @@ def compare(actual, grad_output, weight, input_size, strides, paddings, dilation
     -------
     CompareResult
     """
-    if standard != ALL and standard not in _accuracy.STANDARDS:
-        raise FeError(ValueError(f"standard must be one of {', '.join(STANDARDS)} or 'all', "
-                                 f"but got {standard!r}"))
-    dtype = _infer_dtype(grad_output, dtype)
-    dy = _array(grad_output, "grad_output", dtype)
+    _check_standard(standard)
+    dtype = _parse_dtype(dtype)
+    dy = _host_array(grad_output, "grad_output")
+    dtype = _infer_dtype(dy, dtype)
+    dy = _array(dy, "grad_output", dtype)
     w = _array(weight, "weight", dtype)
     a = _array(actual, "actual", dtype)
     case = make_case(list(dy.shape), list(w.shape), input_size, dtype, strides, paddings,
-                     dilations, tiles)
+                     dilations, _int_tiles(tiles))
     if list(a.shape) != list(case.input_size):
         raise FeError(ValueError(f"actual has shape {list(a.shape)}, but input_size is "
                                  f"{list(case.input_size)}"))
     out_elements = math.prod(case.input_size)
     if golden is not None:
-        golden = np.asarray(golden)
+        try:
+            golden = np.asarray(golden)
+        except (TypeError, ValueError, OverflowError) as exc:  # ragged, or no numbers
+            raise FeError(ValueError(f"golden must be a float array of shape "
+                                     f"{list(case.input_size)}: {exc}")) from None
         if golden.shape != tuple(case.input_size) or golden.dtype.kind != "f":
             raise FeError(ValueError(f"golden must be a float array of shape "
                                      f"{list(case.input_size)}, but got {golden.dtype} "
@@ -212,6 +245,36 @@ def compare(actual, grad_output, weight, input_size, strides, paddings, dilation
     return _judge(case, dy, w, a, golden, reference, standard)
 
 
+def _int_tiles(tiles):
+    """``tiles`` with every value an int, as the op takes them (TS0: ints or NumPy integers;
+    the vec tile as its vec_tile_shapes option): make_case's int() would read 16.5 as 16, a
+    record holding a str reaches the rules, an inf is an OverflowError. Shapes that are no
+    (l1, l0[, vec]) are left to make_case, which says what it takes."""
+    if not isinstance(tiles, (list, tuple)) or len(tiles) not in (2, 3):
+        return tiles
+    checked = []
+    for name, info_type, tile in zip(("tiles[0] (L1)", "tiles[1] (L0)"),
+                                     (ConvBpTileL1Info, ConvBpTileL0Info), tiles):
+        values = tile.as_tuple() if isinstance(tile, info_type) else tile
+        if isinstance(values, (list, tuple)):
+            ints = [_as_int(v) for v in values]
+            if None in ints:
+                raise FeError(TypeError(f"{name} must hold ints (M, K, N), but got {tile!r}"))
+            tile = ints
+        checked.append(tile)
+    if len(tiles) == 3:  # None: make_case's default vec tile
+        checked.append(None if tiles[2] is None
+                       else _config._normalize("vec_tile_shapes", tiles[2]))  # the op's check
+    return tuple(checked)
+
+
+def _check_standard(standard):
+    # a str first: a list is unhashable, an array answers != elementwise
+    if not (isinstance(standard, str) and (standard == ALL or standard in _accuracy.STANDARDS)):
+        raise FeError(ValueError(f"standard must be one of {', '.join(STANDARDS)} or 'all', "
+                                 f"but got {standard!r}"))
+
+
 def _judge(case, dy, w, actual, golden, reference, standard):
     errors = _accuracy.element_errors(actual, golden, case.dtype)
     reference_errors = _accuracy.element_errors(reference, golden, case.dtype)
@@ -230,6 +293,7 @@ def assert_dgrad_close(actual, grad_output, weight, input_size, strides, padding
                        reference=None, top=5):
     """:func:`compare`, raising AssertionError with the verdicts and the localisation when the
     chosen standard fails; returns the CompareResult when it passes."""
+    top = _top(top)  # before the comparison, not after it
     result = compare(actual, grad_output, weight, input_size, strides, paddings, dilations,
                      dtype=dtype, tiles=tiles, standard=standard, golden=golden,
                      reference=reference)

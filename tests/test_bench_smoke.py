@@ -4,6 +4,7 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 from _slowdown import limit
 
 
@@ -28,8 +29,6 @@ def test_bench_prints_the_measured_peak_of_the_level_in_use():
 def test_peak_loops_count_their_flops_at_every_level_this_cpu_runs():
     """The flop count the benchmark divides by: 12 chains x the level's fp32 lanes x 2 per step
     (x 2 again for the bf16 dot product's pairs); the timing itself asserts nothing."""
-    import pytest
-
     from pypto import _cpu
     lanes = {"baseline": 4, "avx2": 8, "avx512": 16, "avx512_bf16": 16}
     runnable = [level for level in _cpu.CPU_LEVELS if level in _cpu.BUILT_LEVELS]
@@ -69,3 +68,92 @@ def test_the_peak_kept_is_the_higher_of_two_measurements(monkeypatch, capsys):
     assert [r["peak_gflops"] for r in rows] == [100.0, 190.0]
     assert [r["peak_pct"] for r in rows] == [50.0, 50.0]
     assert "kept 100" in capsys.readouterr().out
+
+
+# --- the command line: a bad value is a usage error before any case runs -----------------------
+
+@pytest.mark.parametrize("argv, text", [
+    (["--dtypes", "fp32"], "unknown dtype(s) fp32"),
+    (["--dtypes", ","], "no dtype"),
+    (["--cases", "a,z"], "unknown case(s) z"),
+    (["--threads", "abc"], "expected comma-separated ints"),
+    (["--threads", "1,,2"], "expected comma-separated ints"),
+    (["--threads", "0"], "a thread count must be in [1, 1024], not 0"),
+    (["--threads", "1025"], "not 1025"),
+    (["--rounds", "0"], "argument --rounds: expected an int >= 1"),
+    (["--rounds", "-3"], "argument --rounds: expected an int >= 1"),
+    (["--rounds", "2.5"], "argument --rounds: expected an int >= 1"),
+    (["--budget", "nan"], "argument --budget: expected a number of seconds >= 0"),
+    (["--budget", "-1"], "argument --budget: expected a number of seconds >= 0"),
+    (["--budget", "inf"], "argument --budget: expected a number of seconds >= 0"),
+    (["--json", "/nonexistent/r.json"], "--json: cannot write /nonexistent/r.json"),
+    (["--json", ""], "--json: '' is no file name"),
+    (["--json", "."], "--json: . is a folder"),
+    (["--plot", "r.jpg2"], "--plot: "),
+    (["--plot", ""], "--plot: "),
+    (["--plot", "/nonexistent/r.png"], "--plot: "),
+    (["--plot", "."], "--plot: "),
+    (["--quick", "--json", "/nonexistent/r.json"], "--json: cannot write"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_bad_arguments_are_usage_errors_before_any_case_runs(argv, text, monkeypatch, capsys,
+                                                             tmp_path):
+    from pypto import bench
+
+    def ran(*args, **kwargs):
+        raise AssertionError("the benchmark started before the bad argument was refused")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bench, "run", ran)
+    monkeypatch.setattr(bench, "measure_peaks", ran)
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("usage: python -m pypto.bench"), err
+    assert text in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_good_arguments_are_parsed(tmp_path):
+    from pypto import bench
+
+    args = bench.parse_args(["--cases", "b, a,b", "--dtypes", "fp16", "--threads", "2,1,2",
+                             "--rounds", "4", "--budget", "0", "--json",
+                             str(tmp_path / "r.json")])
+    assert (args.cases, args.dtypes, args.threads) == (["b", "a"], ["fp16"], [2, 1])
+    assert (args.rounds, args.budget, args.json) == (4, 0.0, str(tmp_path / "r.json"))
+    defaults = bench.parse_args([])
+    assert defaults.cases == list(bench.CASES) and defaults.dtypes == ["bf16", "fp16"]
+    assert defaults.threads == [1, 2] and (defaults.rounds, defaults.budget) == (15, 6.0)
+    quick = bench.parse_args(["--quick", "--threads", "2"])
+    assert (quick.cases, quick.threads, quick.rounds) == (["a", "c", "f"], [1], 3)
+
+
+def test_a_write_that_fails_after_the_run_is_one_error_line(monkeypatch, capsys, tmp_path):
+    """The paths are checked before the run; a write that still fails (a full disk, say) costs
+    only its own output: an error line, exit 1, and the plot is written all the same."""
+    pytest.importorskip("matplotlib")
+    from pypto import bench
+
+    rows = [{"case": "b", "dtype": "fp16", "threads": 1, "peer": peer, "ms": 1.0,
+             "gflops": 10.0, "ratio": 1.0, "peak_gflops": 100.0,
+             "peak_kind": "fp32 multiply-add", "peak_pct": 10.0} for peer in ("pypto", "x")]
+    monkeypatch.setattr(bench, "run", lambda *args, **kwargs: (rows, {1: {"fp32": 100.0}}))
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(bench, "write_json", full_disk)
+    plot = tmp_path / "r.png"
+    code = bench.main(["--cases", "b", "--threads", "1", "--json", str(tmp_path / "r.json"),
+                       "--plot", str(plot)])
+    err = capsys.readouterr().err
+    assert code == 1 and "error: cannot write" in err and "No space left" in err
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_bad_argument_from_the_command_line_is_no_traceback():
+    done = subprocess.run([sys.executable, "-m", "pypto.bench", "--threads", "abc"],
+                          capture_output=True, text=True, timeout=limit(120),
+                          cwd=pathlib.Path(__file__).resolve().parent)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "argument --threads: expected comma-separated ints" in done.stderr

@@ -1,5 +1,6 @@
 """explain_convbp_input_tiling agrees with the op's own rules and reports the right numbers."""
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -70,3 +71,40 @@ def test_report_agrees_with_the_op(l1_values, l0_values, vec):
 def test_bad_arguments():
     with pytest.raises(pypto.PyptoError):
         pypto.explain_convbp_input_tiling(*SPEC, (16, 144, 16), ConvBpTileL0Info(16, 16, 16))
+
+
+# --- tile values of odd types: explain refuses (or judges) them as the op does -----------------
+ODD_TILE_VALUES = [16.0, 16.5, "16", "a", None, True, np.int64(16), np.uint64(2**63),
+                   np.float32(16), 2**63, -16, [16]]
+
+
+def _op_outcome(l1, l0, vec):
+    """The op's PyptoError as (type, rule), or None when it accepts the tiles."""
+    dy, w, size, dtype, s, p, d = SPEC
+    try:
+        with pypto.options(convbp_tile_shapes=(l1, l0), vec_tile_shapes=vec):
+            pypto.conv_backward_input(pypto.Tensor(dy, dtype), size, pypto.Tensor(w, dtype),
+                                      dtype, s, p, d)
+    except pypto.PyptoError as err:
+        return type(err), getattr(err, "rule", None)
+    return None
+
+
+@pytest.mark.parametrize("where", range(10), ids=["tileML1", "tileKL1", "tileNL1", "tileML0",
+                                                  "tileKL0", "tileNL0", "vec0", "vec1", "vec2",
+                                                  "vec3"])
+@pytest.mark.parametrize("value", ODD_TILE_VALUES, ids=repr)
+def test_odd_tile_values_are_judged_as_the_op_judges_them(where, value):
+    values = [16, 144, 16, 16, 16, 16, 16, 16, 16, 16]
+    values[where] = value
+    l1, l0, vec = ConvBpTileL1Info(*values[:3]), ConvBpTileL0Info(*values[3:6]), values[6:]
+    op = _op_outcome(l1, l0, vec)
+    try:  # anything but a PyptoError fails the test here
+        report = pypto.explain_convbp_input_tiling(*SPEC, l1, l0, vec_tile_shapes=vec)
+    except pypto.PyptoError as err:
+        assert op is not None and op[1] in (None, "TS0"), op  # the op refuses it before TS1
+        assert (type(err), getattr(err, "rule", None)) == op
+        return
+    failing = [rule for rule, passed, _, _ in report.rules if not passed]
+    assert (failing[0] if failing else None) == (op and op[1])
+    str(report)  # the numbers print
