@@ -1,7 +1,9 @@
 """pypto.conv_backward_input and its shape-range companion: validate, then dispatch."""
 
+import warnings
+
 from ._shapes import clipped_bounds
-from .device import select_backend
+from .device import AclError, disable_after_error, get_device, select_backend
 from ._validation import size_range_args, validate_conv_backward_input
 from .error import ConvBpValueError, FeError, argument_errors_are_pypto_errors
 from .tensor import Tensor
@@ -55,8 +57,20 @@ def conv_backward_input(grad_output, input_size, weight, out_dtype, strides, pad
         p = call.problem
         return Tensor([p.n, p.cin, p.hin, p.win], out_dtype, "TensorOut")
     compute = _backend(call)
-    return Tensor._wrap(compute(call, grad_output.numpy(), weight.numpy()), "TensorOut",
-                        out_dtype)
+    dy, w = grad_output.numpy(), weight.numpy()
+    try:
+        dx = compute(call, dy, w)
+    except AclError as exc:  # an AI Core exception, a failed launch or copy: the device's fault
+        if compute is _cpu_compute:
+            raise
+        disable_after_error(exc)
+        if get_device() == "npu":  # asked for the NPU: its error, not a silent CPU result
+            raise
+        warnings.warn(f"pypto: the NPU failed this call ({exc.text}); it was computed on the CPU "
+                      "instead, and the NPU is not used again in this process", RuntimeWarning,
+                      stacklevel=3)
+        dx = _cpu()(call, dy, w)
+    return Tensor._wrap(dx, "TensorOut", out_dtype)
 
 
 try:
@@ -68,16 +82,20 @@ except ImportError:  # the unbuilt source tree: the first call says how to build
     _cpu_compute = None
 
 
-def _backend(call):
-    """The function that computes this call: the CPU kernel, or the NPU when selected."""
+def _cpu():
     global _cpu_compute
-    if select_backend(call) == "npu":
-        from .device import conv_backward_input_npu
-        return conv_backward_input_npu
     if _cpu_compute is None:
         from ._cpu import conv_backward_input_cpu
         _cpu_compute = conv_backward_input_cpu
     return _cpu_compute
+
+
+def _backend(call):
+    """The function that computes this call: the CPU kernel, or the NPU when selected."""
+    if select_backend(call) == "npu":
+        from .device import conv_backward_input_npu
+        return conv_backward_input_npu
+    return _cpu()
 
 
 @argument_errors_are_pypto_errors

@@ -70,7 +70,8 @@ def fake_ascend(tmp_path_factory):
     def env(**extra):
         base = clean_env()
         base.update(ASCEND_HOME_PATH=str(root / "toolkit"), PYPTO_NPU_KERNEL_LIB=str(kernel),
-                    PYPTO_NPU_DEV_DIR=str(root / "dev"), FAKE_ACL_REPORT=str(root / "report.json"))
+                    PYPTO_NPU_DEV_DIR=str(root / "dev"), FAKE_ACL_REPORT=str(root / "report.json"),
+                    PYPTO_CACHE_DIR=str(root / "cache"))  # self-check verdicts: not in ~/.cache
         base.update({k: str(v) for k, v in extra.items()})
         return base
 
@@ -873,3 +874,118 @@ def test_copy_in_passes_the_buffers_size_as_dest_max():
     with pytest.raises(pypto.PyptoError, match="do not fit"):
         session.copy_in(buffer, np.zeros(40, np.uint16))
     assert len(calls) == 1
+
+
+# --- trust: the self-check that auto needs (issue 24) -------------------------------------------
+_SELF_CHECK_SCRIPT = """
+    import warnings
+    warnings.simplefilter("always")
+    call = make_call({case!r})
+    dy, w = arrays({case!r}, exact=True)
+    before = fake_counter("kernel_runs")
+    choice = device.select_backend(call)
+    runs_for_choice = fake_counter("kernel_runs") - before
+    verdict = device.known_self_check()
+    with warnings.catch_warnings(record=True) as caught:
+        out = pypto.conv_backward_input(pypto.from_numpy(dy), {case[input_size]!r},
+                                        pypto.from_numpy(w), pypto.DT_FP16, {case[strides]!r},
+                                        {case[paddings]!r}, {case[dilations]!r}).numpy()
+    emit(dict(choice=choice, runs_for_choice=runs_for_choice, after=extra_checks(),
+              passed=verdict and verdict["passed"], source=verdict and verdict["source"],
+              summary=verdict and verdict["summary"], reason=device.unavailable_reason(),
+              equal=bool(np.array_equal(out.view(np.uint16),
+                                        conv_backward_input_cpu(call, dy, w).view(np.uint16))),
+              warnings=[str(c.message) for c in caught]))
+"""
+
+
+def _self_check_run(fake_ascend, cache, after="None", **env):
+    """The spec case through the op in auto mode (the cache in ``cache``); ``after``: code of
+    an expression evaluated after that call, its value in the result's "after"."""
+    code = (f"def extra_checks():\n    return {after}\n"
+            + textwrap.dedent(_SELF_CHECK_SCRIPT.format(case=SPEC_CASE)))
+    return run_python(code, fake_ascend.env(PYPTO_CACHE_DIR=str(cache), **env))
+
+
+def test_auto_uses_the_npu_after_its_self_check_passed_and_the_next_process_reuses_it(
+        fake_ascend, tmp_path):
+    first = _self_check_run(fake_ascend, tmp_path)
+    assert first["choice"] == "npu" and first["passed"] and first["equal"], first
+    assert first["source"] == "run in this process" and first["runs_for_choice"] > 10, first
+    assert first["reason"] is None and first["warnings"] == []
+    stored = json.loads((tmp_path / "npu-self-check.json").read_text())
+    (record,) = stored.values()
+    assert record["passed"] and len(record["problems"]) >= 10
+    assert {"kernel_sha256", "acl_sha256", "soc", "pypto"} <= set(record["key"])
+    second = _self_check_run(fake_ascend, tmp_path)
+    assert second["choice"] == "npu" and second["runs_for_choice"] == 0, second
+    assert second["source"].startswith("cached in ") and second["equal"]
+
+
+def test_a_device_error_mid_run_gives_the_cpu_result_and_auto_stays_on_the_cpu(fake_ascend,
+                                                                             tmp_path):
+    """An AI Core exception in a call (after the self-check passed): the call's result is the
+    CPU's, with a RuntimeWarning naming the error; auto then stays on the CPU, and a forced NPU
+    says why it is disabled."""
+    result = run_python(f"""
+        import warnings
+        call = make_call({SPEC_CASE!r})
+        dy, w = arrays({SPEC_CASE!r}, exact=True)
+        op = lambda: pypto.conv_backward_input(pypto.from_numpy(dy), [1, 16, 5, 32],
+                                               pypto.from_numpy(w), pypto.DT_FP16, [1, 1],
+                                               [1, 1, 1, 1], [1, 1]).numpy()
+        assert device.select_backend(call) == "npu"
+        runs = fake_counter("kernel_runs")
+        os.environ["FAKE_ACL_FAIL_SYNC"] = "1"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = op()
+        del os.environ["FAKE_ACL_FAIL_SYNC"]
+        tried_npu = fake_counter("kernel_runs") - runs
+        expected = conv_backward_input_cpu(call, dy, w)
+        runs = fake_counter("kernel_runs")
+        again = op()
+        device.set_device("npu")
+        try:
+            op()
+            forced = None
+        except device.NpuUnavailableError as exc:
+            forced = str(exc)
+        emit(dict(equal=bool(np.array_equal(out.view(np.uint16), expected.view(np.uint16))),
+                  again_equal=bool(np.array_equal(again, expected)), tried_npu=tried_npu,
+                  runs_after=fake_counter("kernel_runs") - runs,
+                  warnings=[str(c.message) for c in caught], auto=(device.set_device("auto"),
+                  device.select_backend(call))[1], reason=device.unavailable_reason(),
+                  forced=forced, live=fake_counter("live_allocations")))
+    """, fake_ascend.env(PYPTO_CACHE_DIR=str(tmp_path)))
+    assert result["equal"] and result["again_equal"], result
+    (warning,) = result["warnings"]
+    assert "AI Core exception" in warning and "computed on the CPU" in warning
+    assert result["auto"] == "cpu" and result["runs_after"] == 0 and result["live"] == 0
+    assert "disabled for this process after a device error" in result["reason"]
+    assert "AI Core exception" in result["forced"]
+
+
+def test_the_callers_acl_context_is_left_as_it_was(fake_ascend, tmp_path):
+    """pypto's ACL calls, bring-up included, run on its own device thread: a thread that has
+    its own context current (as torch_npu's threads do) keeps it through pypto's bring-up and
+    calls, in auto and in npu mode."""
+    result = run_python(f"""
+        lib = ctypes.CDLL(os.path.join(os.environ["ASCEND_HOME_PATH"], "lib64", "libascendcl.so"),
+                          mode=ctypes.RTLD_GLOBAL)
+        assert lib.aclInit(None) == 0
+        mine, current = ctypes.c_void_p(), ctypes.c_void_p()
+        assert lib.aclrtCreateContext(ctypes.byref(mine), 0) == 0  # current in this thread
+        call = make_call({SPEC_CASE!r})
+        dy, w = arrays({SPEC_CASE!r}, exact=True)
+        seen = []
+        for mode in ("auto", "npu"):
+            device.set_device(mode)
+            assert device.select_backend(call) == "npu"
+            pypto.conv_backward_input(pypto.from_numpy(dy), [1, 16, 5, 32], pypto.from_numpy(w),
+                                      pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1])
+            assert lib.aclrtGetCurrentContext(ctypes.byref(current)) == 0
+            seen.append(current.value == mine.value)
+        emit(dict(seen=seen, runs=fake_counter("kernel_runs")))
+    """, fake_ascend.env(PYPTO_CACHE_DIR=str(tmp_path)))
+    assert result["seen"] == [True, True] and result["runs"] > 10, result

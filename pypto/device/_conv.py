@@ -94,7 +94,7 @@ def conv_backward_input_npu(call, dy, w):
     token = secrets.randbits(32) | 1  # never 0, the value of a zeroed slot
     weight_bytes, dy_bytes, dx_bytes = plan.buffer_bytes()
 
-    with runtime.session() as device:
+    def on_device(device):  # runs on the runtime's device thread
         weight = device.alloc(weight_bytes)
         workspace = device.alloc(SYSTEM_WORKSPACE_BYTES + n_launches * DONE_SLOT_BYTES)
         buffers = (weight, device.alloc(dy_bytes), device.alloc(dx_bytes), workspace)
@@ -104,4 +104,6 @@ def conv_backward_input_npu(call, dy, w):
             piece = planned.piece
             slot = _run_piece(device, buffers, planned, piece.dy(dy), piece.weight(w),
                               out[piece.dx_index()], slot, token)
+
+    runtime.call(on_device)
     return out

@@ -8,14 +8,20 @@ another framework, e.g. torch_npu, initialised ACL: fine, and then we never fina
 -> SoC check -> the kernel library (its constructor registers the device binary, so it loads
 after the device is up). A failed step undoes the earlier ones; ``atexit`` undoes them all.
 
-ACL contexts are per thread: every call binds ours in the calling thread first. Calls are
-serialised on our one stream. A forked child refuses to use the parent's runtime.
+ACL's current context is per thread, and other ACL users (torch_npu) cache theirs per thread:
+so every AscendCL call of pypto, bring-up included, runs on pypto's own device thread, and the
+callers' threads never see pypto's context or its ``aclrtSetDevice``. Calls are serialised on
+that thread and our one stream. A forked child refuses to use the parent's runtime. At exit,
+``aclFinalize`` only when pypto initialised ACL and no other ACL user is loaded.
 """
 
 import atexit
+import concurrent.futures
 import contextlib
 import ctypes
 import os
+import queue
+import sys
 import threading
 
 import numpy as np
@@ -28,7 +34,7 @@ from ._errors import (ACL_ERROR_REPEAT_INITIALIZE, ACL_SUCCESS, NpuError, NpuUna
 from ._prototypes import (ACL_MEM_MALLOC_HUGE_FIRST, ACL_MEMCPY_DEVICE_TO_HOST,
                           ACL_MEMCPY_HOST_TO_DEVICE, LAUNCH_SYMBOL)
 
-__all__ = ["get", "unavailable_reason", "Runtime", "Session"]
+__all__ = ["get", "unavailable_reason", "disable", "Runtime", "Session"]
 
 DEVICE_ID = 0  # choose the NPU with ASCEND_RT_VISIBLE_DEVICES (visible devices count from 0)
 SUPPORTED_SOC_PREFIXES = ("Ascend910B", "Ascend910_93")  # A2 / A3: the kernel is dav-c220 only
@@ -46,13 +52,53 @@ def _after_fork_in_child():
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+class _DeviceThread:
+    """The one thread that makes pypto's AscendCL calls: ``run(func)`` runs func there and
+    returns its result (or raises its exception) in the caller."""
+
+    def __init__(self):
+        self._jobs = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name="pypto-npu", daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            func, future = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(func())
+                except BaseException as exc:  # handed to the caller
+                    future.set_exception(exc)
+
+    def run(self, func):
+        if threading.current_thread() is self._thread:
+            return func()
+        future = concurrent.futures.Future()
+        self._jobs.put((func, future))
+        return future.result()
+
+    def stop(self):
+        self._jobs.put(None)
+
+
+# Other users of AscendCL in this process: pypto then never finalises it (their own shutdown
+# may still need it, and may run after ours).
+OTHER_ACL_USERS = ("torch_npu", "mindspore", "acl", "npu_bridge", "tbe")
+
+
 class Runtime:
     """ACL initialised, our device, context and stream, and the loaded kernel library."""
 
-    def __init__(self, acl, kernel, context, stream, owns_init):
+    def __init__(self, acl, kernel, context, stream, owns_init, worker=None, acl_path=None,
+                 kernel_path=None, soc=""):
         self.acl, self.kernel = acl, kernel
         self.context, self.stream = context, stream
         self.owns_init = owns_init  # False when another framework ran aclInit: never finalise
+        self.worker = worker  # the device thread every ACL call of this runtime runs on
+        self.acl_path, self.kernel_path, self.soc = acl_path, kernel_path, soc
         self.pid = os.getpid()
         self.closed = False
         self._lock = threading.Lock()
@@ -72,21 +118,26 @@ class Runtime:
             raise NpuUnavailableError(reason)
         self.acl.check(self.acl.aclrtSetCurrentContext(self.context), "aclrtSetCurrentContext")
 
-    @contextlib.contextmanager
-    def session(self):
-        """One call's device work: exclusive use of the stream; every buffer freed at the end."""
+    def call(self, work):
+        """``work(session)`` on the device thread: exclusive use of the stream, our context
+        current there, every buffer freed at the end; its result, or its exception."""
         reason = self.unusable_reason()  # before the lock, which a fork may have left held
         if reason:
             raise NpuUnavailableError(reason)
-        with self._lock:
-            self.bind()
-            session = Session(self)
-            try:
-                yield session
-            except BaseException:
-                session.release(after_error=True)
-                raise
-            session.release(after_error=False)
+
+        def on_device_thread():
+            with self._lock:
+                self.bind()
+                session = Session(self)
+                try:
+                    result = work(session)
+                except BaseException:
+                    session.release(after_error=True)
+                    raise
+                session.release(after_error=False)
+                return result
+
+        return self.worker.run(on_device_thread)
 
     def close(self):
         """Tear down in reverse order of bring-up; best effort, at most once, never in a child."""
@@ -101,11 +152,19 @@ class Runtime:
                 lambda: acl.aclrtDestroyContext(self.context),
                 lambda: acl.aclrtResetDevice(DEVICE_ID),
             ]
-            if self.owns_init:
+            if self.owns_init and not any(name in sys.modules for name in OTHER_ACL_USERS):
                 steps.append(acl.aclFinalize)
-            for step in steps:
-                with contextlib.suppress(Exception):
-                    step()
+
+            def teardown():
+                for step in steps:
+                    with contextlib.suppress(Exception):
+                        step()
+
+            if self.worker is None:
+                teardown()
+            else:
+                self.worker.run(teardown)
+                self.worker.stop()
 
 
 class Session:
@@ -189,6 +248,18 @@ def _bring_up():
     if reason:
         raise NpuUnavailableError(reason)
     acl_path, kernel_path = find_acl_library(), find_kernel_library()
+    worker = _DeviceThread()
+    try:
+        runtime = worker.run(lambda: _bring_up_here(acl_path, kernel_path, worker))
+    except BaseException:
+        worker.stop()
+        raise
+    atexit.register(runtime.close)
+    return runtime
+
+
+def _bring_up_here(acl_path, kernel_path, worker):
+    """The bring-up steps, on the device thread."""
     acl = open_library(acl_path, "acl")
     undo = []
     try:
@@ -220,9 +291,7 @@ def _bring_up():
             with contextlib.suppress(Exception):
                 step()
         raise
-    runtime = Runtime(acl, kernel, context, stream, owns_init)
-    atexit.register(runtime.close)
-    return runtime
+    return Runtime(acl, kernel, context, stream, owns_init, worker, acl_path, kernel_path, soc)
 
 
 def get():
@@ -239,6 +308,14 @@ def get():
     if _failure is not None:
         raise NpuUnavailableError(_failure)
     return _runtime
+
+
+def disable(reason):
+    """Use the NPU no more in this process (after a device error in a call): from now on it is
+    unavailable, for ``reason``."""
+    global _failure
+    with _lock:
+        _failure = reason
 
 
 def unavailable_reason():

@@ -1,12 +1,14 @@
 """Which backend runs conv_backward_input: ``auto`` (the default), ``cpu`` or ``npu``.
 
 ``pypto.set_device(...)`` wins over the ``PYPTO_DEVICE`` environment variable, which wins over
-``auto``. ``auto`` uses the NPU when it is available (and the problem has a launch plan on it),
-else the CPU; ``npu`` requested but unavailable raises, naming the reason. Cheap on every call:
-this module loads nothing, and availability is computed once per process.
+``auto``. ``auto`` uses the NPU when it is available, its kernel passed the self-check on this
+device (``_trust``) and the problem has a launch plan on it, else the CPU; ``npu`` requested but
+unavailable raises, naming the reason. Cheap on every call: this module loads nothing, and
+availability and the verdict are computed once per process.
 """
 
 import os
+import warnings
 
 from ..error import FeError, argument_errors_are_pypto_errors
 from ._discovery import quick_unavailable_reason
@@ -48,7 +50,9 @@ def _source():
 def select_backend(call=None):
     """``"cpu"`` or ``"npu"`` for the next call (``call``: a ValidatedCall, to check its plan).
 
-    Raises NpuUnavailableError (a PyptoError) when the NPU was requested and cannot run it.
+    ``auto`` takes the NPU only when its kernel passed the self-check on this device; ``npu``
+    takes it whatever the verdict (warning once when a known verdict failed). Raises
+    NpuUnavailableError (a PyptoError) when the NPU was requested and cannot run it.
     """
     device = get_device()
     if device == "cpu":
@@ -57,9 +61,10 @@ def select_backend(call=None):
     # it decides alone, without an import or a library load on every call
     reason = quick_unavailable_reason()
     if reason is None:
-        from . import unavailable_reason  # the full check: may load AscendCL
+        from . import runtime_unavailable_reason, unavailable_reason
 
-        reason = unavailable_reason()
+        # auto: the runtime and the self-check; npu: the runtime only
+        reason = unavailable_reason() if device == "auto" else runtime_unavailable_reason()
     if reason is None and call is not None:
         from ._plan import plan_launches
 
@@ -68,7 +73,26 @@ def select_backend(call=None):
         except NpuUnavailableError as exc:
             reason = exc.reason
     if reason is None:
+        if device == "npu":
+            _warn_if_untrusted()
         return "npu"
     if device == "npu":
         raise NpuUnavailableError(f"{_source()} requested, but the NPU cannot be used: {reason}")
     return "cpu"
+
+
+_warned = False
+
+
+def _warn_if_untrusted():
+    global _warned
+    if _warned:
+        return
+    from . import known_self_check
+
+    verdict = known_self_check()
+    if verdict is not None and not verdict["passed"]:
+        _warned = True
+        warnings.warn(f"pypto: {_source()} forces the NPU, whose kernel failed its self-check on "
+                      f"this device ({verdict['checked_at']}): {verdict['summary']}",
+                      RuntimeWarning, stacklevel=4)

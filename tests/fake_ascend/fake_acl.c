@@ -234,6 +234,15 @@ EXPORT aclError aclrtSetCurrentContext(void *context)
     return ACL_SUCCESS;
 }
 
+/* What another ACL user in the same thread (torch_npu) would see as its current context. */
+EXPORT aclError aclrtGetCurrentContext(void **context)
+{
+    if (!context) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtGetCurrentContext: null");
+    if (!t_context) return fail(ACL_ERROR_RT_CONTEXT_NULL, "no context is current in this thread");
+    *context = t_context;
+    return ACL_SUCCESS;
+}
+
 /* ---- streams -------------------------------------------------------------------------------- */
 EXPORT aclError aclrtCreateStream(void **stream)
 {
