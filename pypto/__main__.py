@@ -205,7 +205,27 @@ def _cmd_info(args):
     reason = pypto.device.unavailable_reason()
     print(f"npu: {'available' if reason is None else 'unavailable: ' + reason}; backend "
           f"requested: {pypto.get_device()} (set_device / PYPTO_DEVICE)")
+    verdict = pypto.device.known_self_check()
+    if verdict is not None:
+        print(f"npu self-check: {'passed' if verdict['passed'] else 'FAILED'} "
+              f"({verdict['checked_at']}, {verdict['source']}): {verdict['summary']}")
     return 0
+
+
+def _cmd_selfcheck(args):
+    """The NPU kernel's self-check on this device: exit 0 passed, 1 failed, 2 no NPU."""
+    reason = pypto.device.runtime_unavailable_reason()
+    if reason is not None:
+        raise pypto.device.NpuUnavailableError(f"no self-check: the NPU cannot run here: {reason}")
+    verdict = pypto.device.self_check(again=args.again)
+    print(f"pypto {pypto.__version__}: NPU self-check ({verdict['source']}, "
+          f"{verdict['checked_at']})")
+    for problem in verdict["problems"]:
+        print(f"  {'pass' if problem['passed'] else 'FAIL'}  {problem['problem']}"
+              + ("" if problem["passed"] else f": {problem['detail']}"))
+    print(f"verdict: {'PASS' if verdict['passed'] else 'FAIL'}: {verdict['summary']}; auto "
+          f"{'uses' if verdict['passed'] else 'does not use'} the NPU")
+    return 0 if verdict["passed"] else 1
 
 
 def _cmd_golden(args):
@@ -334,7 +354,8 @@ def main(argv=None):
         prog="python -m pypto", parents=[common],
         description="Run pypto.conv_backward_input on built-in examples (no command), on a "
                     "problem you give (run), explain a set of tiles (tiles), write a golden "
-                    "case for an NPU kernel (golden) or judge its result (compare).")
+                    "case for an NPU kernel (golden), judge its result (compare) or check the NPU kernel on this "
+                    "device (selfcheck).")
     parser.add_argument("--dtype", choices=["fp16", "bf16"], default=argparse.SUPPRESS,
                         help="default fp16")
     commands = parser.add_subparsers(dest="command")
@@ -346,6 +367,12 @@ def main(argv=None):
                                 help="explain how the NPU rules judge a set of tiles")
     _add_problem_args(tiles)
     commands.add_parser("info", parents=[common], help="version, kernel build and threads")
+    selfcheck = commands.add_parser(
+        "selfcheck", parents=[common],
+        help="check the NPU kernel against the CPU on this device (auto uses the NPU only after "
+             "this passed; the verdict is cached)")
+    selfcheck.add_argument("--again", action="store_true",
+                           help="run it even when a verdict is cached")
     golden = commands.add_parser(
         "golden", parents=[common],
         help="write random inputs, the float64 golden, pypto's result and a manifest to --out")
@@ -388,7 +415,7 @@ def main(argv=None):
     try:
         pypto.set_num_threads(args.threads)
         handler = {None: _cmd_examples, "run": _cmd_run, "tiles": _cmd_tiles,
-                   "info": _cmd_info, "golden": _cmd_golden,
+                   "info": _cmd_info, "selfcheck": _cmd_selfcheck, "golden": _cmd_golden,
                    "compare": _cmd_compare}[args.command]
         code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below

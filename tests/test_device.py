@@ -989,3 +989,26 @@ def test_the_callers_acl_context_is_left_as_it_was(fake_ascend, tmp_path):
         emit(dict(seen=seen, runs=fake_counter("kernel_runs")))
     """, fake_ascend.env(PYPTO_CACHE_DIR=str(tmp_path)))
     assert result["seen"] == [True, True] and result["runs"] > 10, result
+
+
+def test_selfcheck_and_info_commands(fake_ascend, tmp_path):
+    env = fake_ascend.env(PYPTO_CACHE_DIR=str(tmp_path))
+    pypto_cli = [sys.executable, "-m", "pypto"]
+
+    def cli(*args):
+        return subprocess.run(pypto_cli + list(args), capture_output=True, text=True, env=env,
+                              timeout=limit(300), cwd=str(ROOT / "tests"))
+
+    first = cli("selfcheck")
+    assert first.returncode == 0, first.stderr
+    assert "run in this process" in first.stdout and "verdict: PASS" in first.stdout
+    assert first.stdout.count("  pass  ") >= 10 and "7x7 stem" in first.stdout
+    info = cli("info")
+    assert "npu: available" in info.stdout and "npu self-check: passed" in info.stdout
+    assert "cached in" in info.stdout
+    again = cli("selfcheck", "--again")
+    assert again.returncode == 0 and "run in this process" in again.stdout
+    missing = subprocess.run(pypto_cli + ["selfcheck"], capture_output=True, text=True,
+                             env=dict(clean_env(), PYPTO_NPU_DEV_DIR=str(tmp_path)),
+                             timeout=limit(300), cwd=str(ROOT / "tests"))
+    assert missing.returncode == 2 and "no self-check: the NPU cannot run here" in missing.stderr
