@@ -20,7 +20,7 @@ from ._dtypes import DataType, numpy_dtype
 from ._memory import check_host_memory
 from ._numpy_dgrad import dgrad_gemm_col2im, gemm_col2im_bytes
 from ._tiling import ConvProblem, Tiling
-from ._validation import problem_from_shapes, rule_message, tile_violation
+from ._validation import _as_int, problem_from_shapes, rule_message, tile_violation
 from .error import ConvBpValueError, FeError
 from .pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
@@ -98,11 +98,11 @@ class Case:
 def _tile_triple(value, name, info_type):
     if isinstance(value, info_type):
         return tuple(value.as_tuple())
-    try:
-        triple = tuple(int(v) for v in value)
-    except (TypeError, ValueError):
+    try:  # ints and NumPy integers only: 16.5 is no tile (the op's TS0 says the same)
+        triple = tuple(_as_int(v) for v in value)
+    except TypeError:
         triple = None
-    if triple is None or len(triple) != 3 or any(isinstance(v, bool) for v in value):
+    if triple is None or len(triple) != 3 or None in triple:
         raise FeError(TypeError(f"{name} must be a {info_type.__name__} or 3 ints (M, K, N), "
                                 f"but got {value!r}"))
     return triple
@@ -143,9 +143,12 @@ def make_case(grad_output_shape, weight_shape, input_size, dtype, strides, paddi
     if violation is not None:
         raise ConvBpValueError(*violation)
     try:
-        vec = tuple(DEFAULT_VEC if vec is None else (int(v) for v in vec))
-    except (TypeError, ValueError):
-        raise FeError(TypeError(f"vec must be 4 or 5 ints, but got {vec!r}")) from None
+        values = tuple(DEFAULT_VEC if vec is None else (_as_int(v) for v in vec))
+    except TypeError:
+        values = (None,)
+    if None in values:
+        raise FeError(TypeError(f"vec must be 4 or 5 ints, but got {vec!r}"))
+    vec = values
     message = rule_message("V1", problem, tiling, list(vec))
     if message is not None:
         raise ConvBpValueError("V1", message)

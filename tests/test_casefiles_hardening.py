@@ -367,3 +367,16 @@ def test_empty_paths_are_refused(case, tmp_path, monkeypatch, blank):
         _one_error(code, err, option)
         assert "empty or blank path" in err and out == ""
     assert sorted(os.listdir(".")) == before and not os.path.exists(".png")
+
+
+@pytest.mark.parametrize("tiles, vec", [
+    (((16.5, 144, 16), (16, 16, 16)), None), (((16, 144, 16), (16, 16.0, 16)), None),
+    (((16, 144, 16), (16, 16, "16")), None), (None, [16, 16.5, 16, 16]),
+    (None, [16, True, 16, 16])])
+def test_golden_cases_take_int_tiles_only(tiles, vec):
+    """make_case (pypto golden, testing.compare) read tiles with int(): 16.5 became 16."""
+    from pypto._golden import make_case
+
+    with pytest.raises(pypto.PyptoError, match="ints"):
+        make_case([1, 16, 5, 32], [16, 16, 3, 3], None, "fp16", [1, 1], [1, 1, 1, 1], [1, 1],
+                  tiles, vec=vec)
