@@ -67,10 +67,10 @@ def load_by_path(name, *path):
     return module
 
 
-# One build of the kernel per ISA level, with the flags of pypto/_kernels/isa_levels.py (the one
-# table of levels); pypto._cpu imports a level's module only on a CPU that has its features.
+# One build of the kernel per ISA level, with the flags of pypto/_kernels/levels.py (the one
+# table of levels); pypto._kernels.dispatch imports a level's module only on a CPU that has its features.
 # The micro-kernel header selects its SIMD code from the macros these flags define.
-ISA = load_by_path("pypto_isa_levels", "pypto", "_kernels", "isa_levels.py")
+ISA = load_by_path("pypto_isa_levels", "pypto", "_kernels", "levels.py")
 
 
 def compiler_accepts(flags):
@@ -97,12 +97,12 @@ def extensions():
 
     omp_compile, omp_link = openmp_flags()
     # The feature check: baseline flags only, since it runs before anything else is known.
-    features = Extension("pypto._kernels._cpu_features", ["pypto/_kernels/_cpu_features.pyx"],
-                         include_dirs=["pypto/_kernels/include"], extra_compile_args=["-O2"])
+    features = Extension("pypto._kernels.features", ["pypto/_kernels/features.pyx"],
+                         include_dirs=["pypto/_kernels"], extra_compile_args=["-O2"])
     kernels = [Extension(
-        f"pypto._kernels._dgrad_{level.name}",
-        [f"pypto/_kernels/_dgrad_{level.name}.pyx"],
-        include_dirs=["pypto/_kernels/include"],
+        f"pypto._kernels.kernel.dgrad_{level.name}",
+        [f"pypto/_kernels/kernel/dgrad_{level.name}.pyx"],
+        include_dirs=["pypto/_kernels/kernel"],
         # fp-contract off: a*b+c in plain C stays two roundings at every level, so only the
         # micro-kernels' explicit FMAs differ between levels.
         extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off"] + list(level.flags)
@@ -115,15 +115,15 @@ def extensions():
 
 
 class BuildPyWithNpuKernel(build_py):
-    """Also build the AscendC kernel library into pypto/device/lib when a CANN toolkit is found
+    """Also build the AscendC kernel library into pypto/_npu/lib when a CANN toolkit is found
     (otherwise one line says why it was skipped, and the install goes on)."""
 
     def run(self):
         super().run()
         package = "pypto" if getattr(self, "editable_mode", False) \
             else os.path.join(self.build_lib, "pypto")
-        load_by_path("pypto_ascendc_build", "pypto", "device", "kernel", "build.py") \
-            .build_kernel_library(os.path.join(package, "device", "lib"))
+        load_by_path("pypto_ascendc_build", "pypto", "_npu", "kernel", "build.py") \
+            .build_kernel_library(os.path.join(package, "_npu", "lib"))
 
 
 setup(ext_modules=extensions(), cmdclass={"build_py": BuildPyWithNpuKernel})

@@ -20,13 +20,13 @@ import numpy as np
 import pypto
 import pypto.device as device
 from pypto import pypto_impl
-from pypto.__main__ import EXAMPLES
-from pypto._cpu import conv_backward_input_cpu
+from pypto._cli import EXAMPLES
+from pypto._kernels.dispatch import conv_backward_input_cpu
 from pypto._dtypes import numpy_dtype
-from pypto._validation import validate_conv_backward_input
-from pypto.device._plan import plan_launches
+from pypto._core.rules import validate_conv_backward_input
+from pypto._npu.plan import plan_launches
 
-# Problems the AscendC API cannot hold in one launch: pypto/device/_decompose.py rewrites them.
+# Problems the AscendC API cannot hold in one launch: pypto/_npu/decompose.py rewrites them.
 REWRITTEN = {
     "stride 7, dilations 32x19 (stride and dilation phases)": (
         (1, 16, 39, 92), (16, 16, 6, 6), (1, 16, 218, 1), (7, 1), (106, 106, 93, 93), (32, 19),

@@ -6,14 +6,23 @@ storage, fp32 accumulation, one round-to-nearest-even rounding).
 """
 
 from . import error, frontend, pypto_impl
-from ._config import (get_convbp_input_tile_shapes, get_num_threads, get_options,
-                      get_vec_tile_shapes, options, reset_options, set_convbp_input_tile_shapes,
-                      set_num_threads, set_options, set_vec_tile_shapes)
-from ._controller import function
+from ._core.options import (
+    get_convbp_input_tile_shapes,
+    get_num_threads,
+    get_options,
+    get_vec_tile_shapes,
+    options,
+    reset_options,
+    set_convbp_input_tile_shapes,
+    set_num_threads,
+    set_options,
+    set_vec_tile_shapes,
+)
+from ._core.controller import function
 from ._convbp import conv_backward_input, conv_backward_input_size_range
 from ._dtypes import DataType, TileOpFormat
-from ._explain import TilingReport, explain_convbp_input_tiling
-from ._suggest import suggest_convbp_input_tile_shapes
+from ._core.explain import TilingReport, explain_convbp_input_tiling
+from ._core.suggest import suggest_convbp_input_tile_shapes
 from ._version import __version__
 from .config import ConvBpTile
 from .device import get_device, set_device

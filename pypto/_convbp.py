@@ -2,9 +2,9 @@
 
 import warnings
 
-from ._shapes import clipped_bounds
+from ._core.shapes import clipped_bounds
 from .device import AclError, disable_after_error, get_device, select_backend
-from ._validation import size_range_args, validate_conv_backward_input
+from ._core.rules import size_range_args, validate_conv_backward_input
 from .error import ConvBpValueError, FeError, argument_errors_are_pypto_errors
 from .tensor import Tensor
 
@@ -77,7 +77,7 @@ try:
     # Imported with pypto, not on the first call: a fork while another thread is inside that
     # import would leave the child waiting forever on CPython's lock of the module. (This
     # reads the CPU's features; the kernel itself loads on first use.)
-    from ._cpu import conv_backward_input_cpu as _cpu_compute
+    from ._kernels.dispatch import conv_backward_input_cpu as _cpu_compute
 except ImportError:  # the unbuilt source tree: the first call says how to build it
     _cpu_compute = None
 
@@ -85,7 +85,7 @@ except ImportError:  # the unbuilt source tree: the first call says how to build
 def _cpu():
     global _cpu_compute
     if _cpu_compute is None:
-        from ._cpu import conv_backward_input_cpu
+        from ._kernels.dispatch import conv_backward_input_cpu
         _cpu_compute = conv_backward_input_cpu
     return _cpu_compute
 

@@ -6,10 +6,10 @@
 >>> result.plot("dx.png")      # heatmap per channel block, M tile boundaries drawn
 >>> pypto.testing.assert_dgrad_close(npu_dx, dy, w, ...)   # AssertionError with the verdicts
 
-The golden is dx in float64 from the fp16/bf16 inputs (``pypto._golden``); the second benchmark
+The golden is dx in float64 from the fp16/bf16 inputs (``pypto._golden.case``); the second benchmark
 of the dual standard is pypto's own same-precision CPU result with the same tiles; the standards
-and their thresholds are ``pypto._accuracy.STANDARDS``; the localisation is
-``pypto._localise``. Every bad argument raises a PyptoError before anything is computed.
+and their thresholds are ``pypto._golden.accuracy.STANDARDS``; the localisation is
+``pypto._golden.localise``. Every bad argument raises a PyptoError before anything is computed.
 """
 
 import math
@@ -17,14 +17,22 @@ from dataclasses import asdict
 
 import numpy as np
 
-from . import _accuracy, _config
+from ._golden import accuracy as _accuracy
+from ._core import options as _config
 from ._dtypes import DataType, from_numpy_dtype, numpy_dtype
-from ._golden import (comparison_bytes, error_bound, golden_bytes, golden_dgrad, make_case,
-                      parse_dtype, pypto_dgrad)
-from ._localise import PLOT_UNITS, Localisation
-from ._validation import _as_int
+from ._golden.case import (
+    comparison_bytes,
+    error_bound,
+    golden_bytes,
+    golden_dgrad,
+    make_case,
+    parse_dtype,
+    pypto_dgrad,
+)
+from ._golden.localise import PLOT_UNITS, Localisation
+from ._core.rules import _as_int
 from ._version import __version__
-from ._memory import check_host_memory
+from ._core.memory import check_host_memory
 from .error import FeError, argument_errors_are_pypto_errors
 from .pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
@@ -42,11 +50,11 @@ class CompareResult:
     Attributes
     ----------
     case : the problem, dtype and tiles judged
-    metrics, reference_metrics : ``pypto._accuracy.Metrics`` of the result and of pypto's own
-    verdicts : {standard id: ``pypto._accuracy.Verdict``}, every standard
+    metrics, reference_metrics : ``pypto._golden.accuracy.Metrics`` of the result and of pypto's own
+    verdicts : {standard id: ``pypto._golden.accuracy.Verdict``}, every standard
     standard : the standard that decides ``passed`` ("all": every one)
     passed : bool
-    localisation : ``pypto._localise.Localisation``
+    localisation : ``pypto._golden.localise.Localisation``
     golden, actual, reference : the float64 golden, the result, pypto's own result
     """
 
@@ -111,7 +119,7 @@ class CompareResult:
         return self.report()
 
     def plot(self, path, units="ulp"):
-        """Heatmap of the error (see ``pypto._localise.Localisation.plot``, which checks the
+        """Heatmap of the error (see ``pypto._golden.localise.Localisation.plot``, which checks the
         path before drawing); returns ``path``."""
         if not isinstance(units, str):  # the membership test would compare an array elementwise
             raise FeError(TypeError(f"units must be one of {', '.join(PLOT_UNITS)}, but got "

@@ -1,10 +1,10 @@
 """Problems for the NPU planner's tests: random extreme ones the op accepts, with legal tiles,
 and the reviewed case that left the AscendC API's envelope (issue 13, finding 2)."""
 
-from pypto._shapes import forward_out_size
-from pypto._tiling import C0, ConvProblem, Tiling
+from pypto._core.shapes import forward_out_size
+from pypto._core.tiling import C0, ConvProblem, Tiling
 from pypto._dtypes import DataType
-from pypto._validation import problem_from_shapes, tile_violation
+from pypto._core.rules import problem_from_shapes, tile_violation
 
 # n=1, Cin 11, Cout 13, dx 240x18286, dy 3x300, kernel 23x22, stride 13x61, pads 71/38,
 # dilation 16x4: a dilation-phase piece got backpropPadUp 8 over a 2-row dy window, so the API's

@@ -7,12 +7,12 @@ negative-stride views, Fortran order, read-only, misaligned, big-endian and zero
 (broadcast) arrays, wrong dtypes, output arrays that alias the inputs in a ``pypto.jit``
 kernel, read-only and big-endian output arrays, torch tensors.
 
-The memory guard (pypto._cpu): before allocating, a data call estimates its output, packed
+The memory guard (pypto._kernels.dispatch): before allocating, a data call estimates its output, packed
 weights, per-thread scratch and input copies; above the limit (``memory_limit`` option,
 ``PYPTO_MEMORY_LIMIT``, default 80% of available memory) it raises
 ``pypto.error.PyptoMemoryError`` (a PyptoError and a MemoryError) naming the numbers.
 
-64-bit indexing: every index and offset in the kernel (pypto/_kernels/_dgrad_impl.pxi) is an
+64-bit indexing: every index and offset in the kernel (pypto/_kernels/kernel/dgrad.pxi) is an
 ``int64_t`` (image, channel, row and column offsets, work items, panel sizes), and the guard's
 estimate is Python integer arithmetic. ``test_guard_arithmetic_beyond_32_bits`` checks the
 estimate on a shape of more than 2**31 elements, always; ``test_output_beyond_2_31_elements``
@@ -620,8 +620,8 @@ def test_array_changed_in_place_after_wrapping_is_refused(which, new_shape, new_
 
 
 def test_kernel_entry_refuses_arrays_that_are_not_the_validated_shapes():
-    from pypto._cpu import conv_backward_input_cpu
-    from pypto._validation import validate_conv_backward_input
+    from pypto._kernels.dispatch import conv_backward_input_cpu
+    from pypto._core.rules import validate_conv_backward_input
     dy, w = make_data(SAME, FP16, np.random.default_rng(3))
     set_tiles(*auto_tiles(SAME))
     call = validate_conv_backward_input(pypto.from_numpy(dy), size_of(SAME), pypto.from_numpy(w),
@@ -666,7 +666,7 @@ def test_moving_into_an_array_reshaped_since_wrapping_is_refused():
 _ADDRESS_SPACE_SCRIPT = """
 import resource
 import numpy as np, pypto
-from pypto._memory import address_space_room
+from pypto._core.memory import address_space_room
 from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 with open("/proc/self/statm") as f:
     mapped = int(f.read().split()[0]) * resource.getpagesize()
@@ -743,7 +743,7 @@ def test_an_array_subclass_cannot_lie_about_its_buffer(which, lie):
 def test_the_kernel_refuses_buffers_whose_dimensions_disagree():
     """The second line of defence: the kernel itself compares N, Cout and Cin of its three
     buffers before it reads or writes any of them."""
-    from pypto._cpu import _kernel
+    from pypto._kernels.dispatch import _kernel
 
     dy, w, dx = (np.zeros(s, np.uint16) for s in ((1, 16, 4, 4), (16, 48, 3, 3), (1, 16, 4, 4)))
     with pytest.raises(ValueError, match="buffer shapes disagree"):
@@ -763,7 +763,7 @@ def test_the_guard_counts_the_real_peak_of_the_inf_weight_recomputation(chunk_bu
     recomputation, whose guard counted 43% of what it held. Now the recomputation runs in
     channel chunks and the guard's figure bounds the peak NumPy allocates (tracemalloc), with
     one chunk (the default budget) or many (a 1 MiB budget)."""
-    import pypto._nonfinite as nonfinite
+    import pypto._core.nonfinite as nonfinite
 
     if chunk_budget:
         monkeypatch.setattr(nonfinite, "_CHUNK_BUDGET", chunk_budget)

@@ -29,7 +29,7 @@ def test_bench_prints_the_measured_peak_of_the_level_in_use():
 def test_peak_loops_count_their_flops_at_every_level_this_cpu_runs():
     """The flop count the benchmark divides by: 12 chains x the level's fp32 lanes x 2 per step
     (x 2 again for the bf16 dot product's pairs); the timing itself asserts nothing."""
-    from pypto import _cpu
+    from pypto._kernels import dispatch as _cpu
     lanes = {"baseline": 4, "avx2": 8, "avx512": 16, "avx512_bf16": 16}
     runnable = [level for level in _cpu.CPU_LEVELS if level in _cpu.BUILT_LEVELS]
     assert runnable

@@ -19,7 +19,7 @@ import pytest
 
 import pypto
 from pypto import __main__ as cli
-from pypto._golden import draw_inputs, golden_dgrad, make_case
+from pypto._golden.case import draw_inputs, golden_dgrad, make_case
 
 from _reference import dgrad_reference
 
@@ -114,7 +114,7 @@ def test_golden_force_deletes_the_old_kernel_results(case):
 
 
 def test_an_interrupted_golden_leaves_no_manifest(case, monkeypatch):
-    from pypto import _casefiles
+    from pypto._golden import files as _casefiles
 
     calls = []
 
@@ -323,7 +323,7 @@ def test_a_nan_golden_is_refused_not_passed(case):
 def test_check_golden_accepts_true_goldens_and_finds_wrong_ones(dtype, dy_shape, w_shape,
                                                                  strides, paddings, dilations,
                                                                  extra):
-    from pypto._golden import check_golden
+    from pypto._golden.case import check_golden
 
     (hin, _), (win, _) = pypto.conv_backward_input_size_range(dy_shape, w_shape, strides,
                                                               paddings, dilations)
@@ -375,7 +375,7 @@ def test_empty_paths_are_refused(case, tmp_path, monkeypatch, blank):
     (None, [16, True, 16, 16])])
 def test_golden_cases_take_int_tiles_only(tiles, vec):
     """make_case (pypto golden, testing.compare) read tiles with int(): 16.5 became 16."""
-    from pypto._golden import make_case
+    from pypto._golden.case import make_case
 
     with pytest.raises(pypto.PyptoError, match="ints"):
         make_case([1, 16, 5, 32], [16, 16, 3, 3], None, "fp16", [1, 1], [1, 1, 1, 1], [1, 1],

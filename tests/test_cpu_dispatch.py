@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from pypto._cpu import BUILT_LEVELS, CPU_FEATURES, CPU_LEVELS, kernel_info
-from pypto._kernels import isa_levels
+from pypto._kernels.dispatch import BUILT_LEVELS, CPU_FEATURES, CPU_LEVELS, kernel_info
+from pypto._kernels import levels as isa_levels
 
 from _slowdown import limit
 
@@ -31,7 +31,7 @@ def _python(code, **env):
 
 def _loaded_kernels_after(code, **env):
     done = _python(code + "\nimport sys, json\nprint(json.dumps(sorted(m for m in sys.modules "
-                   "if m.startswith('pypto._kernels._dgrad_'))))", **env)
+                   "if m.startswith('pypto._kernels.kernel.dgrad_'))))", **env)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -49,12 +49,12 @@ pypto.conv_backward_input(dy, [1, 16, 4, 4], w, pypto.DT_FP16, [1, 1], [1, 1, 1,
 
 def test_import_loads_no_kernel_module():
     """`import pypto` and `pypto --help` run no kernel module's code at all."""
-    assert _loaded_kernels_after("import pypto, pypto._cpu, pypto.__main__") == []
+    assert _loaded_kernels_after("import pypto, pypto._kernels.dispatch, pypto._cli") == []
 
 
 @pytest.mark.parametrize("level", [lv for lv in CPU_LEVELS if lv in BUILT_LEVELS])
 def test_only_the_chosen_level_is_loaded(level):
-    assert _loaded_kernels_after(_ONE_CALL, PYPTO_CPU_ISA=level) == [f"pypto._kernels._dgrad_{level}"]
+    assert _loaded_kernels_after(_ONE_CALL, PYPTO_CPU_ISA=level) == [f"pypto._kernels.kernel.dgrad_{level}"]
 
 
 def test_default_is_the_best_runnable_level():
@@ -70,7 +70,7 @@ def test_a_level_the_cpu_lacks_is_refused_before_its_code_loads():
     if not higher:
         pytest.skip("only the baseline level is built here")
     code = f"""
-import sys, pypto._cpu as cpu
+import sys, pypto._kernels.dispatch as cpu
 from pypto.error import PyptoRtError
 cpu.CPU_FEATURES = {{}}
 for level in {higher!r}:
@@ -80,7 +80,7 @@ for level in {higher!r}:
         assert "lacks" in str(exc) and "avx" in str(exc), exc
     else:
         raise SystemExit(level + " was loaded")
-print(sorted(m for m in sys.modules if m.startswith("pypto._kernels._dgrad_")))
+print(sorted(m for m in sys.modules if m.startswith("pypto._kernels.kernel.dgrad_")))
 """
     done = _python(code)
     assert done.returncode == 0, done.stderr

@@ -29,8 +29,8 @@ import pytest
 
 import pypto
 
-from pypto.device import _launch_struct as layout
-from pypto.device._plan import MAX_BACKPROP_PAD, axis_window
+from pypto._npu import launch_struct as layout
+from pypto._npu.plan import MAX_BACKPROP_PAD, axis_window
 
 from _slowdown import limit
 
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FAKE_SOURCES = ROOT / "tests" / "fake_ascend"
 # the installed package's copy (the wheel ships the kernel sources): CI runs the tests against
 # an installed pypto, on AArch64 without the source tree beside them
-KERNEL_SOURCES = Path(importlib.util.find_spec("pypto.device.kernel")
+KERNEL_SOURCES = Path(importlib.util.find_spec("pypto._npu.kernel")
                       .submodule_search_locations[0])
 CC = shutil.which("gcc") or shutil.which("cc")
 needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler to build the fake AscendCL runtime")
@@ -90,8 +90,8 @@ PRELUDE = textwrap.dedent("""
     import numpy as np
     import pypto
     from pypto import pypto_impl
-    from pypto._validation import validate_conv_backward_input
-    from pypto._cpu import conv_backward_input_cpu
+    from pypto._core.rules import validate_conv_backward_input
+    from pypto._kernels.dispatch import conv_backward_input_cpu
     import pypto.device as device
 
     def make_call(case):
@@ -144,7 +144,7 @@ def test_without_an_npu_is_available_is_false_fast_and_loads_nothing():
         seconds = time.perf_counter() - start
         emit(dict(available=available, ms=seconds * 1e3, reason=device.unavailable_reason(),
                   acl_mapped=("ascendcl" in maps_after_import + open("/proc/self/maps").read()),
-                  runtime_imported="pypto.device._runtime" in sys.modules))
+                  runtime_imported="pypto._npu.runtime" in sys.modules))
     """, clean_env())
     assert result["available"] is False
     assert result["ms"] < limit(10), result
@@ -287,7 +287,7 @@ CASES = [
           max_blocks=5, expect_launches=3),
     _case("ResNet 3x3 layer", [1, 64, 56, 56], [64, 64, 3, 3], [1, 64, 56, 56], [1, 1],
           [1, 1, 1, 1], [1, 1], [112, 576, 64], [112, 144, 64]),
-    # What no single launch fits (pypto/device/_decompose.py):
+    # What no single launch fits (pypto/_npu/decompose.py):
     _case("dilation 63: 63x63 dilation phases", [1, 16, 130, 130], [16, 16, 3, 3],
           [1, 16, 256, 256], [1, 1], [0, 0, 0, 0], [63, 63], [1, 144, 16], [16, 16, 16],
           expect_pieces=63 * 63),
@@ -317,8 +317,8 @@ def test_npu_path_equals_the_cpu_kernel(fake_ascend, dtype):
     """
     cases = [dict(case, dtype=dtype) for case in CASES]
     results = run_python(f"""
-        import pypto.device._plan as plan_module
-        from pypto.device._plan import plan_launches
+        import pypto._npu.plan as plan_module
+        from pypto._npu.plan import plan_launches
         out = []
         for case in {cases!r}:
             if "max_blocks" in case:
@@ -374,7 +374,7 @@ def test_a_problem_without_a_plan_goes_to_the_cpu_in_auto_and_raises_in_npu_mode
     case = _case("no L1", [1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], [1, 1], [1, 1, 1, 1],
                  [1, 1], [16, 144, 16], [16, 16, 16], dtype="DT_FP16")
     result = run_python(f"""
-        import pypto.device._plan as plan_module
+        import pypto._npu.plan as plan_module
         plan_module.L1_API_BYTES = 0
         call = make_call({case!r})
         out = dict(auto=device.select_backend(call))
@@ -401,7 +401,7 @@ def test_the_npu_path_checks_host_memory_before_touching_the_device(fake_ascend)
     case = dict(next(c for c in CASES if c.get("expect_folded")), dtype="DT_FP16")
     result = run_python(f"""
         import tracemalloc
-        from pypto.device._plan import plan_launches
+        from pypto._npu.plan import plan_launches
         call = make_call({case!r})
         dy, w = arrays({case!r}, True)
         estimate = plan_launches(call).host_bytes(call.problem)
@@ -525,7 +525,7 @@ def test_a_forked_child_refuses_the_parents_runtime(fake_ascend):
             except device.NpuUnavailableError as exc:
                 child["error"] = str(exc)
             child["available"] = device.is_available()
-            pypto.device._runtime.get().close()  # atexit's teardown must not touch the parent's
+            pypto._npu.runtime.get().close()  # atexit's teardown must not touch the parent's
             child["finalize"] = fake_counter("finalize")
             child["reset"] = fake_counter("reset_device")
             os.write(write, json.dumps(child).encode())
@@ -603,7 +603,7 @@ def test_a_truncated_library_is_refused_before_it_is_loaded(fake_ascend, tmp_pat
 
 
 def test_files_that_are_no_shared_library_are_refused_with_the_reason(tmp_path):
-    from pypto.device._elf import elf_problem
+    from pypto._npu.elf import elf_problem
     text = tmp_path / "text.so"
     text.write_text("not a library\n" * 10)
     assert elf_problem(text) == "it is not an ELF file"
@@ -641,13 +641,13 @@ def envelope(fake_ascend):
 def _plan_launches(p, t, dtype=None):
     """One launch struct per launch stripe of every piece of the call's plan."""
     from pypto._dtypes import DataType
-    from pypto.device._plan import _call_plan
+    from pypto._npu.plan import _call_plan
     plan = _call_plan(p, t, dtype or DataType.DT_FP16)
     return [(pp, pp.launches.launch(stripe, 0, 1, 0, 1)) for pp in plan.pieces for stripe in pp.runs]
 
 
 def test_the_envelope_check_sees_a_wrapped_row_count_and_an_empty_block(envelope):
-    from pypto._tiling import ConvProblem, Tiling
+    from pypto._core.tiling import ConvProblem, Tiling
     p = ConvProblem(1, 16, 16, 12, 12, 12, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1)
     (_, launch), = _plan_launches(p, Tiling(12, 144, 16, 16, 16, 16))
     assert envelope(launch) == ""
@@ -715,9 +715,9 @@ def test_axis_windows_cover_every_contribution_with_padding_inside_the_api_envel
 
 
 def test_user_tiles_map_onto_the_api_fields():
-    from pypto._tiling import ConvProblem, Tiling
+    from pypto._core.tiling import ConvProblem, Tiling
     from pypto._dtypes import DataType
-    from pypto.device._plan import _plan
+    from pypto._npu.plan import _plan
 
     p = ConvProblem(2, 40, 20, 14, 18, 7, 9, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1)
     plan = _plan(p, Tiling(36, 288, 32, 32, 64, 16), DataType.DT_BF16)
@@ -826,7 +826,7 @@ def test_a_huge_tile_ml1_is_clipped_to_the_image_not_truncated_in_the_launch_str
         dy, w = arrays({case!r}, True)
         npu = device.conv_backward_input_npu(call, dy, w)
         cpu = conv_backward_input_cpu(call, dy, w)
-        from pypto.device._plan import plan_launches
+        from pypto._npu.plan import plan_launches
         rows = [p.launches.rows_per_task for p in plan_launches(call).pieces if p.runs]
         emit(dict(equal=bool(np.array_equal(npu.view(np.uint16), cpu.view(np.uint16))),
                   rows=rows, faults=fake_counter("kernel_faults")))
@@ -837,7 +837,7 @@ def test_a_huge_tile_ml1_is_clipped_to_the_image_not_truncated_in_the_launch_str
 
 def test_launch_struct_fields_refuse_values_that_do_not_fit():
     """ctypes keeps only the low bits of an int too wide for its field: filled() refuses."""
-    from pypto.device._launch_struct import ConvDxLaunch, filled
+    from pypto._npu.launch_struct import ConvDxLaunch, filled
 
     assert filled(ConvDxLaunch, rowsPerTask=(1 << 32) - 1).rowsPerTask == (1 << 32) - 1
     for bad in (1 << 32, -1):
@@ -848,7 +848,7 @@ def test_launch_struct_fields_refuse_values_that_do_not_fit():
 def test_copy_in_passes_the_buffers_size_as_dest_max():
     """aclrtMemcpy's destMax is the device buffer's size, not the source's, so the runtime's own
     bound holds; a source larger than the buffer is refused before any copy."""
-    from pypto.device._runtime import Session
+    from pypto._npu.runtime import Session
 
     calls = []
 

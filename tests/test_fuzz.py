@@ -42,7 +42,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import pypto
-from pypto._config import MAX_THREADS
+from pypto._core.options import MAX_THREADS
 from pypto.error import ConvBpInputError
 
 import strategies as S
@@ -390,7 +390,7 @@ def test_library_check_never_raises_and_what_it_passes_loads(data, tmp_path_fact
     """elf_problem (run before dlopen) on a real shared library cut anywhere or with header
     bytes changed: it returns a reason or None, never raises, and what it passes loads
     without ending the process."""
-    from pypto.device._elf import elf_problem
+    from pypto._npu.elf import elf_problem
     library = next(pathlib.Path(np.__file__).parent.rglob("_multiarray_umath*.so"))
     original = library.read_bytes()
     cut = data.draw(st.integers(0, len(original) - 1))

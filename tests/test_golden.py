@@ -19,8 +19,8 @@ import pytest
 import pypto
 import pypto.testing as T
 from pypto import __main__ as cli
-from pypto._golden import draw_inputs, golden_dgrad, make_case, pypto_dgrad
-from pypto._localise import task_grid
+from pypto._golden.case import draw_inputs, golden_dgrad, make_case, pypto_dgrad
+from pypto._golden.localise import task_grid
 
 from _reference import dgrad_abs_reference, dgrad_brute_force, dgrad_reference
 from _slowdown import limit
@@ -300,8 +300,8 @@ def test_the_comparison_is_memory_guarded():
 
 
 def test_the_m_tiles_and_channel_blocks_are_the_npu_plans():
-    from pypto._tiling import Tiling
-    from pypto._validation import problem_from_shapes
+    from pypto._core.tiling import Tiling
+    from pypto._core.rules import problem_from_shapes
 
     for dy, wt, size, tiling, expected in [
             ([2, 32, 12, 12], [32, 40, 3, 3], [2, 40, 12, 12], Tiling(36, 288, 16, 32, 144, 16),

@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pypto._cpu import BUILT_LEVELS, CPU_LEVELS, kernel_info, load_level
+from pypto._kernels.dispatch import BUILT_LEVELS, CPU_LEVELS, kernel_info, load_level
 
 from _slowdown import limit
 
@@ -36,7 +36,7 @@ def test_numerics_suite_passes_at_level(level):
 
 @pytest.mark.parametrize("level", RUNNABLE)
 def test_forced_level_is_used(level):
-    done = _run(["-c", "from pypto._cpu import kernel_info; print(kernel_info()['isa'])"], level)
+    done = _run(["-c", "from pypto._kernels.dispatch import kernel_info; print(kernel_info()['isa'])"], level)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == level
 

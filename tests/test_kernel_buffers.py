@@ -10,8 +10,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pypto._cpu import BUILT_LEVELS, CPU_LEVELS, load_level
-from pypto._tiling import ConvProblem, Tiling
+from pypto._kernels.dispatch import BUILT_LEVELS, CPU_LEVELS, load_level
+from pypto._core.tiling import ConvProblem, Tiling
 
 LEVELS = [level for level in CPU_LEVELS if level in BUILT_LEVELS]
 
@@ -91,7 +91,7 @@ def test_scan_magnitudes_matches_numpy(level, dtype, threads):
 
 def test_release_kernel_buffers_frees_what_the_op_kept():
     import pypto
-    from pypto import _cpu
+    from pypto._kernels import dispatch as _cpu
 
     dy = np.random.default_rng(0).uniform(-1, 1, (1, 32, 8, 8)).astype(np.float16)
     w = np.random.default_rng(1).uniform(-1, 1, (32, 32, 3, 3)).astype(np.float16)

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import pypto
-from pypto._cpu import BUILT_LEVELS, CPU_LEVELS, load_level
-from pypto._shapes import forward_out_size
-from pypto._tiling import ConvProblem, Tiling
+from pypto._kernels.dispatch import BUILT_LEVELS, CPU_LEVELS, load_level
+from pypto._core.shapes import forward_out_size
+from pypto._core.tiling import ConvProblem, Tiling
 
 CHAN_VEC_LEVELS = [level for level in CPU_LEVELS
                    if level in BUILT_LEVELS and load_level(level).HAS_CHAN_VEC]

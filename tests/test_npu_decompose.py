@@ -1,4 +1,4 @@
-"""The NPU planner's rewrites (pypto/device/_decompose.py) and its coverage of accepted problems.
+"""The NPU planner's rewrites (pypto/_npu/decompose.py) and its coverage of accepted problems.
 
 No runtime needed: the rewrites are index arithmetic and array copies, checked here against the
 definition of dgrad; tests/test_device.py runs them through the fake AscendCL runtime.
@@ -13,12 +13,12 @@ from _npu_problems import extreme_problem, legal_tiles
 from _reference import dgrad_brute_force
 
 from pypto._dtypes import DataType
-from pypto._shapes import forward_out_size
-from pypto._tiling import C0, ConvProblem, Tiling
-from pypto._validation import tile_violation
-from pypto.device._decompose import (Piece, decompositions, dilation_phases, stride_phases,
+from pypto._core.shapes import forward_out_size
+from pypto._core.tiling import C0, ConvProblem, Tiling
+from pypto._core.rules import tile_violation
+from pypto._npu.decompose import (Piece, decompositions, dilation_phases, stride_phases,
                                      whole_axis)
-from pypto.device._plan import CallPlan, _call_plan
+from pypto._npu.plan import CallPlan, _call_plan
 
 
 def _triples(size_in, size_out, kernel, stride, pad, dilation):

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from pypto.device._launch_struct import ConvDxLaunch
-from pypto.device._prototypes import LAUNCH_SYMBOL, PROTOTYPES
+from pypto._npu.launch_struct import ConvDxLaunch
+from pypto._npu.prototypes import LAUNCH_SYMBOL, PROTOTYPES
 
-KERNEL_SOURCES = Path(importlib.util.find_spec("pypto.device.kernel").submodule_search_locations[0])
+KERNEL_SOURCES = Path(importlib.util.find_spec("pypto._npu.kernel").submodule_search_locations[0])
 HEADER = KERNEL_SOURCES / "pypto_conv_dx_tiling.h"
 KERNEL = KERNEL_SOURCES / "pypto_conv_dx.cpp"
 CC, CXX = shutil.which("gcc") or shutil.which("cc"), shutil.which("g++") or shutil.which("c++")

@@ -71,7 +71,7 @@ def ceil16(v):
 
 
 def tiles_legal(prob, l1, l0, dtype_size=2):
-    """Rules TS1-TS6 of the specification, written out independently of pypto._validation."""
+    """Rules TS1-TS6 of the specification, written out independently of pypto._core.rules."""
     ml1, kl1, nl1 = l1
     ml0, kl0, nl0 = l0
     taps = prob["kh"] * prob["kw"]

@@ -37,7 +37,7 @@ import numpy as np
 import pytest
 
 import pypto
-from pypto._config import MAX_THREADS
+from pypto._core.options import MAX_THREADS
 from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
 from _slowdown import limit
@@ -502,9 +502,9 @@ def test_a_forked_child_computes_instead_of_hanging(how, tmp_path):
 
 _FORK_MID_FIRST_CALL_SCRIPT = textwrap.dedent("""
     import os, sys, threading, time
-    import numpy as np, pypto, pypto._cpu as cpu
+    import numpy as np, pypto, pypto._kernels.dispatch as cpu
     from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
-    assert "pypto._cpu" in sys.modules  # imported with pypto, not on the first call
+    assert "pypto._kernels.dispatch" in sys.modules  # imported with pypto, not on the first call
     # Widen the windows that were races (a few ms) to 0.5 s: the thread probe, or the kernel
     # module's import, of the process's first multi-threaded call.
     window = sys.argv[1]
@@ -598,7 +598,7 @@ def test_stack_sizes_libgomp_cannot_map_mean_fewer_threads_not_an_exit(env, tmp_
 _THREAD_LIMIT_SCRIPT = textwrap.dedent("""
     import resource, sys, warnings
     import numpy as np, pypto
-    from pypto._config import MAX_THREADS
+    from pypto._core.options import MAX_THREADS
     from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
     shape = [64, 16, 32, 32]  # 2048 work items with these tiles: every thread gets work
     rng = np.random.default_rng(6)

@@ -86,7 +86,7 @@ def range_msg(i, name, lo, hi, v):
 # The table itself
 # ------------------------------------------------------------------------------------------------
 def test_rule_table_order_is_the_specification_order():
-    from pypto._validation import RULES
+    from pypto._core.rules import RULES
     assert [rule_id for rule_id, _, _ in RULES] == [
         "T1", "R1", "D1", "D2", "D3", "D4", "S1", "S2", "A1", "A2", "A3", "A4", "G1", "C1", "O1",
         "B1", "TS0", "TS1", "TS2", "TS3", "TS4", "TS5", "TS6", "V1"]

@@ -9,7 +9,7 @@ python3 -m venv "$venv"
 "$venv/bin/pip" install -q numpy ml_dtypes cython setuptools wheel
 CFLAGS="-fsanitize=address -fno-omit-frame-pointer -g" LDFLAGS="-fsanitize=address" \
     "$venv/bin/pip" install -q --no-build-isolation .
-levels=$("$venv/bin/python" -c "from pypto._cpu import kernel_info; print(' '.join(kernel_info()['cpu_levels']))")
+levels=$("$venv/bin/python" -c "from pypto._kernels.dispatch import kernel_info; print(' '.join(kernel_info()['cpu_levels']))")
 cd /tmp  # import the installed package, not the source folder
 for isa in $levels; do
     PYPTO_CPU_ISA=$isa LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \

@@ -27,4 +27,4 @@ for dt, npd in ((pypto.DT_FP16, np.float16), (pypto.DT_BF16, ml_dtypes.bfloat16)
             with pypto.options(convbp_tile_shapes=(L1(*l1), L0(*l0)), vec_tile_shapes=[1,16,1,16], num_threads=threads):
                 out = pypto.conv_backward_input(pypto.from_numpy(dy), list(size), pypto.from_numpy(w), dt, list(s), list(p), list(d)).numpy()
                 out2 = pypto.conv_backward_input(pypto.from_numpy(dy[:, :, ::-1].copy()), list(size), pypto.from_numpy(w), dt, list(s), list(p), list(d)).numpy()
-print("ok", pypto._cpu.kernel_info()["isa"])
+print("ok", pypto._kernels.dispatch.kernel_info()["isa"])

@@ -93,7 +93,7 @@ def run_cases():
 
 
 def cmd_run(args):
-    from pypto._cpu import kernel_info
+    from pypto._kernels.dispatch import kernel_info
 
     info = kernel_info()
     if args.expect_level and info["isa"] != args.expect_level:

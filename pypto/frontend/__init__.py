@@ -11,7 +11,7 @@ import inspect
 
 import numpy as np
 
-from .. import _config
+from .._core import options as _config
 from ..error import FeError
 from ..tensor import Tensor, from_numpy, from_torch
 

@@ -1,0 +1,172 @@
+"""The one tiling model of the dgrad GEMM, shared by the tile checks, the CPU kernel and the NPU.
+
+Per image the op is a GEMM with M = Hin*Win output pixels, N = Cin, K = Cout*Kh*Kw (k runs over
+Cout channels, then the Kh*Kw taps of each). An L1 tile takes tileML1 pixels (inside one Win
+row, or whole rows), tileNL1 input channels and tileKL1 = a block of whole Cout channels times
+all taps; an L0 tile is the block multiplied at once into the fp32 accumulator. The buffer
+formulas below are the NPU's (Atlas A2/A3, per AI core); the CPU kernel sizes its scratch from
+the same tiles.
+"""
+
+from typing import NamedTuple
+
+__all__ = ["ConvProblem", "Tiling", "BUFFER_BYTES", "C0", "MAX_L0_LOOPS", "CPU_GROUP_PIXELS",
+           "ceil_div", "ceil_align"]
+
+C0 = 16  # channel block (32 bytes of fp16/bf16): Cin0 = Cout0 = 16
+BUFFER_BYTES = {"L0A": 65536, "L0B": 65536, "L0C": 131072, "L1": 524288, "UB": 196608}
+L0C_ELEMENT_BYTES = 4  # the accumulator is fp32
+MAX_L0_LOOPS = 5000  # upstream warns above this many L0 iterations
+# The CPU kernel's image groups: whole-image M tiles of several images, up to this many pixels
+# in all, share one work item (where its channel-vector kernels run), so that each weight block
+# read from memory serves them all.
+CPU_GROUP_PIXELS = 448
+
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+def ceil_align(a, b):
+    return ceil_div(a, b) * b
+
+
+class ConvProblem(NamedTuple):
+    """A validated dgrad problem: NCHW dy [n, cout, hout, wout], weight [cout, cin, kh, kw]."""
+
+    n: int
+    cin: int
+    cout: int
+    hin: int
+    win: int
+    hout: int
+    wout: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    pt: int
+    pb: int
+    pl: int
+    pr: int
+    dh: int
+    dw: int
+    dtype_size: int = 2
+
+    @property
+    def taps(self):
+        return self.kh * self.kw
+
+    @property
+    def gemm_m(self):
+        return self.hin * self.win
+
+    @property
+    def gemm_n(self):
+        return self.cin
+
+    @property
+    def gemm_k(self):
+        return self.cout * self.taps
+
+    @property
+    def flops(self):
+        """Multiply-adds times two, over the whole op (the usual dgrad FLOP count)."""
+        return 2 * self.n * self.cin * self.cout * self.taps * self.hout * self.wout
+
+
+class Tiling(NamedTuple):
+    """L1 and L0 tiles (M, K, N), as the user set them."""
+
+    UPSTREAM_NAMES = ("tileML1", "tileKL1", "tileNL1", "tileML0", "tileKL0", "tileNL0")
+
+    ml1: int
+    kl1: int
+    nl1: int
+    ml0: int
+    kl0: int
+    nl0: int
+
+    @classmethod
+    def from_infos(cls, l1, l0):
+        return cls(l1.tileML1, l1.tileKL1, l1.tileNL1, l0.tileML0, l0.tileKL0, l0.tileNL0)
+
+    # --- the shape of an M tile on the pixel grid -------------------------------------------
+    def m_tile_rows_cols(self, p):
+        """(rows, cols) of pixels an L1 M tile covers: part of one row, or whole rows."""
+        if self.ml1 >= p.win and self.ml1 % p.win == 0:
+            return self.ml1 // p.win, p.win
+        return 1, self.ml1
+
+    # --- NPU buffer use, in bytes ------------------------------------------------------------
+    def l0a_bytes(self, p):
+        return self.ml0 * self.kl0 * p.dtype_size
+
+    def l0b_bytes(self, p):
+        return self.kl0 * self.nl0 * p.dtype_size
+
+    def l0c_bytes(self, p):
+        return self.ml0 * self.nl0 * L0C_ELEMENT_BYTES
+
+    def l1_dy_window(self, p):
+        """(houtL1, woutL1, coutL1): the dy block one L1 tile loads (zero-inserted grid)."""
+        hout_l1 = min(ceil_div(self.ml1, p.win) + (p.kh - 1) * p.dh, (p.hout - 1) * p.sh + 1)
+        wout_l1 = min(min(self.ml1, p.win) + (p.kw - 1) * p.dw, (p.wout - 1) * p.sw + 1)
+        return hout_l1, wout_l1, self.kl1 // p.taps
+
+    def l1_bytes(self, p):
+        """The specification's MinL1LoadSize: weight block plus dy window."""
+        hout_l1, wout_l1, cout_l1 = self.l1_dy_window(p)
+        return (self.kl1 * self.nl1 + hout_l1 * wout_l1 * cout_l1) * p.dtype_size
+
+    def l0_loop_count(self, p):
+        """L0 iterations per image, as upstream counts them before warning (> MAX_L0_LOOPS)."""
+        return (ceil_div(p.gemm_n, self.nl0) * ceil_div(p.gemm_m, self.ml0)
+                * ceil_div(p.gemm_k, self.kl0))
+
+    # --- what the CPU kernel runs with -------------------------------------------------------
+    def kernel_tiles(self, p):
+        """Tiles clipped to the problem, so scratch never exceeds what the problem can use.
+
+        Returns (m_rows, m_cols, nl1, kl1, ml0, kl0, nl0). Clipping changes no block boundary:
+        a tile larger than its dimension covers it in one partial block either way.
+        """
+        rows, cols = self.m_tile_rows_cols(p)
+        rows = min(rows, p.hin)
+        nl1 = min(self.nl1, p.cin)
+        kl1 = min(self.kl1, p.gemm_k)
+        return (rows, cols, nl1, kl1, min(self.ml0, rows * cols), min(self.kl0, kl1),
+                min(self.nl0, nl1))
+
+    def cpu_work_items(self, p, kernel_tiles=None):
+        """Independent (image, N-L1 block, M-L1 tile) items: no more threads can be busy."""
+        rows, cols, nl1, _, _, _, _ = kernel_tiles or self.kernel_tiles(p)
+        return p.n * ceil_div(p.cin, nl1) * ceil_div(p.hin, rows) * ceil_div(p.win, cols)
+
+    def cpu_memory_bytes(self, p, threads, kernel_tiles=None):
+        """Upper bound of what one CPU call allocates: output, weight panels, tile scratch.
+
+        Mirrors the kernel's buffers (pypto/_kernels/kernel/dgrad.pxi) with its largest register
+        blocks (pixel-vector: 8 channels x 32 pixels, or 4 x 64 for few channels;
+        channel-vector: 7 pixels x 32 channels, 6 x 64 wide, AVX2 6 x 16) and fp32 everywhere,
+        so it never under-counts.
+        """
+        rows, cols, nl1, kl1, _, kl0, _ = kernel_tiles or self.kernel_tiles(p)
+        output = p.n * p.cin * p.hin * p.win * p.dtype_size
+        group = max(1, min(p.n, CPU_GROUP_PIXELS // (rows * cols))) \
+            if rows >= p.hin and cols >= p.win else 1
+        panels = ceil_align(p.cin, 64) * ceil_align(p.cout, 2) * p.taps * 4
+        rows_max, cols_max = ceil_div(rows, p.sh), ceil_div(cols, p.sw)
+        fr_max = rows_max + (p.kh - 1) * p.dh // p.sh + 1
+        fc_max = cols_max + (p.kw - 1) * p.dw // p.sw + 1
+        cout_l1 = kl1 // p.taps
+        align = 16  # each scratch part is rounded up to 64 bytes
+        a_panel = ceil_align(max(kl0, 1) * 32 + 8, align) + ceil_align(2 * max(kl0, 1), align)
+        accumulator = ceil_align(max(
+            ceil_align(nl1, 8) * ceil_align(rows_max * fc_max, 32),
+            ceil_align(nl1, 32) * (group * rows_max * cols_max + 6)), align)
+        frame = ceil_align(cout_l1 * group * fr_max * fc_max + fc_max + 64, align)
+        offsets = 2 * (group * rows_max * cols_max + 6)  # rounded to 6 or 7 pixels
+        scratch = 4 * ceil_align(a_panel + accumulator + frame
+                                 + ceil_align(2 * cout_l1 * p.taps, align) + offsets, align)
+        return output + panels + threads * scratch + 4 * align

@@ -1,0 +1,381 @@
+"""Accuracy metrics of a dgrad result against its float64 golden, and CANN's verdicts on them.
+
+The metrics (CANN's operator accuracy standards, against a golden computed at higher precision):
+relative error ``|a - g| / (|g| + 1e-7)``, its maximum (MARE) and mean (MERE), RMSE, the largest
+absolute error, the error in ulps of the output dtype at the golden (``|a - g| / ulp(g)``), a
+histogram of the distance in representable values between ``a`` and the golden rounded once to
+the output dtype, and the shares of elements with relative error below 0.001 and 0.01.
+
+Non-finite values: a NaN where the golden rounded to the output dtype is NaN, or an Inf of the
+same sign, counts as equal (error 0); any other non-finite mismatch is counted apart and fails
+every standard. The metrics above cover the elements where both sides are finite.
+
+The standards (``STANDARDS``, thresholds as CANN publishes them; each verdict names its version):
+
+- ``single-2026-04``: single benchmark (community), 2026-04: MERE < T and MARE < 10 T,
+  T = 2^-10 (fp16), 2^-7 (bf16).
+- ``single-2026-07``: single benchmark, 2026-07: an element passes when
+  |a - g| <= atol + rtol |g| (atol = rtol = 2^-9 fp16, 2^-6 bf16); the case passes when at least
+  99% of the elements pass and the largest absolute error is within 0.1 (fp16) / 1.0 (bf16).
+- ``dual-L0`` / ``dual-L1`` / ``dual-L2``: dual benchmark (commercial): the MARE, MERE and RMSE
+  of the result over the elements with |g| >= a small-value limit (2^-11 fp16, 2^-8 bf16),
+  divided by the same metrics of a second same-precision implementation (pypto's own result),
+  at most 10 / 2 / 2 (L0), 5 / 1.5 / 1.5 (L1), 2 / 1.2 / 1.2 (L2). Small values are judged
+  apart: an error is |a - g| > 2^-16, and the result may have at most twice the second
+  implementation's count. A ratio whose denominator is 0 is 0 when its numerator is 0 too, else
+  infinite.
+- ``msprobe``: msprobe's "double thousandths": the share of elements with relative error below
+  0.001 must exceed 0.999; for fp16/bf16 failing the 0.01 form (share below 0.01 > 0.99) is an
+  error, failing the 0.001 form only a warning.
+
+``SOURCES`` says where each standard's thresholds come from and whether they were checked
+against a published copy; every verdict carries its source (``Verdict.source``, the JSON report).
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._dtypes import DataType
+
+__all__ = ["STANDARDS", "SOURCES", "DEFAULT_STANDARD", "Metrics", "Verdict", "measure", "judge",
+           "grid_round", "ulp_at", "ulp_distance", "FORMAT_NAMES", "json_ready"]
+
+EPS = 1e-7  # the relative error's guard against a zero golden
+FORMAT_NAMES = {DataType.DT_FP16: "fp16", DataType.DT_BF16: "bf16"}
+# (explicit mantissa bits, exponent of the smallest normal, exponent of the largest finite)
+_GRID = {DataType.DT_FP16: (10, -14, 15), DataType.DT_BF16: (7, -126, 127)}
+ULP_BINS = ((0, 0, "0"), (1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 16, "5-16"),
+            (17, 256, "17-256"), (257, None, ">256"))
+
+
+# --- the fp16 / bf16 grids ---------------------------------------------------------------------
+def _binade(a, dtype):
+    """floor(log2 |a|) for finite a, never below the smallest normal's exponent."""
+    _, emin, emax = _GRID[dtype]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        _, e = np.frexp(a)
+    return np.clip(e.astype(np.int64) - 1, emin, emax)
+
+
+def ulp_at(values, dtype):
+    """Spacing of the output dtype's grid at each float64 value (inf where not finite)."""
+    mantissa, _, _ = _GRID[dtype]
+    v = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(v)
+    spacing = np.ldexp(1.0, _binade(np.where(finite, v, 0.0), dtype) - mantissa)
+    return np.where(finite, spacing, np.inf)
+
+
+def grid_round(values, dtype):
+    """float64 -> the nearest fp16/bf16 value (ties to even, one rounding), as float64.
+
+    Exact: x / ulp is exact, ``np.rint`` rounds half to even and the product is exact. Values at
+    or past the overflow threshold (max + ulp/2) become Inf; NaN and Inf stay.
+    """
+    mantissa, _, emax = _GRID[dtype]
+    x = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(x)
+    xf = np.where(finite, x, 0.0)
+    q = np.ldexp(1.0, _binade(xf, dtype) - mantissa)
+    r = np.rint(xf / q) * q
+    largest = (2.0 - 2.0 ** -mantissa) * 2.0 ** emax
+    r = np.where(np.abs(r) > largest, np.copysign(np.inf, xf), r)
+    r = np.where(r == 0, np.copysign(0.0, xf), r)
+    return np.where(finite, r, x)
+
+
+def _ordinal(bits):
+    """Position of each 16-bit float pattern on the number line (-0 and +0 both 0)."""
+    b = bits.astype(np.int32)
+    return np.where(b & 0x8000, -(b & 0x7FFF), b)
+
+
+def ulp_distance(actual, golden64, dtype, np_dtype):
+    """How many representable values lie between ``actual`` and the golden rounded once."""
+    rounded = grid_round(golden64, dtype).astype(np_dtype)  # exact: values are on the grid
+    return np.abs(_ordinal(np.ascontiguousarray(actual).view(np.uint16))
+                  - _ordinal(rounded.view(np.uint16)))
+
+
+# --- element errors and the metrics ------------------------------------------------------------
+@dataclass
+class ElementErrors:
+    """Per-element errors of one result: absolute, relative, in ulps; the non-finite masks."""
+
+    abs: np.ndarray        # |a - g|; 0 where non-finite values match, inf on a mismatch
+    rel: np.ndarray        # abs / (|g| + 1e-7), same conventions
+    ulp: np.ndarray        # abs / ulp(g)
+    distance: np.ndarray   # representable values between a and round(g); -1 where not finite
+    finite: np.ndarray     # both sides finite: the elements the metrics cover
+    mismatch: np.ndarray   # non-finite on either side, and not equal
+
+
+def element_errors(actual, golden, dtype):
+    """:class:`ElementErrors` of ``actual`` (fp16/bf16 array) against ``golden`` (float64)."""
+    a = actual.astype(np.float64)
+    g = golden
+    rounded = grid_round(g, dtype)
+    finite = np.isfinite(a) & np.isfinite(rounded)
+    same_nonfinite = ~finite & ((np.isnan(a) & np.isnan(rounded)) | (a == rounded))
+    mismatch = ~finite & ~same_nonfinite
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(a - g)
+    err = np.where(finite, diff, np.where(mismatch, np.inf, 0.0))
+    rel = err / (np.abs(np.where(np.isfinite(g), g, 0.0)) + EPS)
+    ulp = err / ulp_at(np.where(np.isfinite(g), g, 0.0), dtype)
+    distance = np.where(finite, ulp_distance(actual, np.where(finite, g, 0.0), dtype,
+                                             actual.dtype), -1)
+    return ElementErrors(err, rel, ulp, distance, finite, mismatch)
+
+
+@dataclass
+class Metrics:
+    """The accuracy metrics of one result against the golden (see the module's text)."""
+
+    elements: int
+    compared: int                  # both sides finite
+    nonfinite_equal: int
+    nonfinite_mismatch: int
+    mare: float
+    mere: float
+    rmse: float
+    max_abs: float
+    max_ulp: float
+    ulp_histogram: dict            # label -> count, over the compared elements
+    share_rel_below_1e3: float     # over all elements (matching non-finite pass, mismatches fail)
+    share_rel_below_1e2: float
+    share_within_2026_07: float    # |a-g| <= atol + rtol |g|
+    large: dict = field(default_factory=dict)   # MARE/MERE/RMSE over |g| >= the small limit
+    small_values: int = 0          # elements with |g| < the small limit
+    small_errors: int = 0          # of those, |a-g| > 2^-16
+
+    def summary(self):
+        return (f"MARE {self.mare:.3g}, MERE {self.mere:.3g}, RMSE {self.rmse:.3g}, max abs "
+                f"{self.max_abs:.3g}, max {self.max_ulp:.3g} ulp")
+
+    def histogram_text(self):
+        total = max(self.compared, 1)
+        return ", ".join(f"{label}: {n} ({100 * n / total:.2f}%)" if n else f"{label}: 0"
+                         for label, n in self.ulp_histogram.items())
+
+
+def _stats(mask, errors, diff):
+    count = int(mask.sum())
+    if count == 0:
+        return 0.0, 0.0, 0.0
+    rel = errors.rel[mask]
+    return float(rel.max()), float(rel.mean()), float(np.sqrt(np.mean(diff[mask] ** 2)))
+
+
+def measure(errors, golden, dtype):
+    """:class:`Metrics` from :func:`element_errors`' result."""
+    fin = errors.finite
+    total = errors.abs.size
+    diff = np.where(fin, errors.abs, 0.0)
+    mare, mere, rmse = _stats(fin, errors, diff)
+    dist = errors.distance[fin]
+    histogram = {}
+    for lo, hi, label in ULP_BINS:
+        histogram[label] = int(np.count_nonzero((dist >= lo) & ((dist <= hi) if hi is not None
+                                                                  else True)))
+    tol = SINGLE_2026_07[dtype][0]
+    g_abs = np.abs(np.where(np.isfinite(golden), golden, 0.0))
+    small_limit = DUAL_SMALL[dtype]
+    small = fin & (g_abs < small_limit)
+    large = fin & ~small
+    l_mare, l_mere, l_rmse = _stats(large, errors, diff)
+    return Metrics(
+        elements=total, compared=int(fin.sum()),
+        nonfinite_equal=int(total - fin.sum() - errors.mismatch.sum()),
+        nonfinite_mismatch=int(errors.mismatch.sum()),
+        mare=mare, mere=mere, rmse=rmse,
+        max_abs=float(diff.max()) if total else 0.0,
+        max_ulp=float(np.where(fin, errors.ulp, 0.0).max()) if total else 0.0,
+        ulp_histogram=histogram,
+        share_rel_below_1e3=float(np.count_nonzero(errors.rel < 1e-3)) / max(total, 1),
+        share_rel_below_1e2=float(np.count_nonzero(errors.rel < 1e-2)) / max(total, 1),
+        share_within_2026_07=float(np.count_nonzero(errors.abs <= tol + tol * g_abs))
+        / max(total, 1),
+        large={"mare": l_mare, "mere": l_mere, "rmse": l_rmse},
+        small_values=int(small.sum()),
+        small_errors=int(np.count_nonzero(small & (errors.abs > DUAL_SMALL_ERROR))),
+    )
+
+
+# --- the standards -----------------------------------------------------------------------------
+SINGLE_2026_04 = {DataType.DT_FP16: 2.0 ** -10, DataType.DT_BF16: 2.0 ** -7}
+SINGLE_2026_07 = {DataType.DT_FP16: (2.0 ** -9, 0.1), DataType.DT_BF16: (2.0 ** -6, 1.0)}
+SINGLE_2026_07_SHARE = 0.99
+DUAL_SMALL = {DataType.DT_FP16: 2.0 ** -11, DataType.DT_BF16: 2.0 ** -8}
+DUAL_SMALL_ERROR = 2.0 ** -16
+DUAL_SMALL_FACTOR = 2
+DUAL_LEVELS = {"L0": (10.0, 2.0, 2.0), "L1": (5.0, 1.5, 1.5), "L2": (2.0, 1.2, 1.2)}
+MSPROBE = ((1e-3, 0.999), (1e-2, 0.99))
+
+
+def _pow2(v):
+    """2^-k for powers of two (thresholds read as CANN writes them), else the number."""
+    e = np.log2(v)
+    return f"2^{int(e)}" if e == int(e) else f"{v:g}"
+
+
+@dataclass
+class Verdict:
+    """One standard's verdict: which standard and version, pass or fail, numbers, thresholds."""
+
+    standard: str          # the id, e.g. "dual-L0"
+    name: str              # e.g. "dual-benchmark (commercial)"
+    version: str           # e.g. "L0", "2026-04"
+    passed: bool
+    numbers: dict
+    thresholds: dict
+    detail: str            # the numbers against the thresholds, in words
+    warning: str = None
+    source: str = ""       # where the thresholds come from (SOURCES)
+
+    def __str__(self):
+        word = "PASS" if self.passed else "FAIL"
+        if self.passed and self.warning:
+            word = "PASS (warning)"
+        text = f"{word:<14} {self.standard:<15} {self.name} {self.version}: {self.detail}"
+        if self.warning:
+            text += f"; warning: {self.warning}"
+        return text
+
+    def __bool__(self):
+        return self.passed
+
+    def as_dict(self):
+        """JSON-ready: every field; infinite ratios as the string "inf"."""
+        return {"standard": self.standard, "name": self.name, "version": self.version,
+                "source": self.source, "passed": self.passed, "warning": self.warning,
+                "detail": self.detail, "numbers": json_ready(self.numbers),
+                "thresholds": json_ready(self.thresholds)}
+
+
+def json_ready(v):
+    """v for JSON, which has no inf or nan: those as the strings "inf", "-inf", "nan", also
+    inside (nested) dicts."""
+    if isinstance(v, dict):
+        return {k: json_ready(x) for k, x in v.items()}
+    return v if not isinstance(v, float) or np.isfinite(v) else str(v)
+
+
+def _mismatch_note(m):
+    if m.nonfinite_mismatch:
+        return f"; {m.nonfinite_mismatch} NaN/Inf mismatch(es) with the golden: fails"
+    return ""
+
+
+def _single_2026_04(m, ref, dtype):
+    t = SINGLE_2026_04[dtype]
+    passed = m.mere < t and m.mare < 10 * t and not m.nonfinite_mismatch
+    detail = (f"MERE {m.mere:.3g} {'<' if m.mere < t else '>='} {t:.3g} (T = {_pow2(t)}), "
+              f"MARE {m.mare:.3g} {'<' if m.mare < 10 * t else '>='} {10 * t:.3g} (10 T)"
+              + _mismatch_note(m))
+    return passed, {"mere": m.mere, "mare": m.mare,
+                    "nonfinite_mismatch": m.nonfinite_mismatch}, \
+        {"mere_below": t, "mare_below": 10 * t}, detail, None
+
+
+def _single_2026_07(m, ref, dtype):
+    tol, hard = SINGLE_2026_07[dtype]
+    share = m.share_within_2026_07
+    passed = share >= SINGLE_2026_07_SHARE and m.max_abs <= hard and not m.nonfinite_mismatch
+    detail = (f"{100 * share:.2f}% of elements within {_pow2(tol)} + {_pow2(tol)} |g| "
+              f"(need >= {100 * SINGLE_2026_07_SHARE:g}%), max abs error {m.max_abs:.3g} "
+              f"{'<=' if m.max_abs <= hard else '>'} {hard:g}" + _mismatch_note(m))
+    return passed, {"share_within": share, "max_abs": m.max_abs,
+                    "nonfinite_mismatch": m.nonfinite_mismatch}, \
+        {"atol": tol, "rtol": tol, "share_at_least": SINGLE_2026_07_SHARE, "max_abs": hard}, \
+        detail, None
+
+
+def _ratio(a, b):
+    if b == 0:
+        return 0.0 if a == 0 else float("inf")
+    return a / b
+
+
+def _dual(level):
+    def judge_level(m, ref, dtype):
+        limits = DUAL_LEVELS[level]
+        ratios = {k: _ratio(m.large[k], ref.large[k]) for k in ("mare", "mere", "rmse")}
+        ok = all(ratios[k] <= lim for k, lim in zip(("mare", "mere", "rmse"), limits))
+        allowed = DUAL_SMALL_FACTOR * ref.small_errors
+        small_ok = m.small_errors <= allowed
+        passed = ok and small_ok and not m.nonfinite_mismatch
+        parts = ", ".join(f"{k.upper()} {ratios[k]:.3g} {'<=' if ratios[k] <= lim else '>'} "
+                          f"{lim:g}" for k, lim in zip(("mare", "mere", "rmse"), limits))
+        detail = (f"ratios to pypto's {FORMAT_NAMES[dtype]} result: {parts}; small values "
+                  f"(|g| < {_pow2(DUAL_SMALL[dtype])}, {m.small_values}): {m.small_errors} "
+                  f"errors > {_pow2(DUAL_SMALL_ERROR)} vs pypto's {ref.small_errors} "
+                  f"(at most {allowed})" + _mismatch_note(m))
+        numbers = {f"{k}_ratio": v for k, v in ratios.items()}
+        numbers.update({"small_errors": m.small_errors, "reference_small_errors":
+                        ref.small_errors, "nonfinite_mismatch": m.nonfinite_mismatch,
+                        **{f"{k}": v for k, v in m.large.items()},
+                        **{f"reference_{k}": v for k, v in ref.large.items()}})
+        thresholds = {"mare_ratio": limits[0], "mere_ratio": limits[1], "rmse_ratio": limits[2],
+                      "small_limit": DUAL_SMALL[dtype], "small_error": DUAL_SMALL_ERROR,
+                      "small_errors_at_most": allowed}
+        return passed, numbers, thresholds, detail, None
+    return judge_level
+
+
+def _msprobe(m, ref, dtype):
+    (r3, s3), (r2, s2) = MSPROBE
+    a3, a2 = m.share_rel_below_1e3, m.share_rel_below_1e2
+    passed = a2 > s2 and not m.nonfinite_mismatch
+    warning = None
+    if a3 <= s3:
+        warning = (f"{100 * a3:.2f}% below {r3:g} (double thousandths want > {100 * s3:g}%); "
+                   f"for {FORMAT_NAMES[dtype]} only the {r2:g} form is an error")
+    detail = (f"{100 * a2:.3f}% of elements with relative error < {r2:g} "
+              f"(need > {100 * s2:g}%), {100 * a3:.3f}% < {r3:g} (want > {100 * s3:g}%)"
+              + _mismatch_note(m))
+    return passed, {"share_below_0.01": a2, "share_below_0.001": a3,
+                    "nonfinite_mismatch": m.nonfinite_mismatch}, \
+        {"share_below_0.01_above": s2, "share_below_0.001_above": s3}, detail, warning
+
+
+# id: (name, version, judge(metrics, reference metrics, dtype))
+STANDARDS = {
+    "single-2026-04": ("single-benchmark (community)", "2026-04", _single_2026_04),
+    "single-2026-07": ("single-benchmark (community)", "2026-07", _single_2026_07),
+    "dual-L0": ("dual-benchmark (commercial)", "L0", _dual("L0")),
+    "dual-L1": ("dual-benchmark (commercial)", "L1", _dual("L1")),
+    "dual-L2": ("dual-benchmark (commercial)", "L2", _dual("L2")),
+    "msprobe": ("msprobe double thousandths", "(fp16/bf16 rule)", _msprobe),
+}
+# Where each standard's thresholds come from, and how far they were checked (in the JSON report
+# and README). The dual standard carries levels, not dates, in its published form.
+_CHECKED = ("thresholds cross-checked 2026-12 against the cannbot ops-precision-standard "
+            "skill (gitcode W4termy/cannbot, ops/ops-precision-standard)")
+SOURCES = {
+    "single-2026-04": "CANN community operator accuracy standard, threshold form (MERE < T, "
+                      f"MARE < 10 T), 2026-04 revision; {_CHECKED}, reference/"
+                      "quantization_community.md",
+    "single-2026-07": "CANN community operator accuracy standard, 2026-07 revision (element "
+                      "atol/rtol rule, 99% share, max-abs limit), as summarised in pypto issue "
+                      "12; not cross-checked with a published copy",
+    **{f"dual-{level}": "CANN commercial operator accuracy standard, floating-point compute, "
+                        f"dual benchmark, level {level} (ratios) and the small-value rule; "
+                        f"{_CHECKED}, reference/float_compute.md and scripts/"
+                        "small_value_check.py" for level in DUAL_LEVELS},
+    "msprobe": "msprobe (mindstudio-probe) accuracy comparison, the double-thousandths rule "
+               "for fp16/bf16, as summarised in pypto issue 12; not cross-checked with a "
+               "published copy",
+}
+DEFAULT_STANDARD = "dual-L0"
+
+
+def judge(metrics, reference_metrics, dtype):
+    """{standard id: Verdict} for every standard."""
+    verdicts = {}
+    for sid, (name, version, rule) in STANDARDS.items():
+        passed, numbers, thresholds, detail, warning = rule(metrics, reference_metrics, dtype)
+        verdicts[sid] = Verdict(sid, name, version, bool(passed), numbers, thresholds, detail,
+                                warning, SOURCES[sid])
+    return verdicts

@@ -1,2 +1,0 @@
-# The dgrad kernel built for the avx512 ISA level (flags in setup.py).
-include "_dgrad_impl.pxi"

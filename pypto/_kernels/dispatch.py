@@ -1,0 +1,330 @@
+"""The CPU backend: choose the kernel build for this CPU, lay the data out, run it.
+
+One kernel module is built per ISA level (pypto/_kernels/levels.py). Like NumPy's CPU
+dispatch, nothing built above the baseline runs before the CPU has been checked: the feature
+table comes from ``features`` (baseline build), the built levels are found without
+importing them, and only the level chosen, one the CPU has every feature for, is imported, on
+first use. ``PYPTO_CPU_ISA`` names a level; one that this CPU or build lacks is a PyptoRtError,
+raised before that level's code is loaded.
+"""
+
+import importlib
+import importlib.util
+import os
+import platform
+import resource
+import threading
+import time
+import warnings
+
+import numpy as np
+
+from .._core import options as _config
+from .._dtypes import DataType, numpy_dtype
+from . import levels
+from .._core.memory import address_space_room, check_host_memory
+from .._core.nonfinite import non_finite_mask, with_real_taps_only
+from .._core.rules import check_host_arrays
+from ..error import PyptoRtError
+
+__all__ = ["conv_backward_input_cpu", "openmp_enabled", "kernel_info", "measure_peak_gflops",
+           "load_level", "release_kernel_buffers", "ISA_LEVELS"]
+
+ISA_LEVELS = levels.LEVEL_NAMES
+_KERNEL_DTYPE = {DataType.DT_FP16: 0, DataType.DT_BF16: 1}
+
+
+def _import_features():
+    try:
+        from . import features
+    except ImportError:
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        raise ImportError(
+            f"pypto's CPU kernel is not built in {here}: this looks like the source tree, "
+            "imported because it is the current folder. Install with `pip install .` and run "
+            "from another folder (or use the `pypto` command), or build in place with "
+            "`pip install -e .`.") from None
+    return features.cpu_features()
+
+
+CPU_FEATURES = _import_features()
+# Built: the module file exists (find_spec locates it without running any of its code).
+BUILT_LEVELS = tuple(level for level in ISA_LEVELS
+                     if importlib.util.find_spec(f"pypto._kernels.kernel.dgrad_{level}") is not None)
+CPU_LEVELS = tuple(level for level in ISA_LEVELS
+                   if not levels.missing_features(level, CPU_FEATURES))
+
+
+def _why_not(level):
+    """Why ``level`` cannot run here, or None when it can."""
+    if level not in BUILT_LEVELS:
+        return "not built in this installation"
+    missing = levels.missing_features(level, CPU_FEATURES)
+    if missing:
+        return f"the CPU (or OS) lacks {', '.join(missing)}"
+    return None
+
+
+def _choose(requested):
+    """(level, why it was chosen) for ``PYPTO_CPU_ISA``'s value (empty: the best that runs)."""
+    if not requested:
+        level = [lv for lv in ISA_LEVELS if _why_not(lv) is None][-1]
+        here = [lv.name for lv in levels.levels_for(platform.machine())]
+        above = here[here.index(level) + 1:]
+        return level, "the best level built and supported by this CPU" + (
+            f"; {above[0]}: {_why_not(above[0])}" if above else "")
+    if requested not in ISA_LEVELS:
+        raise PyptoRtError(ValueError(
+            f"PYPTO_CPU_ISA={requested!r}: expected one of {ISA_LEVELS}"))
+    why_not = _why_not(requested)
+    if why_not:
+        raise PyptoRtError(RuntimeError(
+            f"PYPTO_CPU_ISA={requested!r} cannot be used here: {why_not}; levels built and "
+            f"supported by this CPU are {[lv for lv in ISA_LEVELS if _why_not(lv) is None]}"))
+    return requested, f"PYPTO_CPU_ISA={requested}"
+
+
+def load_level(level):
+    """The kernel module of ``level``, imported only if this CPU runs it (PyptoRtError if not)."""
+    why_not = _why_not(level) if level in ISA_LEVELS else "unknown level"
+    if why_not:
+        raise PyptoRtError(RuntimeError(f"ISA level {level!r} cannot be loaded: {why_not}"))
+    return importlib.import_module(f"pypto._kernels.kernel.dgrad_{level}")
+
+
+_lock = threading.Lock()
+_chosen = None  # (module, reason), set on first use
+
+
+def _kernel():
+    global _chosen
+    if _chosen is None:
+        with _lock:
+            if _chosen is None:
+                level, reason = _choose(os.environ.get("PYPTO_CPU_ISA", "").strip().lower())
+                _chosen = (load_level(level), reason)
+    return _chosen[0]
+
+
+# --- threads ----------------------------------------------------------------------------------
+# libgomp ends the process when it cannot create a thread, and its thread pool does not survive
+# fork: a child that enters a parallel region of more than one thread after its parent's pool
+# served one waits forever. So a call never asks OpenMP for more threads than were just shown
+# to start, and a child forked after the kernel ran on several threads runs on one.
+_most_threads_run = 1  # the most threads a call has run on in this process (libgomp keeps them)
+_forked_after_threads = False
+
+
+def _before_fork():
+    # A fork waits for a thread probe or a kernel import in another thread to finish: the
+    # child must not start with that half done (an import holds CPython's lock of the module,
+    # which no thread of the child would release).
+    _lock.acquire()
+
+
+def _after_fork_in_parent():
+    _lock.release()
+
+
+def _after_fork_in_child():
+    global _forked_after_threads, _lock
+    _forked_after_threads = _forked_after_threads or _most_threads_run > 1
+    _lock = threading.Lock()  # the parent's is held (by the fork itself, see _before_fork)
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)
+
+
+def _threads_that_start(wanted):
+    """How many threads, this one included, can run (up to ``wanted``): starts the others idle,
+    with the stack size OpenMP's threads will ask for, and ends them."""
+    release, started = threading.Event(), []
+    tasks_before = _task_count()
+    stack = _omp_stack_request()
+    try:  # (below Python's minimum, libgomp too keeps the default)
+        previous = threading.stack_size(stack) if stack and stack >= 1 << 15 else None
+    except (ValueError, OverflowError):  # too large to ask for at all
+        return 1
+    try:
+        for _ in range(wanted - 1):
+            thread = threading.Thread(target=release.wait, daemon=True)
+            thread.start()
+            started.append(thread)
+    except RuntimeError:  # "can't start new thread": no memory or address space, or a limit
+        pass
+    finally:
+        if previous is not None:
+            threading.stack_size(previous)
+        release.set()
+        for thread in started:
+            thread.join()
+        # join() returns before the OS thread has exited and given back its stack: wait for
+        # that, or OpenMP's threads would meet the probe's still in the address space
+        deadline = time.monotonic() + 2.0
+        while tasks_before is not None and _task_count() > tasks_before \
+                and time.monotonic() < deadline:
+            time.sleep(0.001)
+    return len(started) + 1
+
+
+def _task_count():
+    """Threads of this process now (Linux), or None."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
+_STACK_UNITS = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _omp_stack_request():
+    """The stack size libgomp gives its threads, as it reads it: OMP_STACKSIZE, else
+    GOMP_STACKSIZE, each a number with an optional B/K/M/G suffix (default K); a value it
+    cannot parse is ignored (None: the system default, as Python's threads get)."""
+    for name in ("OMP_STACKSIZE", "GOMP_STACKSIZE"):
+        text = os.environ.get(name, "").strip().upper()
+        unit = _STACK_UNITS.get(text[-1:])
+        digits = (text[:-1] if unit else text).strip()
+        if digits.isdigit() and digits.isascii():
+            return int(digits) * (unit or 1 << 10)
+    return None
+
+
+def _thread_stack_bytes():
+    """The stack an OpenMP thread gets: as requested, else glibc's default (RLIMIT_STACK)."""
+    requested = _omp_stack_request()
+    if requested:
+        return requested
+    soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    return 32 << 20 if soft == resource.RLIM_INFINITY else soft
+
+
+_ADDRESS_SLACK = 64 << 20  # for malloc arenas, guard pages and the interpreter's own needs
+
+
+def _usable_threads(wanted, shared_bytes, per_thread_bytes):
+    """``wanted``, or fewer when this process cannot run that many OpenMP threads: the
+    address-space limit leaves room for fewer (each thread needs its stack and its scratch),
+    or fewer start."""
+    global _most_threads_run
+    if _forked_after_threads:
+        return 1
+    room = address_space_room()
+    if room is not None and wanted > 1:
+        fit = 1 + max(0, room - _ADDRESS_SLACK - shared_bytes - per_thread_bytes) \
+            // (per_thread_bytes + _thread_stack_bytes())
+        if fit < wanted:
+            warnings.warn(f"pypto: the address-space limit (ulimit -v) leaves room for {fit} of "
+                          f"the {wanted} threads asked for; running on {fit}", RuntimeWarning,
+                          stacklevel=4)
+            wanted = fit
+    if wanted > _most_threads_run:
+        with _lock:
+            can = _threads_that_start(wanted)
+            if can < wanted:
+                stack = _omp_stack_request()
+                warnings.warn(f"pypto: only {can} of the {wanted} threads asked for could be "
+                              f"started" + (f" with the {stack}-byte stacks OMP_STACKSIZE / "
+                                            "GOMP_STACKSIZE ask for" if stack else "")
+                              + f"; running on {can}", RuntimeWarning, stacklevel=4)
+            wanted = can
+            _most_threads_run = max(_most_threads_run, wanted)
+    return wanted
+
+
+def openmp_enabled():
+    """True when the kernels were built with OpenMP."""
+    return _kernel().openmp_enabled()
+
+
+def kernel_info():
+    """The kernel in use: ISA level and why, register block (MR x NR), OpenMP, bf16 dot product;
+    the levels built and the levels this CPU supports; the CPU features read."""
+    kernel = _kernel()
+    return {"isa": kernel.ISA, "reason": _chosen[1], "mr": kernel.MR, "nr": kernel.NR,
+            "openmp": kernel.openmp_enabled(), "bf16_dot": kernel.HAS_BF16_DOT,
+            "cpu_levels": list(CPU_LEVELS), "built_levels": list(BUILT_LEVELS),
+            "cpu_features": sorted(name for name, on in CPU_FEATURES.items() if on)}
+
+
+def measure_peak_gflops(threads, kind="madd", seconds=0.3):
+    """Measured peak GFLOP/s of the kernel level in use on ``threads`` threads at once: the best
+    of three runs of a register-resident loop (``_kernels/kernel/pypto_peak.h``), each about
+    ``seconds`` / 3 long. ``kind``: "madd" (fp32 multiply-add, FMA where the level has it) or
+    "bf16_dot" (None on levels without the bf16 dot product)."""
+    if kind not in ("madd", "bf16_dot"):
+        raise ValueError(f"kind must be 'madd' or 'bf16_dot', not {kind!r}")
+    if not (isinstance(threads, int) and 1 <= threads <= _config.MAX_THREADS):
+        raise ValueError(f"threads must be an int in [1, {_config.MAX_THREADS}], not {threads!r}")
+    kernel = _kernel()
+    if kind == "bf16_dot" and not kernel.HAS_BF16_DOT:
+        return None
+    iterations = 1 << 12
+    while True:  # long enough to time: about a third of the budget per run
+        flops, took = kernel.peak_flops(kind, threads, iterations)
+        if took >= seconds / 3 or iterations >= 1 << 40:
+            break
+        iterations = int(iterations * min(64.0, max(2.0, seconds / 3 / max(took, 1e-9))))
+    runs = [flops / took] + [f / t for f, t in (kernel.peak_flops(kind, threads, iterations)
+                                                for _ in range(2))]
+    return max(runs) / 1e9
+
+
+def release_kernel_buffers():
+    """Free the weight-panel and scratch buffers the CPU kernel keeps for its next call (none
+    when no call has run)."""
+    if _chosen is not None:
+        _chosen[0].release_buffers()
+
+
+def _is_kernel_ready(array, np_dtype):
+    flags = array.flags
+    return array.dtype == np_dtype and flags.c_contiguous and flags.aligned
+
+
+def _bits(array, np_dtype):
+    """The array as C-contiguous, aligned, native 16-bit patterns.
+
+    A copy only when the array is not already so: views with strides (negative too), Fortran
+    order, byte-swapped or misaligned data are copied; the caller's array is never written.
+    """
+    if not _is_kernel_ready(array, np_dtype):
+        array = np.require(array, dtype=np_dtype, requirements=["C_CONTIGUOUS", "ALIGNED"])
+    return array.view(np.uint16)
+
+
+def _vec_chunks(vec_tile, p):
+    """(channels, columns) per write-out chunk from a 4-entry NCHW or 5-entry NCDHW vec tile,
+    clipped to the problem (a chunk larger than its dimension is the whole dimension)."""
+    return min(vec_tile[1], p.cin), min(vec_tile[-1], p.win)
+
+
+def conv_backward_input_cpu(call, dy, w):
+    """dx for a validated call (``pypto._core.rules.ValidatedCall``) from host arrays dy and w.
+
+    Checks the memory the call needs against the limit before allocating anything.
+    """
+    p = call.problem
+    dy, w = check_host_arrays(p, dy, w, call.dtype)
+    kernel_tiles = call.tiling.kernel_tiles(p)
+    np_dtype = numpy_dtype(call.dtype)
+    copies = sum(a.size * 2 for a in (dy, w) if not _is_kernel_ready(a, np_dtype))
+    one_thread = call.tiling.cpu_memory_bytes(p, 1, kernel_tiles)
+    threads = _usable_threads(min(_config.get_num_threads(),
+                                  call.tiling.cpu_work_items(p, kernel_tiles)),
+                              one_thread + copies,
+                              call.tiling.cpu_memory_bytes(p, 2, kernel_tiles) - one_thread)
+    # before any copy or allocation
+    check_host_memory(call.tiling.cpu_memory_bytes(p, threads, kernel_tiles) + copies, p,
+                      "weight panels, tile scratch and input copies")
+    out = np.empty((p.n, p.cin, p.hin, p.win), dtype=np_dtype)
+    path = _kernel().dgrad(_bits(dy, np_dtype), _bits(w, np_dtype), out.view(np.uint16),
+                           _KERNEL_DTYPE[call.dtype], (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw),
+                           kernel_tiles, _vec_chunks(call.vec_tile, p), threads)
+    if path == "non_finite":  # the kernel's scan of the weight found Inf/NaN; nothing written
+        del out  # the recomputation makes its own: not two outputs at once
+        return with_real_taps_only(conv_backward_input_cpu, call, dy, w,
+                                   non_finite_mask(w, call.dtype))
+    return out

@@ -1,0 +1,47 @@
+"""The CPU kernel's ISA levels: how each is compiled and what the running CPU must have for it.
+
+The one table of levels. setup.py loads this file by path to compile one kernel module per level
+(``pypto._kernels.kernel.dgrad_<name>``); pypto._kernels.dispatch uses it to decide, from the features that the
+baseline-built ``pypto._kernels.features`` reads off the CPU (CPUID and XGETBV on x86,
+the kernel's HWCAP words on AArch64), which levels may be imported at all. A level's module is
+never imported on a CPU that lacks one of its ``requires``: its code, module initialisation
+included, is compiled with ``flags`` and may use any instruction they allow.
+
+``requires`` lists everything the flags let the compiler emit (``-march=x86-64-v3`` means the
+whole x86-64-v3 set, not only AVX2), plus the operating-system state the registers need
+(``os_avx``: XCR0 has the SSE and AVX state; ``os_avx512``: also the opmask and ZMM state).
+"""
+
+from collections import namedtuple
+
+IsaLevel = namedtuple("IsaLevel", "name flags requires arch")
+
+# x86-64-v2: what -march=x86-64-v3 assumes beneath AVX.
+_X86_64_V2 = ("cx16", "lahf_lm", "popcnt", "sse3", "ssse3", "sse4_1", "sse4_2")
+_X86_64_V3 = _X86_64_V2 + ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "lzcnt", "movbe",
+                           "osxsave", "os_avx")
+_X86_64_V4 = _X86_64_V3 + ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl",
+                           "os_avx512")
+
+# Best last. "baseline" is the architecture's default target: SSE2 on x86-64, NEON on AArch64.
+LEVELS = (
+    IsaLevel("baseline", (), (), "any"),
+    IsaLevel("avx2", ("-march=x86-64-v3",), _X86_64_V3, "x86_64"),
+    IsaLevel("avx512", ("-march=x86-64-v4",), _X86_64_V4, "x86_64"),
+    IsaLevel("avx512_bf16", ("-march=x86-64-v4", "-mavx512bf16"), _X86_64_V4 + ("avx512_bf16",),
+             "x86_64"),
+)
+
+LEVEL_NAMES = tuple(level.name for level in LEVELS)
+BY_NAME = {level.name: level for level in LEVELS}
+
+
+def levels_for(machine):
+    """The levels that exist for a machine (``platform.machine()``), best last."""
+    arch = "x86_64" if machine.lower() in ("x86_64", "amd64") else machine.lower()
+    return tuple(level for level in LEVELS if level.arch in ("any", arch))
+
+
+def missing_features(level, features):
+    """The features ``level`` needs that ``features`` (name -> bool) does not have, in order."""
+    return [name for name in BY_NAME[level].requires if not features.get(name)]

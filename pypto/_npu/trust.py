@@ -1,0 +1,247 @@
+"""Whether ``auto`` may use the NPU: a self-check of this kernel library on this device.
+
+The AscendC kernel is driven with tilings the official tiling never emits; nothing proves it
+right on a given device, toolkit and build until it has run there. So ``auto`` sends calls to
+the NPU only after a fixed set of problems, each computed on the NPU and on the CPU, agree:
+bitwise, since every problem's data is small integers whose fp32 sums are exact (the two sum
+in different orders, and exact sums make the order irrelevant), with Inf, NaN and fp16
+overflow where they must appear. The verdict is cached on disk, keyed by the kernel library's
+and AscendCL's bytes, the SoC, the visible device and pypto's version, so each combination is
+checked once. ``PYPTO_DEVICE=npu`` forces the NPU whatever the verdict; a failed verdict is
+then stated in a warning.
+"""
+
+import datetime
+import hashlib
+import json
+import os
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from .._version import __version__
+from .errors import NpuError
+
+__all__ = ["verdict", "known_verdict", "run_self_check", "cached_verdict", "cache_path", "SELF_CHECK_PROBLEMS",
+           "CACHE_DIR_ENV"]
+
+CACHE_DIR_ENV = "PYPTO_CACHE_DIR"
+SELF_CHECK_VERSION = 1  # bump when the problems change: older verdicts no longer count
+
+# name, dtype, dy shape, weight shape, input size, strides, paddings, dilations, tiles (None:
+# suggested; else L1 (M, K, N) and L0 (M, K, N)), data ("ints", or a non-finite pattern)
+SELF_CHECK_PROBLEMS = (
+    ("spec example", "fp16", [1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], [1, 1],
+     [1, 1, 1, 1], [1, 1], ((16, 144, 16), (16, 16, 16)), "ints"),
+    ("spec example", "bf16", [1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], [1, 1],
+     [1, 1, 1, 1], [1, 1], ((16, 144, 16), (16, 16, 16)), "ints"),
+    # stride 2: dx positions no tap reaches, so the kernel initialises its output
+    ("stride 2", "fp16", [2, 20, 7, 9], [20, 13, 3, 3], [2, 13, 14, 18], [2, 2], [1, 1, 1, 1],
+     [1, 1], ((18, 144, 16), (16, 48, 16)), "ints"),
+    ("dilation 2", "bf16", [1, 32, 10, 12], [32, 24, 3, 3], [1, 24, 10, 12], [1, 1],
+     [2, 2, 2, 2], [2, 2], None, "ints"),
+    ("7x7 stem, stride 2", "bf16", [1, 64, 16, 16], [64, 3, 7, 7], [1, 3, 32, 32], [2, 2],
+     [3, 3, 3, 3], [1, 1], None, "ints"),
+    # stride 9 x dilation 7 on a 9x9 kernel: no single launch holds it; stride and dilation
+    # phases, each its own launches
+    ("decomposed (stride and dilation phases)", "fp16", [1, 16, 4, 4], [16, 16, 9, 9],
+     [1, 16, 80, 80], [9, 9], [4, 4, 4, 4], [7, 7], None, "ints"),
+    # one row per task: 2 images x 64 rows x 2 channel blocks, several times any AI core count
+    ("many tasks", "fp16", [2, 16, 64, 64], [16, 32, 3, 3], [2, 32, 64, 64], [1, 1],
+     [1, 1, 1, 1], [1, 1], ((64, 144, 32), (64, 16, 16)), "ints"),
+    ("Inf and NaN in dy", "fp16", [1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], [1, 1],
+     [1, 1, 1, 1], [1, 1], ((16, 144, 16), (16, 16, 16)), "inf_nan_dy"),
+    ("Inf and NaN in dy", "bf16", [1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], [1, 1],
+     [1, 1, 1, 1], [1, 1], ((16, 144, 16), (16, 16, 16)), "inf_nan_dy"),
+    ("Inf in the weight", "fp16", [1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], [1, 1],
+     [1, 1, 1, 1], [1, 1], ((16, 144, 16), (16, 16, 16)), "inf_weight"),
+    # sums beyond 65504 must become Inf (a saturating move-out would give 65504)
+    ("fp16 overflow", "fp16", [1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], [1, 1],
+     [1, 1, 1, 1], [1, 1], ((16, 144, 16), (16, 16, 16)), "overflow"),
+)
+
+
+def _arrays(problem, seed):
+    """dy and w of one problem: small integers (exact fp32 sums), then its special values."""
+    _, dtype, dy_shape, w_shape, *_, data = problem
+    from .._dtypes import DataType, numpy_dtype
+
+    np_dtype = numpy_dtype(DataType.DT_FP16 if dtype == "fp16" else DataType.DT_BF16)
+    rng = np.random.default_rng(seed)
+    dy = rng.integers(-4, 5, dy_shape).astype(np.float64)
+    w = rng.integers(-4, 5, w_shape).astype(np.float64)
+    if data == "inf_nan_dy":
+        dy[0, 0, 1, 3], dy[0, 5, 2, 20], dy[0, 9, 4, 31] = np.inf, -np.inf, np.nan
+    elif data == "inf_weight":
+        w[3, 7, 1, 1], w[10, 2, 0, 2] = np.inf, -np.inf
+    elif data == "overflow":  # 144 taps x 64 x 16: up to 147456 > 65504, exact in fp32
+        dy = np.abs(dy) * 16
+        w = np.abs(w) * 16
+        dy[0, :, :2] = -dy[0, :, :2]  # both signs of overflow
+    return dy.astype(np_dtype), w.astype(np_dtype)
+
+
+def _call(problem):
+    """The validated call of one self-check problem, under its own tiles."""
+    from .._core import options as _config
+    from .._dtypes import DataType
+    from .._core.suggest import suggest_convbp_input_tile_shapes
+    from .._core.rules import validate_conv_backward_input
+    from ..pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
+    from ..tensor import Tensor
+
+    _, dtype, dy_shape, w_shape, size, strides, pads, dils, tiles, _ = problem
+    dt = DataType.DT_FP16 if dtype == "fp16" else DataType.DT_BF16
+    if tiles is None:
+        l1, l0 = suggest_convbp_input_tile_shapes(dy_shape, w_shape, size, dt, strides, pads, dils)
+    else:
+        l1, l0 = ConvBpTileL1Info(*tiles[0]), ConvBpTileL0Info(*tiles[1])
+    with _config._scope({"convbp_tile_shapes": (l1, l0), "vec_tile_shapes": [16, 16, 16, 16]}):
+        return validate_conv_backward_input(Tensor(dy_shape, dt), size, Tensor(w_shape, dt), dt,
+                                            strides, pads, dils)
+
+
+def _difference(npu, cpu):
+    """None when the two agree bit for bit (NaN's payload aside), else what differs."""
+    a, b = npu.view(np.uint16), cpu.view(np.uint16)
+    nan_a, nan_b = np.isnan(npu.astype(np.float32)), np.isnan(cpu.astype(np.float32))
+    differ = (a != b) & ~(nan_a & nan_b)
+    if not differ.any():
+        return None
+    first = tuple(int(i) for i in np.argwhere(differ)[0])
+    x, y = npu.astype(np.float64), cpu.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        finite = differ & np.isfinite(x) & np.isfinite(y)
+        worst = float(np.abs(x - y)[finite].max()) if finite.any() else float("nan")
+    return (f"{int(differ.sum())} of {differ.size} elements differ from the CPU's; first at "
+            f"{list(first)}: NPU {x[first]!r}, CPU {y[first]!r}; largest finite difference "
+            f"{worst:g}")
+
+
+def run_self_check(npu_compute):
+    """Each problem on the NPU (``npu_compute(call, dy, w)``) and on the CPU: a verdict dict."""
+    from .._kernels.dispatch import conv_backward_input_cpu
+
+    results = []
+    for index, problem in enumerate(SELF_CHECK_PROBLEMS):
+        name = f"{problem[0]} ({problem[1]})"
+        call = _call(problem)
+        dy, w = _arrays(problem, seed=index)
+        expected = conv_backward_input_cpu(call, dy, w)
+        try:
+            detail = _difference(npu_compute(call, dy, w), expected)
+        except NpuError as exc:
+            detail = f"the NPU call failed: {exc.text}"
+        results.append({"problem": name, "passed": detail is None, "detail": detail})
+    failed = [r for r in results if not r["passed"]]
+    return {"passed": not failed, "problems": results,
+            "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "summary": ("passed all %d problems" % len(results)) if not failed else
+            f"failed {len(failed)} of {len(results)} problems; first: {failed[0]['problem']}: "
+            f"{failed[0]['detail']}"}
+
+
+# --- the cache --------------------------------------------------------------------------------
+def cache_path():
+    """Where verdicts are kept: ``PYPTO_CACHE_DIR``, else ``$XDG_CACHE_HOME/pypto``, else
+    ``~/.cache/pypto``; the file ``npu-self-check.json``."""
+    base = os.environ.get(CACHE_DIR_ENV) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "pypto")
+    return Path(base) / "npu-self-check.json"
+
+
+def _file_digest(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _key(runtime):
+    """What a verdict holds for: this kernel build, this AscendCL (the CANN version), this SoC
+    and device, this pypto and this set of problems."""
+    return {"kernel_sha256": _file_digest(runtime.kernel_path),
+            "acl_sha256": _file_digest(runtime.acl_path), "soc": runtime.soc,
+            "visible_devices": os.environ.get("ASCEND_RT_VISIBLE_DEVICES", ""),
+            "pypto": __version__, "self_check": SELF_CHECK_VERSION}
+
+
+def _key_text(key):
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _load():
+    try:
+        with open(cache_path()) as f:
+            stored = json.load(f)
+        return stored if isinstance(stored, dict) else {}
+    except (OSError, ValueError, RecursionError):
+        return {}
+
+
+def _store(key_text, record):
+    """Add one verdict to the cache file (atomically replaced); a cache that cannot be written
+    only means the check runs again in the next process."""
+    path = cache_path()
+    stored = _load()
+    stored[key_text] = record
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(stored, indent=1, sort_keys=True))
+        os.replace(temporary, path)
+    except OSError as exc:
+        warnings.warn(f"pypto: the NPU self-check's verdict could not be cached in {path}: {exc}",
+                      RuntimeWarning, stacklevel=2)
+
+
+def cached_verdict(runtime):
+    """The stored verdict for this runtime's combination, or None."""
+    record = _load().get(_key_text(_key(runtime)))
+    return record if isinstance(record, dict) and isinstance(record.get("passed"), bool) \
+        else None
+
+
+_lock = threading.Lock()
+_verdicts = {}  # id(runtime) -> verdict, for this process
+
+
+def _after_fork_in_child():
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def known_verdict(runtime):
+    """The verdict from this process or the cache, or None; runs nothing."""
+    with _lock:
+        known = _verdicts.get(id(runtime))
+    if known is None:
+        known = cached_verdict(runtime)
+        if known is not None:
+            known = dict(known, source="cached in " + str(cache_path()))
+    return known
+
+
+def verdict(runtime, npu_compute, again=False):
+    """This runtime's verdict: from this process, else the cache, else by running the check
+    (and caching it). ``again``: run it even when a verdict is known."""
+    with _lock:
+        known = None if again else _verdicts.get(id(runtime))
+        if known is None and not again:
+            known = cached_verdict(runtime)
+            if known is not None:
+                known = dict(known, source="cached in " + str(cache_path()))
+        if known is None:
+            key = _key(runtime)
+            known = dict(run_self_check(npu_compute), key=key)
+            _store(_key_text(key), known)
+            known = dict(known, source="run in this process")
+        _verdicts[id(runtime)] = known
+        return known
