@@ -82,7 +82,8 @@ def fake_ascend(tmp_path_factory):
 def clean_env():
     """This process's environment without anything that steers the NPU path."""
     return {k: v for k, v in os.environ.items()
-            if not k.startswith(("ASCEND_", "PYPTO_NPU_", "FAKE_ACL_")) and k != "PYPTO_DEVICE"}
+            if not k.startswith(("ASCEND_", "PYPTO_NPU_", "FAKE_ACL_", "FAKE_KERNEL_"))
+            and k not in ("PYPTO_DEVICE", "PYPTO_CACHE_DIR")}
 
 
 PRELUDE = textwrap.dedent("""
@@ -218,7 +219,6 @@ def test_ctypes_launch_struct_matches_the_c_header(tmp_path):
                  "PYPTO_CONV_DX_API_TILING_BYTES": layout.API_TILING_BYTES,
                  "PYPTO_CONV_DX_LAUNCH_BYTES": layout.LAUNCH_BYTES,
                  "PYPTO_CONV_DX_DONE_SLOT_BYTES": layout.DONE_SLOT_BYTES,
-                 "PYPTO_CONV_DX_SYSTEM_WORKSPACE_BYTES": layout.SYSTEM_WORKSPACE_BYTES,
                  "PYPTO_CONV_DX_MAX_BLOCKS": layout.MAX_BLOCKS,
                  "PYPTO_CONV_DX_FP16": layout.FP16, "PYPTO_CONV_DX_BF16": layout.BF16,
                  "PYPTO_CONV_DX_B2_BASEK_LT_HKWK": layout.B2_BASEK_LT_HKWK,
@@ -368,7 +368,8 @@ def test_npu_path_equals_the_cpu_kernel(fake_ascend, dtype):
             assert result["zero_output"], result
 
 
-def test_a_problem_without_a_plan_goes_to_the_cpu_in_auto_and_raises_in_npu_mode(fake_ascend):
+def test_a_problem_without_a_plan_goes_to_the_cpu_in_auto_and_raises_in_npu_mode(fake_ascend,
+                                                                                 tmp_path):
     """The safety net: were a problem to fit no launch even after the rewrites (simulated by an
     L1 the API cannot use at all), ``auto`` computes it on the CPU and ``npu`` says why."""
     case = _case("no L1", [1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], [1, 1], [1, 1, 1, 1],
@@ -387,7 +388,7 @@ def test_a_problem_without_a_plan_goes_to_the_cpu_in_auto_and_raises_in_npu_mode
                 out[name] = [type(exc).__name__, str(exc)]
         out["mallocs"] = fake_counter("malloc")
         emit(out)
-    """, fake_ascend.env())
+    """, fake_ascend.env(PYPTO_CACHE_DIR=str(tmp_path)))  # its self-check fails: not shared
     assert result["auto"] == "cpu" and result["mallocs"] == 0
     assert result["select"][0] == "NpuUnavailableError" and result["op"][0] == "NpuUnsupportedError"
     for _, text in (result["select"], result["op"]):
@@ -883,10 +884,10 @@ _SELF_CHECK_SCRIPT = """
     call = make_call({case!r})
     dy, w = arrays({case!r}, exact=True)
     before = fake_counter("kernel_runs")
-    choice = device.select_backend(call)
-    runs_for_choice = fake_counter("kernel_runs") - before
-    verdict = device.known_self_check()
     with warnings.catch_warnings(record=True) as caught:
+        choice = device.select_backend(call)
+        runs_for_choice = fake_counter("kernel_runs") - before
+        verdict = device.known_self_check()
         out = pypto.conv_backward_input(pypto.from_numpy(dy), {case[input_size]!r},
                                         pypto.from_numpy(w), pypto.DT_FP16, {case[strides]!r},
                                         {case[paddings]!r}, {case[dilations]!r}).numpy()
@@ -1012,3 +1013,24 @@ def test_selfcheck_and_info_commands(fake_ascend, tmp_path):
                              env=dict(clean_env(), PYPTO_NPU_DEV_DIR=str(tmp_path)),
                              timeout=limit(300), cwd=str(ROOT / "tests"))
     assert missing.returncode == 2 and "no self-check: the NPU cannot run here" in missing.stderr
+
+
+@pytest.mark.parametrize("knob, failing", [
+    (dict(FAKE_KERNEL_WRONG_KH="7"), ["7x7 stem, stride 2 (bf16)"]),
+    (dict(FAKE_KERNEL_SATURATE="1"), ["Inf and NaN in dy (fp16)", "Inf and NaN in dy (bf16)",
+                                      "fp16 overflow (fp16)"]),
+])
+def test_a_kernel_wrong_on_a_self_check_problem_is_never_used_by_auto(fake_ascend, tmp_path,
+                                                                      knob, failing):
+    """A kernel wrong on one problem (the fake adds 1 wherever the kernel is 7 high), or one
+    whose move-out saturates (Inf -> 65504, NaN -> 0): auto computes on the CPU and says which
+    problem failed and how; the failure is cached; npu still forces it, with a warning."""
+    first = _self_check_run(fake_ascend, tmp_path, **knob)
+    assert first["choice"] == "cpu" and first["passed"] is False and first["equal"], first
+    assert "failed its self-check" in first["reason"] and failing[0] in first["reason"]
+    assert "elements differ from the CPU's" in first["reason"]
+    (record,) = json.loads((tmp_path / "npu-self-check.json").read_text()).values()
+    assert sorted(p["problem"] for p in record["problems"] if not p["passed"]) == sorted(failing)
+    forced = _self_check_run(fake_ascend, tmp_path, PYPTO_DEVICE="npu", **knob)
+    assert forced["choice"] == "npu" and forced["runs_for_choice"] == 0, forced
+    assert len(forced["warnings"]) == 1 and "failed its self-check" in forced["warnings"][0]

@@ -35,18 +35,29 @@ class BoundLibrary:
             raise acl_error(ret, api, self.recent_message())
 
 
-def open_library(path, library, message_source=None):
-    """dlopen ``path`` with RTLD_GLOBAL and bind the table entries tagged ``library``.
+# How each library joins the process's symbol scope.
+#  - "acl" (libascendcl.so) RTLD_GLOBAL: the kernel library's constructor registers its device
+#    binary through ACL and runtime symbols that it may not link itself (ascendc_library links
+#    them INTERFACE only), so they must be in the global scope before it loads.
+#  - "kernel" (libpypto_conv_dx.so) RTLD_LOCAL: it statically contains CANN's AscendC launch
+#    runtime (LaunchAscendKernel, RegisterAscendBinary, ...) and the generated stub's globals,
+#    under the same names as every other ascendc_library-built library. Global, they would
+#    interpose on (or be interposed by) such a library loaded later in the process, whatever CANN
+#    version each was built with. pypto needs only aclrtlaunch_pypto_conv_dx, through this
+#    handle; the build also exports nothing else (pypto/_npu/kernel/CMakeLists.txt).
+_SCOPE = {"acl": ctypes.RTLD_GLOBAL, "kernel": ctypes.RTLD_LOCAL}
 
-    RTLD_GLOBAL: the kernel library's constructor registers its device binary through ACL and
-    runtime symbols it does not link itself, so libascendcl.so must be global before it loads.
-    ``message_source`` (the ACL library) supplies aclGetRecentErrMsg to a library without it.
+
+def open_library(path, library, message_source=None):
+    """dlopen ``path`` (in the scope ``_SCOPE`` gives ``library``) and bind the table entries
+    tagged ``library``. ``message_source`` (the ACL library) supplies aclGetRecentErrMsg to a
+    library without it.
     """
     problem = elf_problem(path)  # a truncated library would end the process inside dlopen
     if problem:
         raise NpuUnavailableError(f"cannot load {path}: {problem}")
     try:
-        handle = ctypes.CDLL(str(path), mode=os.RTLD_NOW | ctypes.RTLD_GLOBAL)
+        handle = ctypes.CDLL(str(path), mode=os.RTLD_NOW | _SCOPE[library])
     except OSError as exc:
         raise NpuUnavailableError(f"cannot load {path}: {exc}") from None
     functions = {}

@@ -10,14 +10,15 @@ import ctypes
 from ..error import PyptoRtError
 
 __all__ = ["ConvDxApiTiling", "ConvDxLaunch", "filled", "API_U32_FIELDS", "MAGIC", "DONE_SLOT_BYTES",
-           "SYSTEM_WORKSPACE_BYTES", "MAX_BLOCKS", "FP16", "BF16", "B2_BASEK_LT_HKWK",
+           "MAX_BLOCKS", "FP16", "BF16", "B2_BASEK_LT_HKWK",
            "B2_BASEK_GE_HKWK", "B2_HKWK_EQ_ONE"]
 
 MAGIC = 0x50434458
 API_TILING_BYTES = 280
 LAUNCH_BYTES = 328
 DONE_SLOT_BYTES = 64
-SYSTEM_WORKSPACE_BYTES = 16 * 1024 * 1024
+# The workspace is the done slots only, from its first byte: the kernel uses no AscendC system
+# workspace (none is allocated).
 MAX_BLOCKS = 65535
 FP16, BF16 = 0, 1
 B2_BASEK_LT_HKWK, B2_BASEK_GE_HKWK, B2_HKWK_EQ_ONE = 0, 1, 2

@@ -15,7 +15,7 @@ from .._core.rules import check_host_arrays
 from .._core.tiling import C0, ceil_div
 from . import runtime as _runtime
 from .errors import KernelNotRunError
-from .launch_struct import DONE_SLOT_BYTES, SYSTEM_WORKSPACE_BYTES
+from .launch_struct import DONE_SLOT_BYTES
 from .layout import dy_to_nc1hwc0, nc1hwc0_to_nchw, weight_to_fractal_z
 from .plan import plan_launches
 from .prototypes import LAUNCH_SYMBOL
@@ -60,7 +60,7 @@ def _run_piece(device, buffers, planned, dy, w, out, first_slot, token):
                           workspace, plan.launch(stripe, batch_start, batch_count, slot, token))
             slot += 1
         device.synchronize()
-        _check_done(device, workspace + SYSTEM_WORKSPACE_BYTES, stripe_slot, slot, token)
+        _check_done(device, workspace, stripe_slot, slot, token)
         dx = device.download(dx_device, dx_bytes).view(dtype).reshape(dx_shape)
         out[..., cols.start:cols.start + cols.size] = nc1hwc0_to_nchw(dx, p.cin)
     return slot
@@ -96,9 +96,9 @@ def conv_backward_input_npu(call, dy, w):
 
     def on_device(device):  # runs on the runtime's device thread
         weight = device.alloc(weight_bytes)
-        workspace = device.alloc(SYSTEM_WORKSPACE_BYTES + n_launches * DONE_SLOT_BYTES)
+        workspace = device.alloc(n_launches * DONE_SLOT_BYTES)  # the done slots, nothing else
         buffers = (weight, device.alloc(dy_bytes), device.alloc(dx_bytes), workspace)
-        device.zero(workspace + SYSTEM_WORKSPACE_BYTES, n_launches * DONE_SLOT_BYTES)
+        device.zero(workspace, n_launches * DONE_SLOT_BYTES)
         slot = 0
         for planned in pieces:
             piece = planned.piece

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .._version import __version__
-from .errors import NpuError
+from .errors import NpuError, NpuUnavailableError
 
 __all__ = ["verdict", "known_verdict", "run_self_check", "cached_verdict", "cache_path", "SELF_CHECK_PROBLEMS",
            "CACHE_DIR_ENV"]
@@ -124,7 +124,7 @@ def run_self_check(npu_compute):
     """Each problem on the NPU (``npu_compute(call, dy, w)``) and on the CPU: a verdict dict."""
     from .._kernels.dispatch import conv_backward_input_cpu
 
-    results = []
+    results, planned = [], True
     for index, problem in enumerate(SELF_CHECK_PROBLEMS):
         name = f"{problem[0]} ({problem[1]})"
         call = _call(problem)
@@ -132,11 +132,14 @@ def run_self_check(npu_compute):
         expected = conv_backward_input_cpu(call, dy, w)
         try:
             detail = _difference(npu_compute(call, dy, w), expected)
+        except NpuUnavailableError as exc:  # no plan, or no NPU: not the kernel's verdict
+            planned = False
+            detail = f"the NPU could not run it: {exc.text}"
         except NpuError as exc:
             detail = f"the NPU call failed: {exc.text}"
         results.append({"problem": name, "passed": detail is None, "detail": detail})
     failed = [r for r in results if not r["passed"]]
-    return {"passed": not failed, "problems": results,
+    return {"passed": not failed, "problems": results, "kernel_verdict": planned,
             "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "summary": ("passed all %d problems" % len(results)) if not failed else
             f"failed {len(failed)} of {len(results)} problems; first: {failed[0]['problem']}: "
@@ -241,7 +244,8 @@ def verdict(runtime, npu_compute, again=False):
         if known is None:
             key = _key(runtime)
             known = dict(run_self_check(npu_compute), key=key)
-            _store(_key_text(key), known)
+            if known["kernel_verdict"]:  # a problem that could not run says nothing lasting
+                _store(_key_text(key), known)
             known = dict(known, source="run in this process")
         _verdicts[id(runtime)] = known
         return known

@@ -13,10 +13,24 @@
  * initOutputFlag = 1, it leaves positions that receive nothing unwritten, and it skips blocks
  * below the last dy row, so a missing zero-fill shows up as garbage.
  *
+ * The conversion to fp16/bf16 models the Fixpipe's two overflow modes (CTRL[48], which the real
+ * kernel sets to keep Inf/NaN): by default Inf/NaN are kept, i.e. IEEE round-to-nearest-even of
+ * the fp32 sum (beyond the largest finite value: +-Inf; NaN stays NaN); saturating, a sum beyond
+ * the largest finite value and +-Inf become +-max finite (+-65504 for fp16, +-0x1.fep127 for
+ * bf16), and NaN becomes 0.
+ *
  * Environment (read at launch): FAKE_ACL_FAIL_LAUNCH=1 makes the wrapper fail;
  * FAKE_ACL_SKIP_LAUNCH=1 makes it print "[ERROR]" and return 0 without launching, as the real
- * wrapper does when its device binary failed to register.
+ * wrapper does when its device binary failed to register;
+ * FAKE_KERNEL_SATURATE=1 converts in the saturating mode (a kernel whose overflow setting did not
+ * take effect);
+ * FAKE_KERNEL_WRONG_KH=<k>: when the launch's kernel height (the API tiling's hk, after any
+ * rewrite of the problem into sub-problems) is k, 1.0 is added to every output element it
+ * writes, before rounding (a kernel wrong on one class of problems, for self-check tests).
  * Links nothing: fake_acl_* comes from libascendcl.so, loaded RTLD_GLOBAL before this library.
+ * pypto loads this library itself RTLD_LOCAL. Built with the production version script
+ * (tests/test_npu_kernel_source.py), it exports aclrtlaunch_pypto_conv_dx only; the test suite's
+ * own build (tests/test_device.py) also exports fake_conv_dx_envelope for its sweeps.
  */
 #include <math.h>
 #include <stdint.h>
@@ -41,6 +55,8 @@ struct job {
     uint16_t *dy, *weight, *dx;
     uint8_t *workspace;
     PyptoConvDxLaunch launch;
+    int saturate;     /* FAKE_KERNEL_SATURATE: the Fixpipe's saturating mode */
+    int64_t wrong_kh; /* FAKE_KERNEL_WRONG_KH: add 1 to the outputs of launches with this hk; -1 none */
 };
 
 /* ---- fp16 / bf16 <-> fp32 ------------------------------------------------------------------- */
@@ -86,6 +102,18 @@ static uint16_t float_to_bf16(float f)
     if (isnan(f)) return (uint16_t)((bits >> 16) | 0x40);
     bits += 0x7fffu + ((bits >> 16) & 1u);
     return (uint16_t)(bits >> 16);
+}
+
+/* The Fixpipe's fp32 -> fp16/bf16 conversion (F322F16 / F322BF16, round to nearest even) in
+ * either CTRL[48] mode: Inf/NaN kept (IEEE), or saturating (+-Inf and out-of-range sums -> +-max
+ * finite, NaN -> 0). */
+static uint16_t fixpipe_convert(float f, int bf16, int saturate)
+{
+    const uint16_t infinity = bf16 ? 0x7f80 : 0x7c00, max_finite = bf16 ? 0x7f7f : 0x7bff;
+    if (saturate && isnan(f)) return 0;
+    uint16_t out = bf16 ? float_to_bf16(f) : float_to_half(f);
+    if (saturate && (out & 0x7fff) == infinity) out = (uint16_t)((out & 0x8000) | max_finite);
+    return out;
 }
 
 /* ---- what the real kernel relies on --------------------------------------------------------- */
@@ -222,8 +250,8 @@ static int check_launch(const struct job *job, char *error, size_t error_size)
     CHECK(fake_acl_device_span(job->dy, (uint64_t)t->batch * t->cout1 * t->ho * t->wo * C0 * 2));
     CHECK(fake_acl_device_span(job->weight, (uint64_t)t->cin1 * taps * t->cout1 * C0 * C0 * 2));
     CHECK(fake_acl_device_span(job->dx, (uint64_t)t->batch * t->cin1 * t->hi * t->wi * C0 * 2));
-    CHECK(fake_acl_device_span(job->workspace, PYPTO_CONV_DX_SYSTEM_WORKSPACE_BYTES +
-                                                   ((uint64_t)l->doneSlot + 1) * PYPTO_CONV_DX_DONE_SLOT_BYTES));
+    /* the done slots from the workspace's first byte: the kernel uses no system workspace */
+    CHECK(fake_acl_device_span(job->workspace, ((uint64_t)l->doneSlot + 1) * PYPTO_CONV_DX_DONE_SLOT_BYTES));
     return fake_conv_dx_envelope(l, error, error_size);
 }
 
@@ -273,8 +301,9 @@ static void run_block(const struct job *job, const float *dy_f32, const float *w
                             for (uint32_t co0 = 0; co0 < C0; co0++) acc += dy[co0] * w[co0 * C0];
                         }
                 if (!touched && t->initOutputFlag == 1) continue; /* the API skips, not writes */
+                if (job->wrong_kh == (int64_t)t->hk) acc += 1.0f; /* FAKE_KERNEL_WRONG_KH */
                 job->dx[(((image * t->cin1 + ci / C0) * t->hi + i) * t->wi + j) * C0 + ci % C0] =
-                    bf16 ? float_to_bf16(acc) : float_to_half(acc);
+                    fixpipe_convert(acc, bf16, job->saturate);
             }
 }
 
@@ -290,9 +319,8 @@ static int run_job(void *arg, char *error, size_t error_size)
     for (uint32_t block = 0; block < job->blocks; block++) run_block(job, dy_f32, w_f32, block);
     free(dy_f32);
     free(w_f32);
-    /* block 0's completion mark, in the user workspace after the system reserve */
-    uint8_t *slot = job->workspace + PYPTO_CONV_DX_SYSTEM_WORKSPACE_BYTES +
-                    (uint64_t)job->launch.doneSlot * PYPTO_CONV_DX_DONE_SLOT_BYTES;
+    /* block 0's completion mark, in its slot from the workspace's first byte */
+    uint8_t *slot = job->workspace + (uint64_t)job->launch.doneSlot * PYPTO_CONV_DX_DONE_SLOT_BYTES;
     memcpy(slot, &job->launch.doneToken, sizeof(uint32_t));
     return 0;
 }
@@ -315,7 +343,12 @@ __attribute__((visibility("default"))) uint32_t aclrtlaunch_pypto_conv_dx(
         fake_acl_set_error("aclrtlaunch_pypto_conv_dx: no blocks or no launch struct");
         return ACL_ERROR_RT_PARAM_INVALID;
     }
+    const char *saturate = getenv("FAKE_KERNEL_SATURATE"), *wrong_kh = getenv("FAKE_KERNEL_WRONG_KH");
+    char *end = NULL;
+    long long kh = wrong_kh && *wrong_kh ? strtoll(wrong_kh, &end, 10) : -1;
     struct job *job = malloc(sizeof *job);
-    *job = (struct job){numBlocks, dy, weight, dx, workspace, *launch}; /* copied, like the wrapper */
+    *job = (struct job){numBlocks, dy, weight, dx, workspace, *launch, /* copied, like the wrapper */
+                        saturate && *saturate && strcmp(saturate, "0") != 0,
+                        end && *end == '\0' && kh >= 0 ? (int64_t)kh : -1};
     return (uint32_t)fake_acl_enqueue_kernel(stream, run_job, job);
 }

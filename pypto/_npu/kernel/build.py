@@ -65,20 +65,78 @@ def find_toolkit():
                   f"{where}); source set_env.sh of CANN to build the NPU kernel")
 
 
+# `npu-smi info -t board ...` prints "Field Name   : value" lines.
+_BOARD_FIELD = re.compile(r"^\s*([A-Za-z][A-Za-z ]*?)\s*:\s*(.*?)\s*$")
+_NO_VALUE = {"", "NA", "N/A", "-", "XXX", "UNKNOWN"}
+# `npu-smi info -m`: NPU ID, Chip ID, Chip Logic ID ("-" for the MCU), Chip Name.
+_CHIP_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+\S", re.MULTILINE)
+SOC_HELP = "set SOC_VERSION (e.g. Ascend910B3 for A2, Ascend910_9392 for A3)"
+
+
+def parse_npu_smi_board(text):
+    """The SoC named by ``npu-smi info -t board -i <id> [-c <chip>]``, or None.
+
+    A2 prints ``Chip Name : 910B3`` (with ``Chip Type : Ascend``): SoC ``Ascend910B3``. A3 prints
+    ``Chip Name : Ascend910`` and the variant in ``NPU Name``, either as ``9392`` or already as
+    ``Ascend910_9392``: SoC ``Ascend910_9392``. A bare ``Ascend910`` without an NPU Name names
+    no buildable SoC (the kernel needs the A3 variant), so it gives None, as unreadable text does.
+    """
+    fields = {}
+    for line in (text or "").splitlines():
+        match = _BOARD_FIELD.match(line)
+        if match:
+            fields.setdefault(match.group(1).lower(), match.group(2))
+
+    def value(name):
+        found = fields.get(name, "").replace(" ", "")
+        return None if found.upper() in _NO_VALUE else found
+
+    chip, npu = value("chip name"), value("npu name")
+    if npu:
+        variant = re.fullmatch(r"(?:(?:Ascend)?910_?)?(9\d{3})", npu, re.IGNORECASE)
+        if variant and (chip is None or re.fullmatch(r"(?:Ascend)?910", chip, re.IGNORECASE)):
+            return f"Ascend910_{variant.group(1)}"
+    if chip and not re.fullmatch(r"(?:Ascend)?910", chip, re.IGNORECASE):
+        name = re.fullmatch(r"(?:Ascend)?([0-9A-Za-z][0-9A-Za-z_-]*)", chip)
+        if name:
+            return "Ascend" + name.group(1).upper()
+    return None
+
+
+def parse_npu_smi_table(text):
+    """The SoC in the ``npu-smi info`` table, or None. On A2 its name column reads ``910B3``; on
+    A3 it reads ``Ascend910`` without the variant, which this cannot complete."""
+    found = re.search(r"\b(910B[1-4]|910_93\d\d)\b", text or "")
+    return f"Ascend{found.group(1)}" if found else None
+
+
+def _npu_smi(smi, *args):
+    try:
+        return subprocess.run([smi, *args], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def detect_soc_version():
-    """SOC_VERSION from the environment, else from ``npu-smi info`` (e.g. 910B3 -> Ascend910B3)."""
+    """SOC_VERSION from the environment, else from ``npu-smi``, else None.
+
+    The first AI chip of ``npu-smi info -m`` (NPU 0, chip 0 when that lists none) is read with
+    ``npu-smi info -t board -i <npu> -c <chip>``, then ``-t board -i <npu>`` (Chip Name and NPU
+    Name: the only place that names the A3 variant), then the ``npu-smi info`` table (A2 only).
+    """
     soc = os.environ.get("SOC_VERSION", "").strip()
     if soc:
         return soc
     smi = shutil.which("npu-smi")
     if not smi:
         return None
-    try:
-        text = subprocess.run([smi, "info"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    found = re.search(r"\b(910B[1-4]|910_93\d\d)\b", text)
-    return f"Ascend{found.group(1)}" if found else None
+    first = _CHIP_ROW.search(_npu_smi(smi, "info", "-m"))
+    npu_id, chip_id = first.group(1, 2) if first else ("0", "0")
+    for args in (("-t", "board", "-i", npu_id, "-c", chip_id), ("-t", "board", "-i", npu_id)):
+        soc = parse_npu_smi_board(_npu_smi(smi, "info", *args))
+        if soc:
+            return soc
+    return parse_npu_smi_table(_npu_smi(smi, "info"))
 
 
 def _exports_launch_symbol(library):
@@ -105,8 +163,9 @@ def build_kernel_library(out_dir=DEFAULT_OUT_DIR, soc_version=None, jobs=None):
         return done(False, reason)
     soc = soc_version or detect_soc_version()
     if not soc:
-        return done(False, "no SoC given and npu-smi did not name one: set SOC_VERSION "
-                           "(e.g. Ascend910B3 for A2, Ascend910_9392 for A3)")
+        where = ("npu-smi (info -t board, info) named no Atlas A2/A3 SoC" if shutil.which("npu-smi")
+                 else "npu-smi is not on PATH")
+        return done(False, f"no SoC given, and {where}: {SOC_HELP}")
     if not A2_A3_SOC.match(soc):
         return done(False, f"SOC_VERSION={soc} is not an Atlas A2/A3 SoC (Ascend910B*, "
                            "Ascend910_93*)")

@@ -17,9 +17,13 @@
  *   unless the dy window needs a shallower L1 block). Stride > 1 is zero-insertion of dy into L1
  * (the API's "amplification"), padding is the backprop padding (k-1)*d - p of that amplified dy.
  *
- * Block 0 writes doneToken into its slot of the user workspace when it is done: the generated
- * launch wrapper returns 0 without launching when the device binary failed to register, and the
- * host must be able to tell.
+ * Block 0 writes doneToken into its slot of the workspace when it is done: the generated launch
+ * wrapper returns 0 without launching when the device binary failed to register, and the host
+ * must be able to tell. The workspace holds those slots only (no AscendC system workspace: see
+ * the kernel entry).
+ *
+ * Overflow, Inf and NaN: the kernel sets the Fixpipe's non-saturating mode itself (kernel entry),
+ * so fp32 sums beyond the output dtype's range become +-Inf and NaN stays NaN, as on the CPU.
  */
 #include "kernel_operator.h"
 #include "lib/conv_backprop/conv3d_bp_input_api.h"
@@ -65,7 +69,12 @@ __aicore__ inline uint32_t MinU32(uint32_t a, uint32_t b) { return a < b ? a : b
 template <typename T, const Conv3dConfig& CONFIG>
 __aicore__ inline void RunTask(GM_ADDR dy, GM_ADDR weight, GM_ADDR dx, const PyptoConvDxLaunch& launch)
 {
-    const PyptoConvDxApiTiling t = launch.api; /* a stack copy: the API keeps a pointer to it */
+    /* The API's own tiling type, filled byte for byte: the static_asserts above prove the two
+     * layouts equal, and memcpy is the defined way to move bytes between unrelated struct types
+     * (a pointer cast would be a strict-aliasing violation the -O3 device build may exploit). A
+     * stack copy, because the API keeps a pointer to it until End(). */
+    TConv3DBackpropInputTiling t;
+    __builtin_memcpy(&t, &launch.api, sizeof(t));
     const uint32_t block = AscendC::GetBlockIdx();
     const uint32_t tasksPerImage = launch.mTasks * launch.nTasks;
     const uint64_t image = launch.batchStart + block / tasksPerImage;
@@ -99,7 +108,7 @@ __aicore__ inline void RunTask(GM_ADDR dy, GM_ADDR weight, GM_ADDR dx, const Pyp
     dxGm.SetGlobalBuffer(reinterpret_cast<__gm__ T*>(dx));
 
     DgradApi<T, CONFIG> dgrad;
-    dgrad.Init(reinterpret_cast<const TConv3DBackpropInputTiling*>(&t));
+    dgrad.Init(&t);
     dgrad.SetSingleShape(static_cast<uint64_t>(rows) * t.wi, static_cast<uint64_t>(t.cout1) * t.hk * t.wk * c0,
                          channels);
     dgrad.SetStartPosition(0, hoStartAmplified);
@@ -124,12 +133,12 @@ __aicore__ inline void RunTaskFor(GM_ADDR dy, GM_ADDR weight, GM_ADDR dx, const 
 }
 
 /* Scalar store to GM from the cube core, then flush the data cache line so the host sees it. */
-__aicore__ inline void MarkDone(GM_ADDR userWorkspace, const PyptoConvDxLaunch& launch)
+__aicore__ inline void MarkDone(GM_ADDR doneSlots, const PyptoConvDxLaunch& launch)
 {
     AscendC::PipeBarrier<PIPE_ALL>();
     AscendC::GlobalTensor<uint32_t> flag;
     flag.SetGlobalBuffer(reinterpret_cast<__gm__ uint32_t*>(
-        userWorkspace + static_cast<uint64_t>(launch.doneSlot) * PYPTO_CONV_DX_DONE_SLOT_BYTES));
+        doneSlots + static_cast<uint64_t>(launch.doneSlot) * PYPTO_CONV_DX_DONE_SLOT_BYTES));
     flag.SetValue(0, launch.doneToken);
     AscendC::DataCacheCleanAndInvalid<uint32_t, AscendC::CacheLine::SINGLE_CACHE_LINE,
                                       AscendC::DcciDst::CACHELINE_OUT>(flag);
@@ -146,17 +155,38 @@ extern "C" __global__ __aicore__ void pypto_conv_dx(GM_ADDR dy, GM_ADDR weight, 
     if (launch.magic != PYPTO_CONV_DX_MAGIC) {
         return;
     }
-    /* The user part of the workspace follows the system part the runtime reserves on A2/A3. The
-     * kernel uses no system workspace, so it needs neither SetSysWorkspace (deprecated in newer
-     * asc-devkit) nor GetUserWorkspace (which ignores its argument on CANN >= 9 device builds). */
-    GM_ADDR userWorkspace = workspace + PYPTO_CONV_DX_SYSTEM_WORKSPACE_BYTES;
-
+    /* Fixpipe's fp32 -> fp16/bf16 conversion on A2/A3 (F322F16/F322BF16) follows CTRL[48]:
+     * 1 keeps Inf/NaN (a sum past the dtype's range becomes +-Inf, as on the CPU), 0 saturates
+     * (Inf -> +-MAX, NaN -> 0). The kernel sets the bit instead of inheriting it: the process
+     * default (Inf/NaN on A2/A3) can be changed by aclrtSetDeviceSatMode, by another framework
+     * in the process, or by whatever CTRL state the runtime loads. It restores the bit on the
+     * way out, as asc-devkit's own samples do, so nothing leaks into the next kernel on the core.
+     * Why this may not be the last word: asc-devkit's DataCopy (L0C to GM) page documents this
+     * bit for A2/A3 float move-out, but its asc_copy_l0c2gm page for arch 2201 says the F322F16
+     * and F322BF16 results do not support the INF_NAN mode. Which one the hardware follows is
+     * settled on the hardware: examples/npu_check.py's overflow and Inf/NaN cases and the NPU
+     * self-check (docs/npu.md, "First run on a new Atlas host"). The #error keeps a device pass
+     * that lacks the arch macro from silently skipping the setting. */
+#if defined(__NPU_ARCH__) && (__NPU_ARCH__ == 2201)
+    const uint64_t overflowBitBefore = (get_ctrl() >> 48) & 1u;
+    AscendC::AscendCUtils::SetOverflow(1);
+#elif defined(__DAV_C220_CUBE__) || defined(__DAV_C220_VEC__)
+#error "dav-c220 device pass without __NPU_ARCH__ == 2201: the Fixpipe overflow mode would not be set"
+#endif
+    /* No AscendC system workspace: the kernel is AIC only and uses neither KFC nor Matmul, and
+     * the generated launch wrapper passes `workspace` through as a plain argument, so the done
+     * slots start at its first byte (neither SetSysWorkspace, deprecated in newer asc-devkit,
+     * nor GetUserWorkspace, which adds the 16 MiB system reserve, is called). */
     if (launch.dtype == PYPTO_CONV_DX_BF16) {
         RunTaskFor<bfloat16_t>(dy, weight, dx, launch);
     } else {
         RunTaskFor<half>(dy, weight, dx, launch);
     }
     if (AscendC::GetBlockIdx() == 0) {
-        MarkDone(userWorkspace, launch);
+        MarkDone(workspace, launch);
     }
+#if defined(__NPU_ARCH__) && (__NPU_ARCH__ == 2201)
+    AscendC::PipeBarrier<PIPE_ALL>(); /* the last Fixpipe has converted before the bit changes */
+    AscendC::AscendCUtils::SetOverflow(overflowBitBefore);
+#endif
 }

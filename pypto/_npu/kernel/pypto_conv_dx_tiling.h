@@ -19,10 +19,10 @@
 #define PYPTO_CONV_DX_MAGIC 0x50434458u /* "PCDX": a header/library mismatch fails loudly */
 #define PYPTO_CONV_DX_API_TILING_BYTES 280
 #define PYPTO_CONV_DX_LAUNCH_BYTES 328
-/* Completion flags live in the user part of the workspace, one 64-byte slot (a cache line) per
- * launch; the system part before it is what AscendC reserves on A2/A3 (RESERVED_WORKSPACE). */
+/* The workspace holds the completion flags only, one 64-byte slot (a cache line) per launch,
+ * from its first byte. The kernel uses no AscendC system workspace (the 16 MiB RESERVED_WORKSPACE
+ * that KFC and Matmul kernels keep in front of the user part on A2/A3). */
 #define PYPTO_CONV_DX_DONE_SLOT_BYTES 64
-#define PYPTO_CONV_DX_SYSTEM_WORKSPACE_BYTES (16u * 1024u * 1024u)
 #define PYPTO_CONV_DX_MAX_BLOCKS 65535 /* blockDim range of a launch */
 
 enum { PYPTO_CONV_DX_FP16 = 0, PYPTO_CONV_DX_BF16 = 1 };
