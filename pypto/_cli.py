@@ -29,13 +29,13 @@ import numpy as np
 
 import pypto
 from pypto import pypto_impl
-from pypto._golden.accuracy import DEFAULT_STANDARD, STANDARDS
+from pypto._golden.accuracy import DEFAULT_STANDARD, STANDARDS, ulp_at
+from pypto._golden.case import (comparison_bytes, error_bound, golden_bytes, golden_dgrad,
+                               make_case)
 from pypto._kernels.dispatch import kernel_info
-from pypto._dtypes import numpy_dtype
+from pypto._dtypes import DTYPE_NAMES, numpy_dtype
 from pypto._core.memory import check_host_memory
-from pypto._golden.reference import dgrad_gemm_col2im, gemm_col2im_bytes
 from pypto._core.suggest import smallest_tiles
-from pypto._core.tiling import ConvProblem
 from pypto._core.rules import TILE_RULES, problem_from_shapes
 from pypto.error import FeError
 
@@ -48,26 +48,18 @@ EXAMPLES = {
 }
 
 
-def _ulp(values, dtype):
-    """Spacing of the output dtype's grid at each value (float64)."""
-    v = np.abs(values.astype(np.float64))
-    mantissa_bits, min_exp = (10, -14) if dtype == pypto.DT_FP16 else (7, -126)
-    exponent = np.floor(np.log2(np.maximum(v, 2.0 ** min_exp)))
-    return 2.0 ** (exponent - mantissa_bits)
-
-
 def run_example(name, spec, dtype, rng):
     """Run one problem on random data, check it against float64 NumPy, print what happened."""
     dy_shape, w_shape, input_size, strides, paddings, dilations, l1, l0 = spec[:8]
     vec = spec[8] if len(spec) > 8 else (16, 16, 16, 16)
     np_dtype = numpy_dtype(dtype)
-    # the rules and the memory first: random data for a huge problem must not be drawn
-    problem = problem_from_shapes(dy_shape, w_shape, input_size, dtype, strides, paddings,
-                                  dilations)
+    # the rules (and the tiles) and the memory first: random data for a huge problem must not
+    # be drawn
+    case = make_case(dy_shape, w_shape, input_size, dtype, strides, paddings, dilations,
+                     (l1, l0), vec)
     elements = math.prod(dy_shape) + math.prod(w_shape)
-    check_host_memory(10 * elements + 7 * 8 * math.prod(input_size)
-                      + gemm_col2im_bytes(dy_shape, w_shape, input_size[2:], strides, dilations),
-                      problem, "random inputs and the float64 check of the result")
+    check_host_memory(10 * elements + 2 * golden_bytes(case) + comparison_bytes(case),
+                      case.problem, "random inputs and the float64 check of the result")
     dy = rng.uniform(-1, 1, dy_shape).astype(np_dtype)
     w = rng.uniform(-1, 1, w_shape).astype(np_dtype)
     args = (pypto.from_numpy(dy), list(input_size), pypto.from_numpy(w), dtype, list(strides),
@@ -75,27 +67,19 @@ def run_example(name, spec, dtype, rng):
     with pypto.options(convbp_tile_shapes=(pypto_impl.ConvBpTileL1Info(*l1),
                                            pypto_impl.ConvBpTileL0Info(*l0)),
                        vec_tile_shapes=list(vec)):
-        pypto.conv_backward_input(*args)  # warm-up (and validation: errors surface here)
+        pypto.conv_backward_input(*args)  # warm-up
         start = time.perf_counter()
         out = pypto.conv_backward_input(*args).numpy()
         seconds = time.perf_counter() - start
-    ref = dgrad_gemm_col2im(dy, w, input_size[2:], strides, paddings, dilations)
-    # Allowed: half an ulp (the one rounding) plus fp32 accumulation over K terms.
-    magnitude = dgrad_gemm_col2im(np.abs(dy), np.abs(w), input_size[2:], strides, paddings,
-                                  dilations)
-    k_terms = w_shape[0] * w_shape[2] * w_shape[3]
-    error = np.abs(out.astype(np.float64) - ref)
-    within = bool(np.all(error <= 0.5 * _ulp(ref, dtype) + k_terms * 2.0 ** -24 * magnitude))
-    err_ulp = error / _ulp(ref, dtype)
-    differ = int(np.count_nonzero(out != ref.astype(np_dtype)))
-    n, cout, hout, wout = dy_shape
-    flops = ConvProblem(n, w_shape[1], cout, input_size[2], input_size[3], hout, wout,
-                        w_shape[2], w_shape[3], *strides, *paddings, *dilations).flops
-    print(f"{name}: grad_output {list(dy_shape)} weight {list(w_shape)} -> input_size "
-          f"{list(input_size)}, strides {list(strides)}, paddings {list(paddings)}, "
-          f"dilations {list(dilations)}, {dtype}")
-    print(f"  tiles L1 (M, K, N) = {tuple(l1)}, L0 = {tuple(l0)}, vec = {list(vec)}")
-    print(f"  {seconds * 1e3:.3f} ms, {flops / seconds / 1e9:.1f} GFLOP/s; "
+    golden = golden_dgrad(case, dy, w)
+    # Allowed: half an ulp (the one rounding, to nearest) plus fp32 accumulation over K terms.
+    error = np.abs(out.astype(np.float64) - golden)
+    within = bool(np.all(error <= error_bound(case, dy, w, golden, rounding_ulps=0.5)))
+    err_ulp = error / ulp_at(golden, dtype)
+    differ = int(np.count_nonzero(out != golden.astype(np_dtype)))
+    print(f"{name}: {case.describe()}")
+    print(f"  {case.describe_tiles()}")
+    print(f"  {seconds * 1e3:.3f} ms, {case.problem.flops / seconds / 1e9:.1f} GFLOP/s; "
           f"max error {err_ulp.max():.3f} ulp; {differ} of {out.size} elements differ from the "
           f"float64 result rounded once; within the fp32-accumulation bound: {within}")
     return within
@@ -128,7 +112,7 @@ def _add_problem_args(parser):
 
 def _problem_args(args):
     """(dy_shape, w_shape, input_size, strides, paddings, dilations, l1, l0, vec) from the CLI."""
-    dtype = _DTYPES[args.dtype]
+    dtype = DTYPE_NAMES[args.dtype]
     input_size = args.input_size
     if input_size is None:
         (hin, _), (win, _) = pypto.conv_backward_input_size_range(
@@ -157,7 +141,6 @@ def _problem_args(args):
             args.dilations, l1, l0, args.vec), dtype
 
 
-_DTYPES = {"fp16": pypto.DT_FP16, "bf16": pypto.DT_BF16}
 
 
 def _banner():
@@ -168,7 +151,7 @@ def _banner():
 
 def _cmd_examples(args):
     print(_banner())
-    dtype = _DTYPES[args.dtype]
+    dtype = DTYPE_NAMES[args.dtype]
     rng = np.random.default_rng(0)
     ok = all([run_example(name, spec, dtype, rng) for name, spec in EXAMPLES.items()])
     print("check against the float64 reference:", "passed" if ok else "FAILED")
@@ -330,14 +313,8 @@ def _cmd_compare(args):
     return 0 if result.passed else 1
 
 
-def _count(text):
-    value = _ints(text)
-    if len(value) != 1 or value[0] < 0:
-        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}")
-    return value[0]
-
-
-def _seed(text):
+def _natural(text):
+    """An int >= 0 (a seed, a count)."""
     value = _ints(text)
     if len(value) != 1 or value[0] < 0:
         raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text!r}")
@@ -362,7 +339,7 @@ def main(argv=None):
     run = commands.add_parser("run", parents=[common],
                               help="run one problem on random data and check it")
     _add_problem_args(run)
-    run.add_argument("--seed", type=_seed, default=0, help="random data seed, an int >= 0")
+    run.add_argument("--seed", type=_natural, default=0, help="random data seed, an int >= 0")
     tiles = commands.add_parser("tiles", parents=[common],
                                 help="explain how the NPU rules judge a set of tiles")
     _add_problem_args(tiles)
@@ -377,7 +354,7 @@ def main(argv=None):
         "golden", parents=[common],
         help="write random inputs, the float64 golden, pypto's result and a manifest to --out")
     _add_problem_args(golden)
-    golden.add_argument("--seed", type=_seed, default=0, help="random data seed, an int >= 0")
+    golden.add_argument("--seed", type=_natural, default=0, help="random data seed, an int >= 0")
     golden.add_argument("--dist", choices=["uniform", "normal", "ints"], default="uniform",
                         help="inputs uniform in [-1, 1), standard normal, or ints in [-4, 4] "
                              "(default uniform)")
@@ -403,7 +380,7 @@ def main(argv=None):
     compare.add_argument("--plot-units", choices=["ulp", "relative", "bound"], default="ulp",
                          help="the heatmap's error: in ulps of the output dtype (default), "
                               "relative, or divided by the fp32-accumulation bound")
-    compare.add_argument("--top", type=_count, default=10, metavar="K",
+    compare.add_argument("--top", type=_natural, default=10, metavar="K",
                          help="how many worst elements to list (default 10)")
     compare.add_argument("--dtype", choices=["fp16", "bf16"], default=argparse.SUPPRESS,
                          help="must match the manifest's")

@@ -5,7 +5,8 @@ import functools
 
 import numpy as np
 
-__all__ = ["DataType", "TileOpFormat", "dtype_size", "numpy_dtype", "from_numpy_dtype"]
+__all__ = ["DataType", "TileOpFormat", "dtype_size", "numpy_dtype", "from_numpy_dtype",
+           "DTYPE_NAMES", "dtype_name", "parse_dtype_name"]
 
 
 class DataType(enum.IntEnum):
@@ -114,3 +115,26 @@ def from_numpy_dtype(np_dtype):
     if found is None and type(np_dtype.type).__module__ != "numpy" and np_dtype == _bfloat16():
         return DataType.DT_BF16
     return found
+
+
+# The one map between the op's two dtypes and their names on the command line, in manifests
+# and in messages.
+DTYPE_NAMES = {"fp16": DataType.DT_FP16, "bf16": DataType.DT_BF16}
+
+
+def dtype_name(dtype):
+    """"fp16" or "bf16" for DT_FP16 / DT_BF16."""
+    return "fp16" if dtype == DataType.DT_FP16 else "bf16"
+
+
+def parse_dtype_name(dtype):
+    """DT_FP16 / DT_BF16 from a DataType or the names "fp16", "bf16" (any case, spaces
+    around); None stays None. Anything else is a PyptoError."""
+    from .error import FeError
+
+    if dtype is None or dtype in (DataType.DT_FP16, DataType.DT_BF16):
+        return dtype
+    if isinstance(dtype, str) and dtype.strip().lower() in DTYPE_NAMES:
+        return DTYPE_NAMES[dtype.strip().lower()]
+    raise FeError(ValueError(f"dtype must be 'fp16', 'bf16', pypto.DT_FP16 or pypto.DT_BF16, "
+                             f"but got {dtype!r}"))

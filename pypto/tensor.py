@@ -6,12 +6,12 @@ and the op computes eagerly. ``out.move(result)`` binds a result into ``out``: w
 a caller's array, the values are written into that array in place.
 """
 
-import operator
 
 import numpy as np
 
 from ._dtypes import DataType, TileOpFormat, from_numpy_dtype, numpy_dtype
 from .error import FeError, argument_errors_are_pypto_errors
+from ._core.values import as_int
 
 __all__ = ["Tensor", "tensor", "from_numpy", "from_torch"]
 
@@ -19,15 +19,11 @@ __all__ = ["Tensor", "tensor", "from_numpy", "from_torch"]
 def _shape_list(shape):
     if not isinstance(shape, (list, tuple)):
         raise FeError(TypeError(f"Tensor shape must be a list or tuple of ints, but got {shape!r}."))
-    dims = []
-    for v in shape:
-        if isinstance(v, bool):
-            raise FeError(TypeError(f"Tensor shape must hold ints, but got {v!r}."))
-        try:
-            dims.append(operator.index(v))
-        except TypeError:
-            raise FeError(TypeError(f"Tensor shape must hold ints, but got {v!r} of type "
-                                    f"{type(v).__name__}.")) from None
+    dims = [as_int(v) for v in shape]
+    if None in dims:
+        v = shape[dims.index(None)]
+        raise FeError(TypeError(f"Tensor shape must hold ints, but got {v!r} of type "
+                                f"{type(v).__name__}."))
     return dims
 
 

@@ -19,18 +19,17 @@ import numpy as np
 
 from ._golden import accuracy as _accuracy
 from ._core import options as _config
-from ._dtypes import DataType, from_numpy_dtype, numpy_dtype
+from ._dtypes import DataType, dtype_name, from_numpy_dtype, numpy_dtype, parse_dtype_name
 from ._golden.case import (
     comparison_bytes,
     error_bound,
     golden_bytes,
     golden_dgrad,
     make_case,
-    parse_dtype,
     pypto_dgrad,
 )
 from ._golden.localise import PLOT_UNITS, Localisation
-from ._core.rules import _as_int
+from ._core.values import as_int
 from ._version import __version__
 from ._core.memory import check_host_memory
 from .error import FeError, argument_errors_are_pypto_errors
@@ -129,7 +128,7 @@ class CompareResult:
 
 def _top(top):
     """``top`` (how many worst elements to list) as an int >= 0."""
-    count = _as_int(top)
+    count = as_int(top)
     if count is None or count < 0:
         kind = TypeError if count is None else ValueError
         raise FeError(kind(f"top must be an int >= 0, but got {top!r}"))
@@ -164,7 +163,7 @@ def _array(value, name, dtype):
     if found != dtype:
         want = "float16" if dtype == DataType.DT_FP16 else "bfloat16 (or uint16 bit patterns)"
         raise FeError(TypeError(f"{name} holds {value.dtype} data; the case is "
-                                f"{_accuracy.FORMAT_NAMES[dtype]}: expected {want}"))
+                                f"{dtype_name(dtype)}: expected {want}"))
     return np.ascontiguousarray(value.astype(value.dtype.newbyteorder("="), copy=False))
 
 
@@ -173,7 +172,7 @@ def _parse_dtype(dtype):
         # parse_dtype compares by ==, which an array or a tensor answers elementwise
         raise FeError(TypeError(f"dtype must be 'fp16', 'bf16', pypto.DT_FP16 or pypto.DT_BF16, "
                                 f"but got {type(dtype).__name__}"))
-    return parse_dtype(dtype)
+    return parse_dtype_name(dtype)
 
 
 def _infer_dtype(grad_output, dtype):
@@ -265,7 +264,7 @@ def _int_tiles(tiles):
                                      (ConvBpTileL1Info, ConvBpTileL0Info), tiles):
         values = tile.as_tuple() if isinstance(tile, info_type) else tile
         if isinstance(values, (list, tuple)):
-            ints = [_as_int(v) for v in values]
+            ints = [as_int(v) for v in values]
             if None in ints:
                 raise FeError(TypeError(f"{name} must hold ints (M, K, N), but got {tile!r}"))
             tile = ints

@@ -11,12 +11,12 @@ import contextvars
 import copy
 import functools
 import inspect
-import operator
 import os
 import threading
 
 from ..error import FeError, argument_errors_are_pypto_errors
 from ..pypto_impl import ConvBpTile, ConvBpTileL0Info, ConvBpTileL1Info
+from .values import as_int
 
 __all__ = [
     "set_convbp_input_tile_shapes", "get_convbp_input_tile_shapes",
@@ -124,26 +124,19 @@ def _normalize(key, value):
         except TypeError:
             raise FeError(TypeError(f"vec_tile_shapes must be a list of ints, but got {value!r} "
                                     f"of type {type(value).__name__}.")) from None
-        shapes = []
-        for v in values:
-            try:
-                if isinstance(v, bool):
-                    raise TypeError
-                shapes.append(operator.index(v))  # ints and NumPy integers, nothing else
-            except TypeError:
-                raise FeError(TypeError(f"vec_tile_shapes must be ints, but got {v!r} "
-                                        f"of type {type(v).__name__}.")) from None
+        shapes = [as_int(v) for v in values]
+        if None in shapes:
+            v = values[shapes.index(None)]
+            raise FeError(TypeError(f"vec_tile_shapes must be ints, but got {v!r} "
+                                    f"of type {type(v).__name__}."))
         return shapes
     if key == "num_threads":
         if value is None:
             return None
-        try:
-            if isinstance(value, bool):
-                raise TypeError
-            count = operator.index(value)  # ints and NumPy integers
-        except TypeError:
+        count = as_int(value)
+        if count is None:
             raise FeError(TypeError(f"num_threads must be None or an int, but got {value!r} of "
-                                    f"type {type(value).__name__}.")) from None
+                                    f"type {type(value).__name__}."))
         if not 1 <= count <= MAX_THREADS:
             raise FeError(ValueError(f"num_threads must be None or an int in [1, {MAX_THREADS}], "
                                      f"but got {count}."))
@@ -168,11 +161,7 @@ def _parse_bytes(value, name):
         except (ValueError, OverflowError):  # not a number; or inf
             raise FeError(ValueError(f"{name}: cannot read {value!r} as a size "
                                      "(e.g. 8589934592, '8G', '512M')")) from None
-    if not isinstance(value, bool):
-        try:
-            value = operator.index(value)  # ints and NumPy integers
-        except TypeError:
-            pass
+    value = value if as_int(value) is None else as_int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise FeError(ValueError(f"{name} must be a positive number of bytes, but got {value!r}."))
     return value

@@ -7,7 +7,6 @@ parameter, the offending value and the allowed range. Where upstream PyPTO has t
 the text is upstream's. Nothing is computed before all rules pass.
 """
 
-import operator
 
 import numpy as np
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from . import options as _config
 from .._dtypes import DataType, dtype_size, from_numpy_dtype
 from .shapes import MAX_DIM, clipped_bounds, forward_out_size
 from .tiling import BUFFER_BYTES, C0, ConvProblem, Tiling, ceil_align
+from .values import as_int
 from ..error import (
     ConvBpInputError,
     ConvBpRuntimeError,
@@ -67,18 +67,6 @@ def _rule(rule_id, error=ConvBpValueError):
     return register
 
 
-def _as_int(value):
-    """The int a value stands for (ints and NumPy integers), or None (bools, floats, others)."""
-    if type(value) is int:  # the common case, first: this runs on every call
-        return value
-    if isinstance(value, bool):
-        return None
-    try:
-        return operator.index(value)
-    except TypeError:
-        return None
-
-
 def _int_list(value):
     """A list of ints from a list/tuple of int-likes, or None."""
     if not isinstance(value, (list, tuple)):
@@ -89,7 +77,7 @@ def _int_list(value):
             break
     else:
         return ints  # all plain ints: the common case, without a per-item call
-    ints = [_as_int(v) for v in value]
+    ints = [as_int(v) for v in value]
     return None if any(v is None for v in ints) else ints
 
 
@@ -111,11 +99,11 @@ def _check_types(c):
             return f"Argument '{name}' must be of type list, but got {type(value)}."
         ints = _int_list(value)
         if ints is None:
-            bad = next(v for v in value if _as_int(v) is None)
+            bad = next(v for v in value if as_int(v) is None)
             return (f"Argument '{name}' must be a list of ints, but it holds {bad!r} "
                     f"of type {type(bad).__name__}.")
         setattr(c, name, ints)
-    groups = _as_int(c.groups)
+    groups = as_int(c.groups)
     if groups is None:
         return f"Argument 'groups' must be of type int, but got {type(c.groups)}."
     c.groups = groups
@@ -302,7 +290,7 @@ def _check_tiles_set(c):
     # the records are plain mutable objects: anything may sit in a field, so check the values
     # are ints before asking whether they are all zero (the "never set" default)
     if any(type(v) is not int for v in c.tiling):
-        values = [_as_int(v) for v in c.tiling]
+        values = [as_int(v) for v in c.tiling]
         for name, raw, value in zip(Tiling.UPSTREAM_NAMES, c.tiling, values):
             if value is None:
                 return f"Invalid {name}:{raw!r}, a tile size must be an int."

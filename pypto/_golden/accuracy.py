@@ -36,13 +36,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._dtypes import DataType
+from .._dtypes import DataType, dtype_name
 
 __all__ = ["STANDARDS", "SOURCES", "DEFAULT_STANDARD", "Metrics", "Verdict", "measure", "judge",
-           "grid_round", "ulp_at", "ulp_distance", "FORMAT_NAMES", "json_ready"]
+           "grid_round", "ulp_at", "ulp_distance", "json_ready"]
 
 EPS = 1e-7  # the relative error's guard against a zero golden
-FORMAT_NAMES = {DataType.DT_FP16: "fp16", DataType.DT_BF16: "bf16"}
 # (explicit mantissa bits, exponent of the smallest normal, exponent of the largest finite)
 _GRID = {DataType.DT_FP16: (10, -14, 15), DataType.DT_BF16: (7, -126, 127)}
 ULP_BINS = ((0, 0, "0"), (1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 16, "5-16"),
@@ -308,7 +307,7 @@ def _dual(level):
         passed = ok and small_ok and not m.nonfinite_mismatch
         parts = ", ".join(f"{k.upper()} {ratios[k]:.3g} {'<=' if ratios[k] <= lim else '>'} "
                           f"{lim:g}" for k, lim in zip(("mare", "mere", "rmse"), limits))
-        detail = (f"ratios to pypto's {FORMAT_NAMES[dtype]} result: {parts}; small values "
+        detail = (f"ratios to pypto's {dtype_name(dtype)} result: {parts}; small values "
                   f"(|g| < {_pow2(DUAL_SMALL[dtype])}, {m.small_values}): {m.small_errors} "
                   f"errors > {_pow2(DUAL_SMALL_ERROR)} vs pypto's {ref.small_errors} "
                   f"(at most {allowed})" + _mismatch_note(m))
@@ -331,7 +330,7 @@ def _msprobe(m, ref, dtype):
     warning = None
     if a3 <= s3:
         warning = (f"{100 * a3:.2f}% below {r3:g} (double thousandths want > {100 * s3:g}%); "
-                   f"for {FORMAT_NAMES[dtype]} only the {r2:g} form is an error")
+                   f"for {dtype_name(dtype)} only the {r2:g} form is an error")
     detail = (f"{100 * a2:.3f}% of elements with relative error < {r2:g} "
               f"(need > {100 * s2:g}%), {100 * a3:.3f}% < {r3:g} (want > {100 * s3:g}%)"
               + _mismatch_note(m))

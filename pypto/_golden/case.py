@@ -16,34 +16,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._dtypes import DataType, numpy_dtype
+from .._dtypes import DataType, dtype_name, numpy_dtype, parse_dtype_name
 from .._core.memory import check_host_memory
 from .reference import dgrad_gemm_col2im, gemm_col2im_bytes
 from .._core.tiling import ConvProblem, Tiling
-from .._core.rules import _as_int, problem_from_shapes, rule_message, tile_violation
+from .._core.rules import problem_from_shapes, rule_message, tile_violation
+from .._core.values import as_int
 from ..error import ConvBpValueError, FeError
 from ..pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
 __all__ = ["Case", "make_case", "golden_dgrad", "error_bound", "pypto_dgrad", "draw_inputs",
-           "check_golden", "DISTRIBUTIONS", "DTYPE_NAMES", "parse_dtype"]
+           "check_golden", "DISTRIBUTIONS"]
 
-DTYPE_NAMES = {"fp16": DataType.DT_FP16, "bf16": DataType.DT_BF16}
 DISTRIBUTIONS = ("uniform", "normal", "ints")
 DEFAULT_VEC = (16, 16, 16, 16)
 U32 = 2.0 ** -24  # fp32 unit roundoff
 U64 = 2.0 ** -53  # float64 unit roundoff
 # check_golden: random elements, non-finite ones (at most), largest ones
 SAMPLE_RANDOM, SAMPLE_NONFINITE, SAMPLE_LARGEST = 1024, 1024, 16
-
-
-def parse_dtype(dtype):
-    """DT_FP16 / DT_BF16 from a DataType or the names "fp16", "bf16" (None stays None)."""
-    if dtype is None or dtype in (DataType.DT_FP16, DataType.DT_BF16):
-        return dtype
-    if isinstance(dtype, str) and dtype.strip().lower() in DTYPE_NAMES:
-        return DTYPE_NAMES[dtype.strip().lower()]
-    raise FeError(ValueError(f"dtype must be 'fp16', 'bf16', pypto.DT_FP16 or pypto.DT_BF16, "
-                             f"but got {dtype!r}"))
 
 
 @dataclass(frozen=True)
@@ -69,7 +59,7 @@ class Case:
 
     @property
     def dtype_name(self):
-        return "fp16" if self.dtype == DataType.DT_FP16 else "bf16"
+        return dtype_name(self.dtype)
 
     @property
     def k_terms(self):
@@ -99,7 +89,7 @@ def _tile_triple(value, name, info_type):
     if isinstance(value, info_type):
         return tuple(value.as_tuple())
     try:  # ints and NumPy integers only: 16.5 is no tile (the op's TS0 says the same)
-        triple = tuple(_as_int(v) for v in value)
+        triple = tuple(as_int(v) for v in value)
     except TypeError:
         triple = None
     if triple is None or len(triple) != 3 or None in triple:
@@ -119,7 +109,7 @@ def make_case(grad_output_shape, weight_shape, input_size, dtype, strides, paddi
     from .._convbp import conv_backward_input_size_range
     from .._core.suggest import suggest_convbp_input_tile_shapes
 
-    dtype = parse_dtype(dtype)
+    dtype = parse_dtype_name(dtype)
     if dtype is None:
         raise FeError(ValueError("dtype must be given: 'fp16' or 'bf16'"))
     if input_size is None:
@@ -143,7 +133,7 @@ def make_case(grad_output_shape, weight_shape, input_size, dtype, strides, paddi
     if violation is not None:
         raise ConvBpValueError(*violation)
     try:
-        values = tuple(DEFAULT_VEC if vec is None else (_as_int(v) for v in vec))
+        values = tuple(DEFAULT_VEC if vec is None else (as_int(v) for v in vec))
     except TypeError:
         values = (None,)
     if None in values:
@@ -195,17 +185,18 @@ def golden_dgrad(case, dy, w):
     return _dgrad64(case, dy, w, "the float64 golden (GEMM + col2im)")
 
 
-def error_bound(case, dy, w, golden):
+def error_bound(case, dy, w, golden, rounding_ulps=1.0):
     """Per element, what any fp32-accumulating kernel with one final rounding may be off by:
-    one ulp of the output dtype at the golden plus K * 2^-24 * sum|dy * w| (recursive fp32
-    summation in any order, Higham eq. 4.4; one ulp covers any rounding mode and the binade
-    above). A result outside it is wrong, not merely imprecise."""
+    ``rounding_ulps`` ulps of the output dtype at the golden plus K * 2^-24 * sum|dy * w|
+    (recursive fp32 summation in any order, Higham eq. 4.4). One ulp (the default) covers any
+    rounding mode and the binade above; half an ulp is round-to-nearest's own bound. A result
+    outside it is wrong, not merely imprecise. The one definition of the bound in pypto."""
     from .accuracy import ulp_at
 
     magnitude = _dgrad64(case, np.abs(dy.astype(np.float32)), np.abs(w.astype(np.float32)),
                          "the float64 error bound (GEMM + col2im of |dy|, |w|)")
     with np.errstate(invalid="ignore"):
-        return magnitude * (case.k_terms * U32) + ulp_at(
+        return magnitude * (case.k_terms * U32) + rounding_ulps * ulp_at(
             np.where(np.isfinite(golden), golden, 0.0), case.dtype)
 
 

@@ -27,9 +27,10 @@ import re
 
 import numpy as np
 
-from .case import DTYPE_NAMES, check_golden, make_case
+from .case import check_golden, make_case
 from .._version import __version__
 from ..error import FeError
+from .._dtypes import DTYPE_NAMES
 
 __all__ = ["write_case", "read_case", "read_inputs", "read_result", "resolve_actual", "FORMAT",
            "FILES", "ACTUAL", "check_path", "check_case_folder", "stale_warning"]

@@ -196,7 +196,7 @@ class Localisation:
             lines.append(f"  every one of the {total_tasks} tasks is within the bound")
         worst = self.worst(top)
         if worst:
-            lines.append(f"worst elements (by error / bound; > 1 is outside):")
+            lines.append("worst elements (by error / bound; > 1 is outside):")
             lines.append(f"  {'n':>4} {'c':>5} {'h':>5} {'w':>5} {'golden':>13} {'actual':>13} "
                          f"{'pypto':>13} {'abs err':>10} {'ulps':>10} {'x bound':>9}  task")
             for e in worst:

@@ -19,16 +19,15 @@ import re
 from pathlib import Path
 
 from .errors import NpuUnavailableError
+from .kernel.build import KERNEL_NAME, STANDARD_TOOLKIT_ROOTS  # the build's (stdlib only)
 
 __all__ = ["device_nodes", "quick_unavailable_reason", "find_acl_library", "find_kernel_library"]
 
 DEV_DIR_ENV = "PYPTO_NPU_DEV_DIR"
 KERNEL_LIB_ENV = "PYPTO_NPU_KERNEL_LIB"
 TOOLKIT_ENVS = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
-STANDARD_TOOLKIT_ROOTS = ("/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann",
-                          "~/Ascend/ascend-toolkit/latest")
 ACL_LIBRARY = "libascendcl.so"
-KERNEL_LIBRARY = "libpypto_conv_dx.so"
+KERNEL_LIBRARY = f"lib{KERNEL_NAME}.so"
 PACKAGED_KERNEL = Path(__file__).resolve().parent / "lib" / KERNEL_LIBRARY
 _DAVINCI = re.compile(r"^davinci\d+$")
 

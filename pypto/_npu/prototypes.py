@@ -7,12 +7,12 @@ generated launch wrapper). Pointers are ``c_void_p``, never a bare int; C enums 
 
 from ctypes import POINTER, c_char_p, c_int, c_int32, c_size_t, c_uint32, c_void_p
 
+from .kernel.build import LAUNCH_SYMBOL  # the build names the kernel: one definition
 from .launch_struct import ConvDxLaunch
 
 __all__ = ["PROTOTYPES", "LAUNCH_SYMBOL"]
 
 ACL, KERNEL = "acl", "kernel"
-LAUNCH_SYMBOL = "aclrtlaunch_pypto_conv_dx"
 _ERR = c_int  # aclError
 
 PROTOTYPES = {

@@ -27,7 +27,7 @@ import pypto
 from pypto import pypto_impl
 from pypto._core.options import MAX_THREADS
 from pypto._kernels.dispatch import kernel_info, measure_peak_gflops
-from pypto._dtypes import numpy_dtype
+from pypto._dtypes import DTYPE_NAMES, numpy_dtype
 from pypto._golden.reference import dgrad_gemm_col2im
 from pypto._core.shapes import forward_out_size
 from pypto._core.tiling import ConvProblem
@@ -46,7 +46,6 @@ CASES = {
     "j": (1, 256, 256, 64, 64, 5, 5, 1, 2, 1),
 }
 SPEC_TILES = ((16, 144, 16), (16, 16, 16))
-DTYPES = {"bf16": pypto.DT_BF16, "fp16": pypto.DT_FP16}
 
 
 
@@ -558,7 +557,7 @@ def parse_args(argv=None):
     parser.add_argument("--cases", type=_names(list(CASES), "case"),
                         default="a,b,c,d,e,f,g,h,i,j",
                         help="comma-separated case names (default: all)")
-    parser.add_argument("--dtypes", type=_names(list(DTYPES), "dtype"), default="bf16,fp16")
+    parser.add_argument("--dtypes", type=_names(sorted(DTYPE_NAMES), "dtype"), default="bf16,fp16")
     parser.add_argument("--threads", type=_thread_counts, default="1,2",
                         help=f"comma-separated thread counts, each in [1, {MAX_THREADS}]")
     parser.add_argument("--rounds", type=_positive_int, default=15,
@@ -593,7 +592,7 @@ def main(argv=None):
         peak_memory()
         return 0
     cases = args.cases
-    rows, peaks = run(cases, [DTYPES[d] for d in args.dtypes], args.threads, args.rounds,
+    rows, peaks = run(cases, [DTYPE_NAMES[d] for d in args.dtypes], args.threads, args.rounds,
                       args.budget, with_torch=not args.no_torch)
     summarize(rows)
     summarize_peak_shares(rows)
