@@ -34,6 +34,7 @@ from pypto._golden.case import (comparison_bytes, error_bound, golden_bytes, gol
                                make_case)
 from pypto._kernels.dispatch import kernel_info
 from pypto._dtypes import DTYPE_NAMES, numpy_dtype
+from pypto._core.cpus import default_threads
 from pypto._core.memory import check_host_memory
 from pypto._core.suggest import smallest_tiles
 from pypto._core.rules import TILE_RULES, problem_from_shapes
@@ -182,6 +183,8 @@ def _cmd_info(args):
     print(f"cpu kernel: ISA {info['isa']} [{info['reason']}], micro-kernel "
           f"{info['mr']}x{info['nr']}, bf16 dot product {'yes' if info['bf16_dot'] else 'no'}, "
           f"OpenMP {'on' if info['openmp'] else 'off'}, {pypto.get_num_threads()} thread(s)")
+    print(f"default threads: {default_threads()[0]}, set by {default_threads()[1]} "
+          "(OMP_NUM_THREADS, --threads and set_num_threads win)")
     print(f"cpu levels: built {', '.join(info['built_levels'])}; this CPU runs "
           f"{', '.join(info['cpu_levels'])} ({platform.machine()}; features: "
           f"{' '.join(info['cpu_features']) or 'none detected'})")

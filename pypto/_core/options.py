@@ -17,6 +17,7 @@ import threading
 from ..error import FeError, argument_errors_are_pypto_errors
 from ..pypto_impl import ConvBpTile, ConvBpTileL0Info, ConvBpTileL1Info
 from .values import as_int
+from .cpus import default_threads
 
 __all__ = [
     "set_convbp_input_tile_shapes", "get_convbp_input_tile_shapes",
@@ -325,11 +326,13 @@ def _env_threads(env_value):
 
 @argument_errors_are_pypto_errors
 def get_num_threads():
-    """Threads the CPU kernel will use: the scoped setting, else ``OMP_NUM_THREADS``, else all CPUs."""
+    """Threads the CPU kernel will use: the scoped setting, else ``OMP_NUM_THREADS``, else the
+    physical cores this process may use (affinity mask and cgroup CPU quota; ``pypto info``
+    says which limit applied)."""
     n = _get("num_threads")
     if n is None:
         n = _env_threads(os.environ.get("OMP_NUM_THREADS"))
-    return _available_cpus() if n is None else n
+    return min(default_threads()[0], MAX_THREADS) if n is None else n
 
 
 MEMORY_FRACTION = 0.8  # of MemAvailable, when no limit is set
@@ -360,10 +363,3 @@ def _available_memory():
     except (ValueError, OSError, AttributeError):
         return None
 
-
-@functools.lru_cache(maxsize=1)
-def _available_cpus():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
