@@ -349,7 +349,7 @@ STANDARDS = {
     "msprobe": ("msprobe double thousandths", "(fp16/bf16 rule)", _msprobe),
 }
 # Where each standard's thresholds come from, and how far they were checked (in the JSON report
-# and README). The dual standard carries levels, not dates, in its published form.
+# and docs/golden.md). The dual standard carries levels, not dates, in its published form.
 _CHECKED = ("thresholds cross-checked 2026-12 against the cannbot ops-precision-standard "
             "skill (gitcode W4termy/cannbot, ops/ops-precision-standard)")
 SOURCES = {
