@@ -1,13 +1,26 @@
-"""Shared test set-up: which pypto is under test."""
+"""Shared test set-up: which pypto is under test, and where the shared test helpers are.
+
+The tests mirror the package: core/, cpu/, npu/, golden/ and cli/ hold the test files (no
+``__init__.py``: pytest's default "prepend" import mode, so every test file's basename is unique
+across the folders) and support/ the helpers they share, imported as ``support.<module>``. No
+test module imports another test module.
+"""
 
 import os
 import pathlib
+import sys
 
 import pytest
 
 import pypto
 
-SOURCE_TREE = pathlib.Path(__file__).resolve().parent.parent
+TESTS = pathlib.Path(__file__).resolve().parent
+SOURCE_TREE = TESTS.parent
+# tests/ itself, so that ``from support.numerics import ...`` works from every folder (also in
+# the pytest runs cpu/test_levels.py starts); never the checkout's root, which would put the
+# source tree's pypto in front of an installed one
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
 
 
 def pytest_report_header(config):

@@ -22,7 +22,7 @@ splits W into stripes, each a launch over its own dy window (full width, then ha
 one column); last, ``baseM = 16``. Backprop
 padding above what the official tiling passes (the kernel's reach (k-1)*d, and load3d's 255)
 becomes zero rows or columns materialised in the dy window, so the API's unsigned row arithmetic
-never wraps and every M block loads dy rows (tests/fake_ascend checks it per launch). A problem with no fitting launch is rewritten into sub-problems
+never wraps and every M block loads dy rows (tests/npu/fake_ascend checks it per launch). A problem with no fitting launch is rewritten into sub-problems
 (``_decompose``: stride phases, dilation phases, folded taps), each planned the same way; one
 that fits nothing even then raises NpuUnsupportedError.
 """

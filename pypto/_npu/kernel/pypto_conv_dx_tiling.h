@@ -3,7 +3,7 @@
  *   - the kernel (pypto_conv_dx.cpp) receives a PyptoConvDxLaunch by value;
  *   - the host (pypto/_npu/launch_struct.py) mirrors these structs with ctypes, and the tests
  *     compile a C program against this header to compare sizeof and every offset;
- *   - the test double of the runtime (tests/fake_ascend) reads the same struct.
+ *   - the test double of the runtime (tests/npu/fake_ascend) reads the same struct.
  *
  * PyptoConvDxApiTiling has exactly the layout of CANN's TConv3DBackpropInputTiling (280 bytes,
  * natural alignment, field order of conv3d_bp_input_tilingdata.h); the kernel static_asserts
@@ -60,7 +60,7 @@ enum {
  * generator of ascendc_library's launch wrapper (asc-devkit extract_host_stub.py) finds by-value
  * struct parameters with the pattern ^\s*struct\s+(\w+)\s*\{ on the preprocessed source and
  * copies those definitions into the host stub. `typedef struct X { ... } X;` never matches it: the
- * stub then names PyptoConvDxLaunch undefined and takes it by value (tests/test_npu_kernel_source.py). */
+ * stub then names PyptoConvDxLaunch undefined and takes it by value (tests/npu/test_npu_kernel_source.py). */
 struct PyptoConvDxApiTiling {
     PYPTO_CONV_DX_API_U32_FIELDS(PYPTO_CONV_DX_U32_MEMBER)
     PYPTO_CONV_DX_API_I32_FIELDS(PYPTO_CONV_DX_I32_MEMBER)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from _slowdown import limit
+from support.slowdown import limit
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -90,7 +90,8 @@ def test_options_count_before_and_after_the_command(before):
     args = [*options, "run", *PROBLEM] if before else ["run", *PROBLEM, *options]
     done = _cli(*args)
     assert done.returncode == 0, done.stderr
-    assert "1 thread(s)" in done.stdout and "DT_BF16" in done.stdout
+    run_line = next(line for line in done.stdout.splitlines() if line.startswith("run: "))
+    assert "1 thread(s)" in done.stdout and run_line.endswith(", bf16"), done.stdout
     info = _cli(*(["--threads", "1", "info"] if before else ["info", "--threads", "1"]))
     assert "1 thread(s)" in info.stdout
 

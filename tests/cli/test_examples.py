@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from _slowdown import limit
+from support.slowdown import limit
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
 

@@ -12,7 +12,7 @@ weights, per-thread scratch and input copies; above the limit (``memory_limit`` 
 ``PYPTO_MEMORY_LIMIT``, default 80% of available memory) it raises
 ``pypto.error.PyptoMemoryError`` (a PyptoError and a MemoryError) naming the numbers.
 
-64-bit indexing: every index and offset in the kernel (pypto/_kernels/kernel/dgrad.pxi) is an
+64-bit indexing: every index and offset in the kernel (pypto/_kernels/kernel/plan.pxi, loops.pxi) is an
 ``int64_t`` (image, channel, row and column offsets, work items, panel sizes), and the guard's
 estimate is Python integer arithmetic. ``test_guard_arithmetic_beyond_32_bits`` checks the
 estimate on a shape of more than 2**31 elements, always; ``test_output_beyond_2_31_elements``
@@ -34,10 +34,10 @@ import pytest
 import pypto
 from pypto.error import PyptoMemoryError
 
-from _reference import round_once
-from _slowdown import limit
-from test_numerics import (auto_tiles, call_op, check_accuracy, make_data, make_problem,
-                           set_tiles, size_of)
+from support.numerics import (auto_tiles, call_op, check_accuracy, make_data, make_problem,
+                              set_tiles, size_of)
+from support.reference import round_once
+from support.slowdown import limit
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FP16 = np.dtype(np.float16)

@@ -40,8 +40,8 @@ import pypto
 from pypto._core.options import MAX_THREADS
 from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
-from _slowdown import limit
-from test_numerics import call_op, check_accuracy, make_data, make_problem, set_tiles, size_of
+from support.numerics import call_op, check_accuracy, make_data, make_problem, set_tiles
+from support.slowdown import limit
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FP16 = np.dtype(np.float16)
@@ -82,7 +82,7 @@ def datasets(count, seed=0):
 
 
 def test_tile_sets_are_legal():
-    from test_numerics import tiles_legal
+    from support.numerics import tiles_legal
     for l1, l0, _ in TILE_SETS:
         assert tiles_legal(PROB, l1, l0), (l1, l0)
 

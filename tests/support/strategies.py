@@ -5,7 +5,7 @@ Three kinds of argument sets, as :class:`Case` objects (``Case.run`` makes the c
 * ``valid_cases()``: small legal problems (N <= 2, C <= 24, Hin/Win <= 12, K <= 5, strides and
   dilations <= 3, symmetric paddings inside rule A3), fp16 or bf16, Hin/Win anywhere in the
   range of section 3, legal tiles derived from the problem (rules TS1-TS6, checked by the
-  independent ``tiles_legal`` of test_numerics) and legal vector tiles. Lists are sometimes
+  independent ``tiles_legal`` of support/numerics.py) and legal vector tiles. Lists are sometimes
   tuples and ints sometimes NumPy integers: both are valid.
 * ``boundary_cases()``: legal problems at the edges of the ranges (kernels up to 255, strides
   and dilations up to 63, paddings up to 255, dimensions up to 1000000), for shape-only calls.
@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 import pypto
 from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
-from test_numerics import ceil16, tiles_legal
+from support.numerics import ceil16, tiles_legal
 
 DT = pypto.DataType
 SUPPORTED = (DT.DT_FP16, DT.DT_BF16)
@@ -57,7 +57,7 @@ RULE_KIND = dict.fromkeys(RULE_IDS, "ValueError")
 RULE_KIND.update(T1="TypeError", TS0="RuntimeError")
 MAX_DATA_ELEMENTS = 2_000_000  # larger tensors are passed shape-only
 
-_NOT_SET = object()
+NOT_SET = object()
 
 
 def _is_int(v):
@@ -71,7 +71,7 @@ def _is_int(v):
 class Case:
     """Arguments for one conv_backward_input call, plus the tile options in effect.
 
-    ``prob`` is the valid problem the case was made from (test_numerics' dict format); the
+    ``prob`` is the valid problem the case was made from (support/numerics.py's dict format); the
     argument fields are what is actually passed and may be broken. ``rule`` is the rule the case
     breaks (None: a valid case).
     """
@@ -91,15 +91,15 @@ class Case:
     l1: object                  # (tileML1, tileKL1, tileNL1), or None: never set
     l0: object                  # (tileML0, tileKL0, tileNL0)
     vec: object                 # vector tile values, or None: never set
-    grad_output: object = _NOT_SET  # a non-Tensor passed instead of grad_output (T1)
-    weight: object = _NOT_SET
+    grad_output: object = NOT_SET  # a non-Tensor passed instead of grad_output (T1)
+    weight: object = NOT_SET
     rule: object = None
     how: str = "valid"
     seed: int = 0
 
     def __repr__(self):
         extra = "".join(f", {k}={getattr(self, k)!r}" for k in ("grad_output", "weight")
-                        if getattr(self, k) is not _NOT_SET)
+                        if getattr(self, k) is not NOT_SET)
         return (f"Case(rule={self.rule}, how={self.how!r}, {self.dtype_name}, "
                 f"grad_output={self.go_shape}/{self.go_dtype}, "
                 f"weight={self.w_shape}/{self.w_dtype}, "
@@ -131,7 +131,7 @@ class Case:
     def data_ok(self):
         """True when grad_output and weight can be real arrays (small, non-negative dims,
         dtypes with a NumPy type)."""
-        if self.grad_output is not _NOT_SET or self.weight is not _NOT_SET:
+        if self.grad_output is not NOT_SET or self.weight is not NOT_SET:
             return False
         for shape, dtype in ((self.go_shape, self.go_dtype), (self.w_shape, self.w_dtype)):
             if dtype not in NUMPY_OF or not all(_is_int(v) and v >= 0 for v in shape):
@@ -153,9 +153,9 @@ class Case:
         else:
             go = pypto.Tensor(self.go_shape, self.go_dtype, "grad_output")
             w = pypto.Tensor(self.w_shape, self.w_dtype, "weight")
-        if self.grad_output is not _NOT_SET:
+        if self.grad_output is not NOT_SET:
             go = self.grad_output
-        if self.weight is not _NOT_SET:
+        if self.weight is not NOT_SET:
             w = self.weight
         return go, w
 
@@ -249,7 +249,7 @@ def _axis(draw, max_in):
 
 @st.composite
 def valid_problems(draw, min_kernel=1, max_in=12):
-    """A small legal problem dict (test_numerics' format)."""
+    """A small legal problem dict (support/numerics.py's format)."""
     n = draw(st.integers(1, 2))
     cin, cout = draw(st.integers(1, 24)), draw(st.integers(1, 24))
     kh, sh, dh, ph, hout, hin = _axis(draw, max_in)

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "pypto_numeric.h"
+#include "pypto_convert.h"
 
 int main(void)
 {

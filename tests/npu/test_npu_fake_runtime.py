@@ -1,6 +1,6 @@
 """The NPU path (pypto.device) on a machine without an NPU.
 
-``tests/fake_ascend`` holds a TEST DOUBLE of AscendCL (``fake_acl.c``, built here into
+``tests/npu/fake_ascend`` holds a TEST DOUBLE of AscendCL (``fake_acl.c``, built here into
 ``<tmp>/toolkit/lib64/libascendcl.so``) and of our kernel library (``fake_conv_dx_kernel.c``,
 exporting the exact ``aclrtlaunch_pypto_conv_dx``): device memory is host memory with
 bookkeeping, and the fake kernel checks the launch against the AscendC API's limits, then
@@ -32,10 +32,11 @@ import pypto
 from pypto._npu import launch_struct as layout
 from pypto._npu.plan import MAX_BACKPROP_PAD, axis_window
 
-from _slowdown import limit
+from support.slowdown import limit
 
-ROOT = Path(__file__).resolve().parents[1]
-FAKE_SOURCES = ROOT / "tests" / "fake_ascend"
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+FAKE_SOURCES = HERE / "fake_ascend"
 # the installed package's copy (the wheel ships the kernel sources): CI runs the tests against
 # an installed pypto, on AArch64 without the source tree beside them
 KERNEL_SOURCES = Path(importlib.util.find_spec("pypto._npu.kernel")
@@ -664,14 +665,14 @@ def test_the_envelope_check_sees_a_wrapped_row_count_and_an_empty_block(envelope
 
 def test_the_reviewed_case_stays_inside_the_api_envelope(envelope):
     """Issue 13's finding 2: one dilation-phase piece had backpropPadUp 8 over a 2-row window."""
-    from _npu_problems import ENVELOPE_CASE
+    from support.npu_problems import ENVELOPE_CASE
     faults = [(pp.piece, why) for pp, launch in _plan_launches(*ENVELOPE_CASE)
               if (why := envelope(launch))]
     assert not faults, faults[:3]
 
 
 def test_every_launch_of_extreme_accepted_problems_stays_inside_the_api_envelope(envelope):
-    from _npu_problems import extreme_problem, legal_tiles
+    from support.npu_problems import extreme_problem, legal_tiles
     from pypto._dtypes import DataType
     rng = random.Random(13)
     checked = 0

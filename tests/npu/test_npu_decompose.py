@@ -1,7 +1,7 @@
 """The NPU planner's rewrites (pypto/_npu/decompose.py) and its coverage of accepted problems.
 
 No runtime needed: the rewrites are index arithmetic and array copies, checked here against the
-definition of dgrad; tests/test_device.py runs them through the fake AscendCL runtime.
+definition of dgrad; test_npu_fake_runtime.py runs them through the fake AscendCL runtime.
 """
 
 import random
@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from _npu_problems import extreme_problem, legal_tiles
-from _reference import dgrad_brute_force
+from support.npu_problems import extreme_problem, legal_tiles
+from support.reference import dgrad_brute_force
 
 from pypto._dtypes import DataType
 from pypto._core.shapes import forward_out_size

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from _slowdown import limit
+from support.slowdown import limit
 
 
 def test_bench_quick_runs():

@@ -21,7 +21,7 @@ import pypto
 from pypto import __main__ as cli
 from pypto._golden.case import draw_inputs, golden_dgrad, make_case
 
-from _reference import dgrad_reference
+from support.reference import dgrad_reference
 
 GOLDEN_ARGS = ["--grad-output", "2,32,12,12", "--weight", "32,40,3,3", "--paddings", "1,1,1,1",
                "--l1", "36,288,16", "--l0", "32,144,16"]

@@ -12,7 +12,7 @@ import pytest
 
 from pypto._kernels.dispatch import BUILT_LEVELS, CPU_LEVELS, kernel_info, load_level
 
-from _slowdown import limit
+from support.slowdown import limit
 
 HERE = pathlib.Path(__file__).resolve().parent
 RUNNABLE = [level for level in CPU_LEVELS if level in BUILT_LEVELS]

@@ -1,10 +1,10 @@
 """Fuzzing the front door of pypto.conv_backward_input (specification sections 3 and 4).
 
-Properties (strategies in tests/strategies.py):
+Properties (strategies in tests/support/strategies.py):
 
 * a valid call returns an ``input_size``-shaped Tensor; with data, values within the error bound
-  of test_numerics against the float64 oracle, and the same bits through a ``pypto.jit`` kernel
-  that moves the result into the caller's array;
+  of support/numerics.py against the float64 oracle, and the same bits through a ``pypto.jit``
+  kernel that moves the result into the caller's array;
 * a call broken in exactly one rule raises a ``ConvBpInputError`` (a ``PyptoError``) whose
   ``.rule`` is that rule, with the rule's error kind and upstream's "ErrCode: ..." text, and
   never any other exception type, one test per rule id;
@@ -18,7 +18,7 @@ What the fuzzing found is kept as deterministic regression tests at the end of t
 
 Bounded for CI: every property runs 60-150 examples (a few seconds in all). A longer run:
 
-    PYPTO_FUZZ_EXAMPLES=20000 python -m pytest tests/test_fuzz.py -q -p no:cacheprovider \\
+    PYPTO_FUZZ_EXAMPLES=20000 python -m pytest tests/core/test_fuzz.py -q -p no:cacheprovider \\
         --hypothesis-show-statistics
 
 sets max_examples of every property (each rule's test counts as one property) to that number;
@@ -45,9 +45,9 @@ import pypto
 from pypto._core.options import MAX_THREADS
 from pypto.error import ConvBpInputError
 
-import strategies as S
-from _slowdown import limit
-from test_numerics import check_accuracy
+import support.strategies as S
+from support.numerics import check_accuracy
+from support.slowdown import limit
 
 LONG_EXAMPLES = int(os.environ.get("PYPTO_FUZZ_EXAMPLES", "0") or 0)
 CODES = {"TypeError": "F00001", "ValueError": "F00002", "RuntimeError": "F00003"}

@@ -17,7 +17,7 @@ import pytest
 from pypto._kernels.dispatch import BUILT_LEVELS, CPU_FEATURES, CPU_LEVELS, kernel_info
 from pypto._kernels import levels as isa_levels
 
-from _slowdown import limit
+from support.slowdown import limit
 
 
 # not the checkout's root, where the source tree would shadow the installed package

@@ -3,7 +3,7 @@
 Faults are injected into pypto's own result (a zeroed M tile, a tile shifted by one row, ulp
 noise, a NaN, files of the wrong dtype or size); each verdict and each localisation must be the
 right one, and a clean result must pass. The golden itself is checked against the independent
-float64 oracle of tests/_reference.py.
+float64 oracle of tests/support/reference.py.
 """
 
 import json
@@ -22,8 +22,8 @@ from pypto import __main__ as cli
 from pypto._golden.case import draw_inputs, golden_dgrad, make_case, pypto_dgrad
 from pypto._golden.localise import task_grid
 
-from _reference import dgrad_abs_reference, dgrad_brute_force, dgrad_reference
-from _slowdown import limit
+from support.reference import dgrad_abs_reference, dgrad_brute_force, dgrad_reference
+from support.slowdown import limit
 
 HERE = pathlib.Path(__file__).resolve().parent
 BF16 = np.dtype(ml_dtypes.bfloat16)

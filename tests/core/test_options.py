@@ -1,19 +1,18 @@
-"""Public API surface and configuration scopes (specification sections 2 and 5)."""
+"""Configuration: tile and vec-tile settings, options and their scopes (top level,
+``pypto.function``, jit, ``pypto.options``, threads, asyncio and generators), the CPU thread
+count and the memory limit (specification sections 2 and 5).
+"""
 
-import copy
-import pickle
-import re
 import threading
 
 import numpy as np
 import pytest
-from _reference import dgrad_brute_force
 
 import pypto
 from pypto import pypto_impl
 from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
-FP16, BF16 = pypto.DT_FP16, pypto.DT_BF16
+FP16 = pypto.DT_FP16
 VEC = [16, 16, 16, 16]
 
 
@@ -52,182 +51,6 @@ def rule_of_small_conv():
     with pytest.raises(pypto.error.ConvBpInputError) as e:
         small_conv()
     return e.value.rule
-
-
-# ------------------------------------------------------------------------------------------------
-# DataType
-# ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, value", [
-    ("DT_INT4", 0), ("DT_INT8", 1), ("DT_INT16", 2), ("DT_INT32", 3), ("DT_INT64", 4),
-    ("DT_FP8", 5), ("DT_FP16", 6), ("DT_FP32", 7), ("DT_BF16", 8), ("DT_BOOL", 15),
-    ("DT_DOUBLE", 16),
-])
-def test_datatype_values(name, value):
-    member = getattr(pypto, name)
-    assert member is pypto.DataType[name]
-    assert int(member) == value
-    assert pypto.DataType(value) is member
-
-
-def test_datatype_repr_and_str():
-    assert repr(pypto.DT_FP16) == "DataType.DT_FP16"
-    assert str(pypto.DT_FP16) == "DataType.DT_FP16"
-    assert str(pypto.DT_BF16) == "DataType.DT_BF16"
-    assert f"{pypto.DT_INT8}" == "DataType.DT_INT8"
-    assert pypto.pypto_impl.DataType is pypto.DataType
-
-
-# ------------------------------------------------------------------------------------------------
-# Tensor
-# ------------------------------------------------------------------------------------------------
-def test_tensor_alias():
-    assert pypto.tensor is pypto.Tensor
-
-
-def test_tensor_properties():
-    t = pypto.Tensor((1, 16, 7, 5), FP16, "dy")
-    assert type(t.shape) is list
-    assert t.shape == [1, 16, 7, 5]
-    assert t.dim == 4
-    assert t.dtype is FP16
-    assert t.name == "dy"
-    t.name = "grad_output"
-    assert t.name == "grad_output"
-    shape = t.shape
-    shape[0] = 99
-    assert t.shape == [1, 16, 7, 5]          # .shape is a copy
-
-
-def test_tensor_defaults():
-    t = pypto.Tensor([2, 3])
-    assert t.dtype is pypto.DT_FP32
-    assert t.name == ""
-    assert pypto.Tensor([]).dim == 0
-
-
-def test_tensor_shape_accepts_numpy_ints():
-    t = pypto.Tensor((np.int64(1), np.int32(16), np.uint8(7), 5), BF16)
-    assert t.shape == [1, 16, 7, 5]
-    assert all(type(v) is int for v in t.shape)
-
-
-@pytest.mark.parametrize("shape, dtype", [([[1, 2]], FP16), ([1.0, 2], FP16), ([True, 2], FP16),
-                                          ("12", FP16), (3, FP16), ([1, 2], "fp16"),
-                                          ([1, 2], np.float16)])
-def test_tensor_junk_raises_pypto_error(shape, dtype):
-    with pytest.raises(pypto.PyptoError):
-        pypto.Tensor(shape, dtype)
-
-
-def test_tensor_name_must_be_a_string():
-    t = pypto.Tensor([1], FP16)
-    with pytest.raises(pypto.PyptoError):
-        t.name = 3
-
-
-@pytest.mark.parametrize("other", [3, None, "x", np.zeros((1, 16, 16, 16), np.float16)])
-def test_tensor_move_rejects_non_tensor(other):
-    t = pypto.Tensor([1, 16, 16, 16], FP16)
-    with pytest.raises(pypto.PyptoError) as e:
-        t.move(other)
-    assert "type cannot be moved to Tensor" in str(e.value)
-    assert str(e.value) == (f"ErrCode: F00001, TypeError: '{type(other).__name__}' type cannot "
-                            "be moved to Tensor")
-
-
-def test_tensor_move_binds_a_result():
-    pypto.set_convbp_input_tile_shapes(l1(), l0())
-    pypto.set_vec_tile_shapes(*VEC)
-    out = pypto.Tensor([1], FP16, "out")
-    out.move(small_conv())
-    assert out.shape == [1, 16, 16, 16]
-    assert out.dtype is FP16
-    assert out.name == "out"
-
-
-def test_op_result_is_a_pypto_tensor():
-    pypto.set_convbp_input_tile_shapes(l1(), l0())
-    pypto.set_vec_tile_shapes(*VEC)
-    result = small_conv()
-    assert isinstance(result, pypto.tensor)
-    assert result.shape == [1, 16, 16, 16]
-
-
-# ------------------------------------------------------------------------------------------------
-# Tile records
-# ------------------------------------------------------------------------------------------------
-def test_tile_infos_positional_order_is_m_k_n():
-    a = ConvBpTileL1Info(1, 2, 3)
-    assert (a.tileML1, a.tileKL1, a.tileNL1) == (1, 2, 3)
-    b = ConvBpTileL0Info(4, 5, 6)
-    assert (b.tileML0, b.tileKL0, b.tileNL0) == (4, 5, 6)
-
-
-def test_tile_infos_keywords():
-    a = ConvBpTileL1Info(tileML1=16, tileNL1=32, tileKL1=144)
-    assert (a.tileML1, a.tileKL1, a.tileNL1) == (16, 144, 32)
-    b = ConvBpTileL0Info(tileNL0=48, tileML0=16, tileKL0=32)
-    assert (b.tileML0, b.tileKL0, b.tileNL0) == (16, 32, 48)
-
-
-def test_tile_infos_default_to_zero():
-    a, b = ConvBpTileL1Info(), ConvBpTileL0Info()
-    assert (a.tileML1, a.tileKL1, a.tileNL1) == (0, 0, 0)
-    assert (b.tileML0, b.tileKL0, b.tileNL0) == (0, 0, 0)
-
-
-def test_tile_infos_are_writable():
-    a, b = ConvBpTileL1Info(), ConvBpTileL0Info()
-    a.tileML1, a.tileKL1, a.tileNL1 = 32, 288, 64
-    b.tileML0, b.tileKL0, b.tileNL0 = 16, 32, 48
-    assert (a.tileML1, a.tileKL1, a.tileNL1) == (32, 288, 64)
-    assert (b.tileML0, b.tileKL0, b.tileNL0) == (16, 32, 48)
-
-
-def test_tile_infos_reject_bad_construction():
-    with pytest.raises(TypeError):
-        ConvBpTileL1Info(1, 2, 3, 4)
-    with pytest.raises(TypeError):
-        ConvBpTileL0Info(tileML1=16)
-    with pytest.raises(TypeError):
-        ConvBpTileL1Info(16, tileML1=16)
-
-
-def test_convbp_tile_repr():
-    tile = pypto_impl.ConvBpTile(ConvBpTileL1Info(16, 144, 16), ConvBpTileL0Info(16, 16, 16))
-    text = ("ConvBpTile: {tileL1Info: {tileML1: 16, tileKL1: 144, tileNL1: 16}, "
-            "tileL0Info: {tileML0: 16, tileKL0: 16, tileNL0: 16}};")
-    assert repr(tile) == text
-    assert str(tile) == text
-    assert tile.ToString() == text
-    assert repr(pypto.ConvBpTile(ConvBpTileL1Info(16, 144, 16), ConvBpTileL0Info(16, 16, 16))) \
-        == text
-
-
-def test_convbp_tile_default_and_valid():
-    assert repr(pypto_impl.ConvBpTile()) == (
-        "ConvBpTile: {tileL1Info: {tileML1: 0, tileKL1: 0, tileNL1: 0}, "
-        "tileL0Info: {tileML0: 0, tileKL0: 0, tileNL0: 0}};")
-    assert not pypto_impl.ConvBpTile().valid()
-    assert pypto_impl.ConvBpTile(l1(), l0()).valid()
-    assert not pypto_impl.ConvBpTile(l1(), l0(32, 16, 16)).valid()
-
-
-@pytest.mark.parametrize("make", [lambda: pypto.ConvBpTile(l1(32, 288, 16), l0(16, 144, 16)),
-                                  lambda: pypto_impl.ConvBpTile(l1(32, 288, 16), l0(16, 144, 16)),
-                                  lambda: l1(32, 288, 16), lambda: l0(16, 144, 16)],
-                         ids=["config.ConvBpTile", "pypto_impl.ConvBpTile", "L1Info", "L0Info"])
-def test_tile_records_copy_and_pickle(make):
-    original = make()
-    for how in (copy.copy, copy.deepcopy, lambda t: pickle.loads(pickle.dumps(t))):
-        twin = how(original)
-        assert type(twin) is type(original) and repr(twin) == repr(original)
-    deep = copy.deepcopy(original)
-    if isinstance(original, (pypto.ConvBpTile, pypto_impl.ConvBpTile)):
-        deep.tileL1Info.tileML1 = 64  # the copy's records are its own
-        assert original.tileL1Info.tileML1 == 32 and original.valid() and deep.valid()
-    with pytest.raises(AttributeError):
-        original.no_such_field  # noqa: B018 - a plain AttributeError, not a RecursionError
 
 
 # ------------------------------------------------------------------------------------------------
@@ -619,89 +442,6 @@ def test_op_in_threads_uses_each_threads_scope():
     assert rules == {"with": [1, 16, 16, 16], "without": "TS0"}
 
 
-# ------------------------------------------------------------------------------------------------
-# jit
-# ------------------------------------------------------------------------------------------------
-def test_jit_alias():
-    assert pypto.jit is pypto.frontend.jit
-
-
-def test_jit_bare_and_with_options():
-    @pypto.jit
-    def bare(x):
-        return x + 1
-
-    @pypto.frontend.jit(debug_options={"runtime_debug_mode": 0, "compile_debug_mode": 0})
-    def configured(x):
-        return x * 2
-
-    assert bare(1) == 2
-    assert configured(3) == 6
-    assert bare.__name__ == "bare"
-    assert configured.options["debug_options"] == {"runtime_debug_mode": 0,
-                                                   "compile_debug_mode": 0}
-
-
-def make_annotated_kernel():
-    @pypto.jit
-    def kernel(x: pypto.Tensor([2, 3], pypto.DT_FP32), y: pypto.Tensor([4], FP16)):
-        return x.shape, y.dtype
-    return kernel
-
-
-def test_jit_accepts_matching_arrays():
-    kernel = make_annotated_kernel()
-    assert kernel(np.zeros((2, 3), np.float32), np.zeros(4, np.float16)) == ([2, 3], FP16)
-    assert kernel(pypto.Tensor([2, 3]), pypto.Tensor([4], FP16)) == ([2, 3], FP16)
-
-
-@pytest.mark.parametrize("x, y, text", [
-    (np.zeros((3, 2), np.float32), np.zeros(4, np.float16),
-     "argument 'x' has shape [3, 2], but the kernel declares [2, 3]"),
-    (np.zeros((2, 3, 1), np.float32), np.zeros(4, np.float16),
-     "argument 'x' has shape [2, 3, 1], but the kernel declares [2, 3]"),
-    (np.zeros((2, 3), np.float16), np.zeros(4, np.float16),
-     "argument 'x' has dtype DataType.DT_FP16, but the kernel declares DataType.DT_FP32"),
-    (np.zeros((2, 3), np.float32), np.zeros(4, np.float32),
-     "argument 'y' has dtype DataType.DT_FP32, but the kernel declares DataType.DT_FP16"),
-])
-def test_jit_rejects_wrong_shape_or_dtype(x, y, text):
-    kernel = make_annotated_kernel()
-    with pytest.raises(pypto.PyptoError, match=re.escape(text)):
-        kernel(x, y)
-
-
-def test_jit_rejects_non_arrays_and_wrong_arity():
-    kernel = make_annotated_kernel()
-    with pytest.raises(pypto.PyptoError):
-        kernel([[0, 0, 0], [0, 0, 0]], np.zeros(4, np.float16))
-    with pytest.raises(pypto.PyptoError):
-        kernel(np.zeros((2, 3), np.float32))
-
-
-def test_jit_kernel_upstream_st_style_moves_result_into_the_callers_array():
-    # test_convbp_2d_fp16_stride: 13x13 input, 3x3 kernel, stride 2, pad 1 -> dy 7x7
-    shape_dy, shape_w, size = [1, 16, 7, 7], [16, 16, 3, 3], [1, 16, 13, 13]
-
-    @pypto.frontend.jit(debug_options={"runtime_debug_mode": 0, "compile_debug_mode": 0})
-    def conv_bp(grad_output: pypto.Tensor(shape_dy, FP16), weight: pypto.Tensor(shape_w, FP16),
-                input_grad: pypto.Tensor(size, FP16)):
-        pypto.set_convbp_input_tile_shapes(ConvBpTileL1Info(13, 144, 16),
-                                           ConvBpTileL0Info(16, 16, 16))
-        pypto.set_vec_tile_shapes(16, 16, 1, 16, 16)
-        output = pypto.conv_backward_input(grad_output, size, weight, FP16, [2, 2], [1, 1, 1, 1],
-                                           [1, 1], groups=1)
-        input_grad.move(output)
-
-    rng = np.random.default_rng(0)
-    dy = rng.random(shape_dy).astype(np.float16)
-    w = rng.random(shape_w).astype(np.float16)
-    out = np.zeros(size, np.float16)
-    conv_bp(dy, w, out)
-    ref = dgrad_brute_force(dy, w, size[2:], [2, 2], [1, 1], [1, 1])
-    np.testing.assert_allclose(out.astype(np.float32), ref, rtol=1e-2, atol=1e-2)
-    assert np.count_nonzero(out) > 0
-    assert tile_values() == ZERO_TILES                  # the kernel's tiles stayed in its scope
 
 
 # ------------------------------------------------------------------------------------------------

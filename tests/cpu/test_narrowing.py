@@ -2,9 +2,9 @@
 one.
 
 The kernel rounds each accumulator once (the op's only rounding); AVX-512 builds do it 16 values
-at a time (pypto_narrow16 in pypto/_kernels/kernel/pypto_numeric.h), AVX2 builds 8 at a time
+at a time (pypto_narrow16 in pypto/_kernels/kernel/pypto_convert.h), AVX2 builds 8 at a time
 (pypto_narrow8). A small C program runs every fp32 bit pattern through both. Kept out of
-test_numerics.py, which test_isa_levels.py re-runs once per ISA level: this check does not
+test_numerics.py, which test_levels.py re-runs once per ISA level: this check does not
 depend on the level the kernel runs at.
 """
 
@@ -16,9 +16,10 @@ import pytest
 
 from pypto._kernels.dispatch import kernel_info
 
-from _slowdown import limit
+from support.slowdown import limit
 
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 
 
 @pytest.mark.skipif(not shutil.which("gcc"), reason="no C compiler")
@@ -30,7 +31,7 @@ def test_vector_narrowing_equals_the_scalar_one_on_every_fp32_pattern(tmp_path, 
     exe = tmp_path / "narrow_exhaustive"
     subprocess.run(["gcc", "-O2", f"-march={march}", "-ffp-contract=off", "-fno-math-errno",
                     f"-I{ROOT / 'pypto' / '_kernels' / 'kernel'}",
-                    str(ROOT / "tests" / "c" / "narrow_exhaustive.c"), "-o", str(exe)], check=True)
+                    str(HERE / "c" / "narrow_exhaustive.c"), "-o", str(exe)], check=True)
     done = subprocess.run([str(exe)], capture_output=True, text=True, timeout=limit(300))
     assert done.returncode == 0, done.stdout
     assert done.stdout.startswith("0 mismatches"), done.stdout

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import pypto
 from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
-from strategies import _NOT_SET, RULE_IDS, invalid_cases, valid_cases
+from support.strategies import NOT_SET, RULE_IDS, invalid_cases, valid_cases
 
 
 @st.composite
@@ -103,8 +103,8 @@ def _expressible(case):
         groups_ok = not isinstance(case.groups, bool) and operator.index(case.groups) == 1
     except TypeError:
         groups_ok = False
-    return (groups_ok and case.rule not in _NOT_EXPRESSIBLE and case.grad_output is _NOT_SET
-            and case.weight is _NOT_SET and case.out_dtype is case.go_dtype
+    return (groups_ok and case.rule not in _NOT_EXPRESSIBLE and case.grad_output is NOT_SET
+            and case.weight is NOT_SET and case.out_dtype is case.go_dtype
             and case.w_dtype is case.go_dtype)
 
 

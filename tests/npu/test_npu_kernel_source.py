@@ -28,10 +28,11 @@ from pypto._npu import launch_struct as _launch_struct
 from pypto._npu.launch_struct import ConvDxLaunch
 from pypto._npu.prototypes import LAUNCH_SYMBOL, PROTOTYPES
 
-from _slowdown import limit
+from support.slowdown import limit
 
-ROOT = Path(__file__).resolve().parents[1]
-FAKE_SOURCES = ROOT / "tests" / "fake_ascend"
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+FAKE_SOURCES = HERE / "fake_ascend"
 KERNEL_SOURCES = Path(importlib.util.find_spec("pypto._npu.kernel").submodule_search_locations[0])
 HEADER = KERNEL_SOURCES / "pypto_conv_dx_tiling.h"
 KERNEL = KERNEL_SOURCES / "pypto_conv_dx.cpp"
@@ -501,13 +502,14 @@ def _compile(args):
     assert done.returncode == 0, done.stderr
 
 
-FLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared"]  # as tests/test_device.py
+# as test_npu_fake_runtime.py
+FLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared"]
 
 
 @pytest.fixture(scope="module")
 def fakes(tmp_path_factory):
-    """The fake AscendCL runtime and two builds of the fake kernel: as tests/test_device.py builds
-    it, and with the link options the CMake project gives the real library."""
+    """The fake AscendCL runtime and two builds of the fake kernel: as test_npu_fake_runtime.py
+    builds it, and with the link options the CMake project gives the real library."""
     if CC is None:
         pytest.skip("no C compiler to build the fake AscendCL runtime")
     root = tmp_path_factory.mktemp("fakes")
@@ -552,7 +554,7 @@ def test_the_library_exports_only_the_launch_wrapper():
 @needs_nm
 def test_the_fake_kernel_built_like_the_real_one_exports_only_the_launch_wrapper(fakes):
     assert _dynamic_symbols(fakes.limited) == {LAUNCH_SYMBOL}
-    # the test suite's own build keeps its envelope entry for the sweeps of tests/test_device.py
+    # the suite's own build keeps its envelope entry for the sweeps of test_npu_fake_runtime.py
     assert {LAUNCH_SYMBOL, "fake_conv_dx_envelope"} <= _dynamic_symbols(fakes.plain)
 
 
