@@ -142,31 +142,3 @@ class Tiling(NamedTuple):
         """Independent (image, N-L1 block, M-L1 tile) items: no more threads can be busy."""
         rows, cols, nl1, _, _, _, _ = kernel_tiles or self.kernel_tiles(p)
         return p.n * ceil_div(p.cin, nl1) * ceil_div(p.hin, rows) * ceil_div(p.win, cols)
-
-    def cpu_memory_bytes(self, p, threads, kernel_tiles=None):
-        """Upper bound of what one CPU call allocates: output, weight panels, tile scratch.
-
-        Mirrors the kernel's buffers (pypto/_kernels/kernel/dgrad.pxi) with its largest register
-        blocks (pixel-vector: 8 channels x 32 pixels, or 4 x 64 for few channels;
-        channel-vector: 7 pixels x 32 channels, 6 x 64 wide, AVX2 6 x 16) and fp32 everywhere,
-        so it never under-counts.
-        """
-        rows, cols, nl1, kl1, _, kl0, _ = kernel_tiles or self.kernel_tiles(p)
-        output = p.n * p.cin * p.hin * p.win * p.dtype_size
-        group = max(1, min(p.n, CPU_GROUP_PIXELS // (rows * cols))) \
-            if rows >= p.hin and cols >= p.win else 1
-        panels = ceil_align(p.cin, 64) * ceil_align(p.cout, 2) * p.taps * 4
-        rows_max, cols_max = ceil_div(rows, p.sh), ceil_div(cols, p.sw)
-        fr_max = rows_max + (p.kh - 1) * p.dh // p.sh + 1
-        fc_max = cols_max + (p.kw - 1) * p.dw // p.sw + 1
-        cout_l1 = kl1 // p.taps
-        align = 16  # each scratch part is rounded up to 64 bytes
-        a_panel = ceil_align(max(kl0, 1) * 32 + 8, align) + ceil_align(2 * max(kl0, 1), align)
-        accumulator = ceil_align(max(
-            ceil_align(nl1, 8) * ceil_align(rows_max * fc_max, 32),
-            ceil_align(nl1, 32) * (group * rows_max * cols_max + 6)), align)
-        frame = ceil_align(cout_l1 * group * fr_max * fc_max + fc_max + 64, align)
-        offsets = 2 * (group * rows_max * cols_max + 6)  # rounded to 6 or 7 pixels
-        scratch = 4 * ceil_align(a_panel + accumulator + frame
-                                 + ceil_align(2 * cout_l1 * p.taps, align) + offsets, align)
-        return output + panels + threads * scratch + 4 * align

@@ -311,18 +311,29 @@ def conv_backward_input_cpu(call, dy, w):
     kernel_tiles = call.tiling.kernel_tiles(p)
     np_dtype = numpy_dtype(call.dtype)
     copies = sum(a.size * 2 for a in (dy, w) if not _is_kernel_ready(a, np_dtype))
-    one_thread = call.tiling.cpu_memory_bytes(p, 1, kernel_tiles)
+    output = p.n * p.cin * p.hin * p.win * p.dtype_size
+    # the output and copies first: a call refused for them never loads the kernel module
+    check_host_memory(output + copies, p, "input copies, before the kernel's buffers")
+    # The kernel's own plan sizes its buffers (weight panels, tile scratch); per thread they are
+    # largest with one thread, where image groups are largest.
+    kernel = _kernel()
+    shapes = ((p.n, p.cout, p.hout, p.wout), (p.cout, p.cin, p.kh, p.kw),
+              (p.n, p.cin, p.hin, p.win))
+    attrs = (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw)
+    shared, per_thread, _ = kernel.buffer_bytes(*shapes, _KERNEL_DTYPE[call.dtype], attrs,
+                                                kernel_tiles, 1)
     threads = _usable_threads(min(_config.get_num_threads(),
                                   call.tiling.cpu_work_items(p, kernel_tiles)),
-                              one_thread + copies,
-                              call.tiling.cpu_memory_bytes(p, 2, kernel_tiles) - one_thread)
+                              output + shared + per_thread + copies, per_thread)
+    shared, per_thread, used = kernel.buffer_bytes(*shapes, _KERNEL_DTYPE[call.dtype], attrs,
+                                                   kernel_tiles, threads)
     # before any copy or allocation
-    check_host_memory(call.tiling.cpu_memory_bytes(p, threads, kernel_tiles) + copies, p,
+    check_host_memory(output + shared + used * per_thread + copies, p,
                       "weight panels, tile scratch and input copies")
     out = np.empty((p.n, p.cin, p.hin, p.win), dtype=np_dtype)
-    path = _kernel().dgrad(_bits(dy, np_dtype), _bits(w, np_dtype), out.view(np.uint16),
-                           _KERNEL_DTYPE[call.dtype], (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw),
-                           kernel_tiles, _vec_chunks(call.vec_tile, p), threads)
+    path = kernel.dgrad(_bits(dy, np_dtype), _bits(w, np_dtype), out.view(np.uint16),
+                        _KERNEL_DTYPE[call.dtype], attrs, kernel_tiles,
+                        _vec_chunks(call.vec_tile, p), threads)
     if path == "non_finite":  # the kernel's scan of the weight found Inf/NaN; nothing written
         del out  # the recomputation makes its own: not two outputs at once
         return with_real_taps_only(conv_backward_input_cpu, call, dy, w,

@@ -6,11 +6,13 @@
  *   AArch64 baseline: fmla on 128-bit NEON (FMA is part of ARMv8)
  * and, on avx512_bf16, the bf16 dot product vdpbf16ps (2 products and 2 adds per fp32 lane).
  * Each returns the flops it did; the caller times it. The benchmark's "% of peak" is against
- * this, on the machine it runs on. Included after pypto_gemm.h (its PYPTO_ISA_* macros). */
+ * this, on the machine it runs on. The level comes from pypto_isa.h (PYPTO_ISA_*). */
 #ifndef PYPTO_PEAK_H
 #define PYPTO_PEAK_H
 
 #include <stdint.h>
+
+#include "pypto_isa.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>

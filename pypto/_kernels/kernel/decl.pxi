@@ -1,0 +1,92 @@
+# The kernel module's declarations: its cimports, the C it calls from this folder's headers
+# (conversions, memory helpers, the ISA level, the three kernel shapes, the peak loop) and the
+# OpenMP probe. A .pxi, not a .pxd: Cython reads a .pxd only for the module named after it, and
+# one body is built as four modules (dgrad_<level>).
+
+from cpython.exc cimport PyErr_CheckSignals
+from cython.parallel cimport parallel, prange, threadid
+from libc.stdint cimport int64_t, uint16_t, uint32_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memset
+
+cdef extern from "pypto_convert.h" nogil:
+    void pypto_widen(const uint16_t *src, float *dst, int64_t n, int dtype)
+    void pypto_narrow(const float *src, uint16_t *dst, int64_t n, int dtype)
+    uint16_t pypto_float_to_half(float f)
+    float pypto_half_to_float(uint16_t h)
+    float pypto_bf16_to_float(uint16_t h)
+    uint16_t pypto_float_to_bf16(float f)
+
+cdef extern from "pypto_memops.h" nogil:
+    void pypto_gather_f32(const float *src, int64_t stride, int64_t n, float *dst)
+    void pypto_magnitudes(const uint16_t *x, int64_t n, uint16_t *least_minus_one,
+                          uint16_t *most)
+    int pypto_bf16_least_exponent(uint16_t least_minus_one)
+    void pypto_frame_row_f32(const uint16_t *src, int64_t lo, int64_t hi, int64_t n, float *dst,
+                              int dtype)
+    void pypto_zero32(void *dst, int64_t n)
+    void pypto_prefetch_row(const uint16_t *p, int64_t n, int for_write)
+    void pypto_frame_row_pairs(const uint16_t *a, const uint16_t *b, int64_t lo, int64_t hi,
+                                int64_t n, uint32_t *dst)
+
+cdef extern from "pypto_isa.h" nogil:
+    enum: PYPTO_MR
+    enum: PYPTO_NR
+    enum: PYPTO_NR_HALF
+    enum: PYPTO_NR_QUARTER
+    enum: PYPTO_HAVE_BF16_DOT
+    enum: PYPTO_HAVE_CHAN_VEC
+    enum: PYPTO_HAVE_FEW
+    enum: PYPTO_FEW_MR
+    enum: PYPTO_FEW_NR
+    enum: PYPTO_CV_M
+    enum: PYPTO_CV_N
+    enum: PYPTO_CV_STORE
+    enum: PYPTO_HAVE_CV_WIDE
+    enum: PYPTO_CVW_M
+    enum: PYPTO_CVW_N
+    const char *pypto_isa_name()
+
+cdef extern from "pypto_pixel.h" nogil:
+    void pypto_pack_a(int64_t kc, const void *const *a_rows, const int64_t *runs, int n_runs,
+                      int64_t filled, uint32_t *a)
+    void pypto_ukernel_f32(int64_t kc, const float *w, const float *const *a_rows, int64_t j0,
+                           float *c, int64_t ldc)
+    void pypto_ukernel_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
+                            int64_t j0, float *c, int64_t ldc)
+    void pypto_ukernel_f32_half(int64_t kc, const float *w, const float *const *a_rows,
+                                int64_t j0, float *c, int64_t ldc)
+    void pypto_ukernel_bf16_half(int64_t kc_pairs, const uint32_t *w,
+                                 const uint32_t *const *a_rows, int64_t j0, float *c, int64_t ldc)
+    void pypto_ukernel_f32_quarter(int64_t kc, const float *w, const float *w_next,
+                                   const float *const *a_rows, int64_t j0, float *c, int64_t ldc)
+
+cdef extern from "pypto_few.h" nogil:
+    void pypto_ukernel_few_f32(int64_t kc, const float *w, const float *const *a_rows, int64_t j0,
+                               float *c, int64_t ldc)
+    void pypto_ukernel_few_bf16(int64_t kc_pairs, const uint32_t *w,
+                                const uint32_t *const *a_rows, int64_t j0, float *c, int64_t ldc)
+
+cdef extern from "pypto_chanvec.h" nogil:
+    void pypto_ukernel_cv_f32(int64_t kc, const float *w, const float *const *a_rows,
+                              const int64_t *offs, float *c, int64_t ldc, int first)
+    void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
+                               const int64_t *offs, float *c, int64_t ldc, int first)
+    void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
+                                const int64_t *offs, float *c, int64_t ldc, int first)
+    void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch, uint16_t *dst,
+                              int64_t ch_stride, int64_t step, int dtype)
+
+cdef extern from "pypto_peak.h" nogil:
+    double pypto_peak_madd(int64_t iterations)
+    double pypto_peak_bf16_dot(int64_t iterations)
+
+cdef extern from *:
+    """
+    #ifdef _OPENMP
+    #define PYPTO_HAVE_OPENMP 1
+    #else
+    #define PYPTO_HAVE_OPENMP 0
+    #endif
+    """
+    int PYPTO_HAVE_OPENMP

@@ -1,0 +1,403 @@
+# The loops of one work item (image group, N-L1 block, M-L1 tile): the stride-phase frame of dy,
+# the A row tables, the three multiply variants (pixel-vector, few-channel, channel-vector) and
+# the write-outs. The loop nest and the register-block shapes are described in README.md.
+
+cdef enum:
+    FILL_AHEAD = 8      # the frame fill prefetches dy rows this many channels ahead
+    MAX_RUNS = 32       # runs of frame positions in one register block: at most NR (<= 32)
+
+
+cdef struct Frame:
+    # the phase's pixels inside one M tile: rows hi0 + r*sh, columns wi0 + c*sw (r < rows, c < cols)
+    int64_t hi0, wi0, rows, cols
+    # frame of dy: rows ih0 - qh_max .., columns jw0 - qw_max .., pitch fc, fr rows per channel;
+    # `images` frames of fr x fc (one per image of the group) per channel slot, `plane` apart
+    int64_t ih0, jw0, qh_max, qw_max, fr, fc, images, plane
+    # M positions: r*pitch + c; pixel (r, c) of A row k is at row k + r*fc + c in the frame.
+    # Packed A and the channel-vector kernels: pitch = cols, the pixels only. Unpacked, the
+    # kernels read the frame rows directly: pitch = fc, and the halo columns c >= cols are
+    # computed and discarded. An image group's positions are its images' one after another
+    # (image i's pixel (r, c) at frame row k + i*fr*fc + r*fc + c).
+    int64_t pitch, positions, ldc
+
+
+cdef bint _frame_for_phase(const Geometry *g, int64_t phase, int64_t h0, int64_t rows,
+                           int64_t w0, int64_t cols, int64_t images, Frame *f) noexcept nogil:
+    """The frame geometry of one phase of one M tile (of `images` images); False when the
+    phase has no pixel there."""
+    cdef int64_t rh = phase // g.sw, rw = phase - (phase // g.sw) * g.sw
+    cdef int64_t t, qh, qw, qh_min = 0, qw_min = 0
+    f.hi0 = h0 + ((rh - (h0 + g.pt) % g.sh) % g.sh + g.sh) % g.sh
+    f.wi0 = w0 + ((rw - (w0 + g.pl) % g.sw) % g.sw + g.sw) % g.sw
+    if f.hi0 >= h0 + rows or f.wi0 >= w0 + cols:
+        return False
+    f.rows = (h0 + rows - 1 - f.hi0) // g.sh + 1
+    f.cols = (w0 + cols - 1 - f.wi0) // g.sw + 1
+    f.ih0 = (f.hi0 + g.pt) // g.sh
+    f.jw0 = (f.wi0 + g.pl) // g.sw
+    f.qh_max = 0
+    f.qw_max = 0
+    for t in range(g.tap_first[phase], g.tap_first[phase] + g.tap_count[phase]):
+        qh = (g.tap_kh[t] * g.dh) // g.sh
+        qw = (g.tap_kw[t] * g.dw) // g.sw
+        if t == g.tap_first[phase] or qh < qh_min:
+            qh_min = qh
+        if t == g.tap_first[phase] or qw < qw_min:
+            qw_min = qw
+        f.qh_max = _max(f.qh_max, qh)
+        f.qw_max = _max(f.qw_max, qw)
+    f.fr = f.rows + f.qh_max - qh_min
+    f.fc = f.cols + f.qw_max - qw_min
+    f.pitch = f.cols if g.pack_a or g.chan_vec else f.fc
+    f.images = images
+    f.plane = images * f.fr * f.fc
+    f.positions = images * f.rows * f.pitch
+    # accumulator: [channel][position] rows of ldc, or [position][channel] with chan_vec
+    f.ldc = g.nl1_pad if g.chan_vec else _round_up(f.positions, g.m_block)
+    return True
+
+
+cdef void _fill_frame(const Geometry *g, const uint16_t *dy_img, const Frame *f,
+                      int64_t co_first, int64_t co_count, void *frame) noexcept nogil:
+    """dy channels co_first .. +co_count of the group's images as zero-haloed frames: fp32,
+    or bf16 channel pairs."""
+    cdef int64_t plane = f.plane, ch, row, ho, wo_first, lo, hi, co, image, dst
+    cdef int64_t slots = (co_count + 1) // 2 if g.dot_bf16 else co_count
+    cdef const uint16_t *src
+    cdef const uint16_t *src2
+    wo_first = f.jw0 - f.qw_max
+    lo = _min(_max(-wo_first, 0), f.fc)
+    hi = _max(_min(g.wout - wo_first, f.fc), lo)
+    for ch in range(slots):
+        for image in range(f.images):
+            for row in range(f.fr):
+                ho = f.ih0 - f.qh_max + row
+                co = co_first + (2 * ch if g.dot_bf16 else ch)
+                src = dy_img + ((image * g.cout + co) * g.hout + ho) * g.wout + wo_first
+                dst = ch * plane + (image * f.fr + row) * f.fc
+                if co + FILL_AHEAD < co_first + co_count and 0 <= ho < g.hout and hi > lo:
+                    pypto_prefetch_row(src + FILL_AHEAD * g.hout * g.wout + lo, hi - lo, 0)
+                if g.dot_bf16:
+                    src2 = src + g.hout * g.wout if co + 1 < co_first + co_count else NULL
+                    if ho < 0 or ho >= g.hout:
+                        pypto_frame_row_pairs(src, src2, 0, 0, f.fc, <uint32_t *>frame + dst)
+                    else:
+                        pypto_frame_row_pairs(src, src2, lo, hi, f.fc, <uint32_t *>frame + dst)
+                elif ho < 0 or ho >= g.hout:
+                    pypto_frame_row_f32(src, 0, 0, f.fc, <float *>frame + dst, g.dtype)
+                else:
+                    pypto_frame_row_f32(src, lo, hi, f.fc, <float *>frame + dst, g.dtype)
+    # reads past the last plane (discarded halo positions unpacked, the 8-element copies of
+    # pypto_pack_a packed) stay on zeros
+    memset(<float *>frame + slots * plane, 0, (f.fc + g.m_block) * sizeof(float))
+
+
+cdef void _row_table(const Geometry *g, const Frame *f, int64_t phase, int64_t slots,
+                     const void *frame, const void **rows) noexcept nogil:
+    """rows[k] = where A row k (channel slot k // ntaps, the phase's tap k % ntaps) starts in
+    the frame: the slot's plane shifted by the tap. The shifts are computed once per tap (their
+    divisions per row were a quarter of the stem layer's time)."""
+    cdef int64_t ntaps = g.tap_count[phase], plane = f.plane
+    cdef int64_t slot, ti, tap
+    for ti in range(ntaps):
+        tap = g.tap_first[phase] + ti
+        rows[ti] = <const float *>frame + (f.qh_max - (g.tap_kh[tap] * g.dh) // g.sh) * f.fc \
+            + (f.qw_max - (g.tap_kw[tap] * g.dw) // g.sw)
+    for slot in range(1, slots):
+        for ti in range(ntaps):
+            rows[slot * ntaps + ti] = <const float *>rows[ti] + slot * plane
+
+
+cdef int _block_runs(const Frame *f, int64_t first, int64_t count, int64_t *runs) noexcept nogil:
+    """Positions first .. first+count-1 as runs of consecutive frame positions (one per pixel
+    row they touch), in pypto_pack_a's format; returns how many."""
+    cdef int64_t p = first, r, c, length
+    cdef int n = 0
+    while p < first + count:
+        r = p // f.cols
+        c = p - r * f.cols
+        length = _min(f.cols - c, first + count - p)
+        runs[3 * n] = r * f.fc + c
+        runs[3 * n + 1] = p - first
+        runs[3 * n + 2] = length
+        p += length
+        n += 1
+    return n
+
+
+cdef void _multiply(const Geometry *g, const Frame *f, int64_t phase, int64_t c_first,
+                    int64_t n_count1, int64_t k_first, int64_t k_count, const void **rows,
+                    int64_t t0, int64_t t_count, float *acc, uint32_t *a_panel,
+                    const void **panel_rows) noexcept nogil:
+    """acc[ci][t0 ..] += sum_k W[ci][k] A[k][t0 ..] for one M-L0 x K-L0 block, N-L0 by N-L0.
+
+    k counts channel pairs with the bf16 dot product (k_first, k_count in pairs). With g.pack_a
+    each register block of A is first packed into a_panel (panel_rows[k] = its row k)."""
+    cdef int64_t k_len = _k_len(g, g.tap_count[phase])
+    cdef int64_t n0, n_end, cb, jb, j0, panel, filled
+    cdef int64_t runs[3 * MAX_RUNS]
+    cdef int n_runs
+    cdef bint half, quarter
+    cdef const void **a_rows = panel_rows if g.pack_a else rows
+    cdef const float *w_f32
+    # Register-width pixel blocks outside, channel blocks inside: one block of A (packed or
+    # the frame's rows) stays in L1 while every channel's weight panel passes over it.
+    jb = t0
+    while jb < t0 + t_count:
+        filled = _min(PYPTO_NR, t0 + t_count - jb)
+        j0 = jb
+        if g.pack_a:
+            n_runs = _block_runs(f, jb, filled, runs)
+            pypto_pack_a(k_count, rows, runs, n_runs, filled, a_panel)
+            j0 = 0
+        # a short last block needs only a narrower kernel (16 columns; 8 on AVX2, there on
+        # two channel blocks at a time, where two remain in this N-L0 block)
+        half = filled <= PYPTO_NR_HALF
+        quarter = filled <= PYPTO_NR_QUARTER and PYPTO_NR_QUARTER < PYPTO_NR_HALF
+        n0 = 0
+        while n0 < n_count1:                                       # N-L0
+            n_end = _min(n0 + g.nl0, n_count1)
+            cb = n0
+            while cb < n_end:                                      # MR channels at a time
+                panel = g.w_offset[phase] + (c_first + cb) * k_len
+                if g.dot_bf16:
+                    (pypto_ukernel_bf16_half if half else pypto_ukernel_bf16)(
+                        k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_MR,
+                        <const uint32_t *const *>a_rows, j0, acc + cb * f.ldc + jb, f.ldc)
+                    cb += PYPTO_MR
+                    continue
+                w_f32 = <const float *>g.w_packed + panel + k_first * PYPTO_MR
+                if quarter and cb + PYPTO_MR < n_end:
+                    pypto_ukernel_f32_quarter(k_count, w_f32, w_f32 + PYPTO_MR * k_len,
+                                              <const float *const *>a_rows, j0,
+                                              acc + cb * f.ldc + jb, f.ldc)
+                    cb += 2 * PYPTO_MR
+                    continue
+                (pypto_ukernel_f32_half if half else pypto_ukernel_f32)(
+                    k_count, w_f32, <const float *const *>a_rows, j0, acc + cb * f.ldc + jb,
+                    f.ldc)
+                cb += PYPTO_MR
+            n0 = n_end
+        jb += PYPTO_NR
+
+
+cdef void _multiply_few(const Geometry *g, const Frame *f, int64_t phase, int64_t k_first,
+                        int64_t k_count, const void **rows, int64_t t0, int64_t t_count,
+                        float *acc) noexcept nogil:
+    """_multiply with the few-channel kernels: every channel of the tile (at most 4: then the
+    tile is all of Cin, c_first = 0) x 64 positions at a time, from the frame's rows."""
+    cdef int64_t panel = g.w_offset[phase]
+    cdef int64_t jb = t0
+    while jb < t0 + t_count:
+        if g.dot_bf16:
+            pypto_ukernel_few_bf16(k_count, <const uint32_t *>g.w_packed + panel // 2
+                                   + k_first * PYPTO_FEW_MR, <const uint32_t *const *>rows, jb,
+                                   acc + jb, f.ldc)
+        else:
+            pypto_ukernel_few_f32(k_count, <const float *>g.w_packed + panel
+                                  + k_first * PYPTO_FEW_MR, <const float *const *>rows, jb,
+                                  acc + jb, f.ldc)
+        jb += PYPTO_FEW_NR
+
+
+cdef void _position_offsets(const Geometry *g, const Frame *f, int64_t *offs) noexcept nogil:
+    """offs[t] = the frame offset of position t (image, row, column), for t up to the
+    positions rounded up to g.m_block; the spare ones repeat the last position."""
+    cdef int64_t per_image = f.rows * f.cols, t, p, image, r
+    for t in range(_round_up(f.positions, g.m_block)):
+        p = _min(t, f.positions - 1)
+        image = p // per_image
+        p -= image * per_image
+        r = p // f.cols
+        offs[t] = (image * f.fr + r) * f.fc + (p - r * f.cols)
+
+
+cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t c_first,
+                       int64_t n_count1, int64_t k_first, int64_t k_count, const void **rows,
+                       int64_t t0, int64_t t_count, float *acc,
+                       const int64_t *offs, bint first) noexcept nogil:
+    """_multiply with the channel-vector kernels: acc[t][ci] for g.m_block pixels x g.wb
+    channels at a time (offs: _position_offsets; first: the accumulator's first k, which starts
+    the sums at 0 instead of reading acc). A short last pixel block repeats its last pixel into
+    the accumulator's spare rows (past the tile's positions: never written out)."""
+    cdef int64_t k_len = _k_len(g, g.tap_count[phase])
+    cdef int64_t nl0 = _round_up(g.nl0, g.wb)
+    cdef int64_t n0, n_end, cb, pb, panel
+    n0 = 0
+    while n0 < n_count1:                                           # N-L0
+        n_end = _min(n0 + nl0, n_count1)
+        cb = n0
+        while cb < n_end:            # g.wb channels: their weight panel stays in L1 ...
+            panel = g.w_offset[phase] + (c_first + cb) * k_len
+            pb = t0
+            while pb < t0 + t_count:  # ... while the pixel blocks pass over it
+                if g.wb == PYPTO_CVW_N:
+                    pypto_ukernel_cvw_bf16(
+                        k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_CVW_N,
+                        <const uint32_t *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc,
+                        first)
+                elif g.dot_bf16:
+                    pypto_ukernel_cv_bf16(
+                        k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_CV_N,
+                        <const uint32_t *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc,
+                        first)
+                else:
+                    pypto_ukernel_cv_f32(
+                        k_count, <const float *>g.w_packed + panel + k_first * PYPTO_CV_N,
+                        <const float *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc,
+                        first)
+                pb += g.m_block
+            cb += g.wb
+        n0 = n_end
+
+
+cdef void _write_out(const Geometry *g, const float *acc, uint16_t *dx_img, int64_t c_first,
+                     int64_t n_count, const Frame *f) noexcept nogil:
+    """Round the accumulator once and store its pixels in NCHW, in vec-tile chunks
+    (vec_c channels x vec_w columns); halo positions are skipped."""
+    cdef int64_t c_blk, c_end, ci, r, w_blk, w_len, j
+    cdef const float *src
+    cdef uint16_t *dst
+    if g.chan_vec:
+        _write_out_cv(g, acc, dx_img, c_first, n_count, f)
+        return
+    c_blk = 0
+    while c_blk < n_count:
+        c_end = _min(c_blk + g.vec_c, n_count)
+        for r in range(f.rows):
+            w_blk = 0
+            while w_blk < f.cols:
+                w_len = _min(g.vec_w, f.cols - w_blk)
+                for ci in range(c_blk, c_end):
+                    src = acc + ci * f.ldc + r * f.pitch + w_blk
+                    dst = dx_img + ((c_first + ci) * g.hin + f.hi0 + r * g.sh) * g.win \
+                        + f.wi0 + w_blk * g.sw
+                    if g.sw == 1:
+                        pypto_narrow(src, dst, w_len, g.dtype)
+                    elif g.dtype == 1:
+                        for j in range(w_len):
+                            dst[j * g.sw] = pypto_float_to_bf16(src[j])
+                    else:
+                        for j in range(w_len):
+                            dst[j * g.sw] = pypto_float_to_half(src[j])
+                w_blk += w_len
+        c_blk = c_end
+
+
+cdef void _write_out_cv(const Geometry *g, const float *acc, uint16_t *dx_img, int64_t c_first,
+                        int64_t n_count, const Frame *f) noexcept nogil:
+    """_write_out for the channel-vector kernels' [position][channel] accumulator: each
+    vec-tile chunk in blocks of PYPTO_CV_STORE columns x channels (16, AVX2 8), transposed in
+    registers; the group's images one after another."""
+    cdef int64_t image
+    for image in range(f.images):
+        _write_out_cv_image(g, acc + image * f.rows * f.cols * f.ldc,
+                            dx_img + image * g.cin * g.hin * g.win, c_first, n_count, f)
+
+
+cdef void _write_out_cv_image(const Geometry *g, const float *acc, uint16_t *dx_img,
+                              int64_t c_first, int64_t n_count, const Frame *f) noexcept nogil:
+    cdef int64_t c_blk, c_end, r, w_blk, w_end, cb, pb, ci, r_next, c_next, c_next_end
+    cdef int64_t plane = g.hin * g.win
+    cdef int64_t span = (f.cols - 1) * g.sw + 1   # a tile row's extent in an output row
+    c_blk = 0
+    while c_blk < n_count:
+        c_end = _min(c_blk + g.vec_c, n_count)
+        for r in range(f.rows):
+            # the output rows of the next (chunk, row) step, for writing
+            r_next, c_next, c_next_end = r + 1, c_blk, c_end
+            if r_next == f.rows:
+                r_next, c_next, c_next_end = 0, c_end, _min(c_end + g.vec_c, n_count)
+            for ci in range(c_next, c_next_end):
+                pypto_prefetch_row(dx_img + ((c_first + ci) * g.hin + f.hi0 + r_next * g.sh)
+                                   * g.win + f.wi0, span, 1)
+            w_blk = 0
+            while w_blk < f.cols:
+                w_end = _min(w_blk + g.vec_w, f.cols)
+                cb = c_blk
+                while cb < c_end:
+                    pb = w_blk
+                    while pb < w_end:
+                        pypto_cv_store_block(
+                            acc + (r * f.pitch + pb) * f.ldc + cb, f.ldc,
+                            <int>_min(PYPTO_CV_STORE, w_end - pb),
+                            <int>_min(PYPTO_CV_STORE, c_end - cb),
+                            dx_img + ((c_first + cb) * g.hin + f.hi0 + r * g.sh) * g.win
+                            + f.wi0 + pb * g.sw, plane, g.sw, g.dtype)
+                        pb += PYPTO_CV_STORE
+                    cb += PYPTO_CV_STORE
+                w_blk = w_end
+        c_blk = c_end
+
+
+cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16_t *dx,
+                     float *scratch) noexcept nogil:
+    """One (image group, N-L1 block, M-L1 tile): every output element of it, start to
+    finish."""
+    cdef int64_t tiles_per_img = g.n_blocks * g.row_tiles * g.col_tiles
+    cdef int64_t img = (item // tiles_per_img) * g.group
+    cdef int64_t images = _min(g.group, g.n_img - img)
+    cdef int64_t rest = item - (item // tiles_per_img) * tiles_per_img
+    cdef int64_t nb = rest // (g.row_tiles * g.col_tiles)
+    cdef int64_t mt = rest - nb * (g.row_tiles * g.col_tiles)
+    cdef int64_t h0 = (mt // g.col_tiles) * g.m_rows
+    cdef int64_t w0 = (mt % g.col_tiles) * g.m_cols
+    cdef int64_t rows = _min(g.m_rows, g.hin - h0)
+    cdef int64_t cols = _min(g.m_cols, g.win - w0)
+    cdef int64_t c_first = nb * g.nl1
+    cdef int64_t n_count1 = _min(g.nl1, g.cin - c_first)
+    cdef const uint16_t *dy_img = dy + img * g.cout * g.hout * g.wout
+    cdef uint16_t *dx_img = dx + img * g.cin * g.hin * g.win
+    cdef uint32_t *a_panel = <uint32_t *>scratch
+    cdef const void **panel_rows = <const void **>(scratch + g.panel_len)
+    cdef float *acc = scratch + g.panel_len + g.panel_rows_len
+    cdef void *frame = <void *>(acc + g.acc_len)
+    cdef const void **row_ptrs = <const void **>(acc + g.acc_len + g.frame_len)
+    cdef int64_t *offs = <int64_t *>(acc + g.acc_len + g.frame_len + g.rows_len)
+    cdef Frame f
+    cdef int64_t phase, ntaps, co1, co_count, k1, k_count1, t0, t_count, k0, k_count
+    cdef int64_t pair = 2 if g.dot_bf16 else 1
+    cdef int64_t m_block = g.m_block
+    if g.pack_a:
+        for k0 in range(g.panel_rows_len // 2):
+            panel_rows[k0] = a_panel + k0 * PYPTO_NR
+    for phase in range(g.sh * g.sw):
+        if not _frame_for_phase(g, phase, h0, rows, w0, cols, images, &f):
+            continue
+        ntaps = g.tap_count[phase]
+        if g.chan_vec:
+            _position_offsets(g, &f, offs)
+            if ntaps == 0:   # otherwise the first k block starts the sums at 0 (no memset)
+                memset(acc, 0, _round_up(f.positions, m_block) * f.ldc * sizeof(float))
+        else:
+            memset(acc, 0, g.nl1_pad * f.ldc * sizeof(float))
+        co1 = 0
+        while ntaps > 0 and co1 < g.cout:                          # K-L1: cout_l1 channels
+            co_count = _min(g.cout_l1, g.cout - co1)
+            _fill_frame(g, dy_img, &f, co1, co_count, frame)
+            # this block's k (in pairs for bf16): channel slots x taps
+            k1 = (co1 // pair) * ntaps
+            k_count1 = ((co_count + pair - 1) // pair) * ntaps
+            _row_table(g, &f, phase, k_count1 // ntaps, frame, row_ptrs)
+            t0 = 0
+            while t0 < f.positions:                                # M-L0
+                # blocks start on the register width: a padded block must not reach into
+                # the next one (each would add its products to the same positions)
+                t_count = _min(_round_up(g.ml0, m_block), f.positions - t0)
+                k0 = 0
+                while k0 < k_count1:                               # K-L0
+                    k_count = _min(_max(g.kl0 // pair, 1), k_count1 - k0)
+                    if g.chan_vec:
+                        _multiply_cv(g, &f, phase, c_first, n_count1, k1 + k0, k_count,
+                                     row_ptrs + k0, t0, t_count, acc, offs,
+                                     co1 == 0 and k0 == 0)
+                    elif g.few:
+                        _multiply_few(g, &f, phase, k1 + k0, k_count, row_ptrs + k0, t0,
+                                      t_count, acc)
+                    else:
+                        _multiply(g, &f, phase, c_first, n_count1, k1 + k0, k_count,
+                                  row_ptrs + k0, t0, t_count, acc, a_panel, panel_rows)
+                    k0 += k_count
+                t0 += t_count
+            co1 += co_count
+        _write_out(g, acc, dx_img, c_first, n_count1, &f)

@@ -1,0 +1,192 @@
+# The plan of one call: the Geometry struct that every loop reads (problem, clipped tiles, the
+# kernel shape chosen, tap tables, buffer sizes), _plan(), which fills it before anything is
+# allocated, buffer_bytes() (what a call allocates, for the memory guard), integer helpers.
+
+from pypto._core.tiling import CPU_GROUP_PIXELS
+
+cdef enum:
+    PACK_MIN_BLOCKS = 4 # pack A when at least this many channel blocks share each packed panel
+    ALIGN = 16          # scratch parts start on 64 bytes (floats): whole cache lines, aligned loads
+
+
+cdef struct Geometry:
+    int64_t n_img, cin, cout, hin, win, hout, wout, kh, kw
+    int64_t sh, sw, pt, pl, dh, dw
+    int dtype, dot_bf16, pack_a
+    # chan_vec: the channel-vector kernels (C rows are pixels, columns channels); few: the
+    # few-channel kernels (4 rows x 64 positions); wb: channels per weight panel (PYPTO_CV_N or
+    # PYPTO_CVW_N, PYPTO_FEW_MR or PYPTO_MR); m_block: positions per register block
+    int chan_vec, few
+    int64_t wb, m_block
+    # tiles, clipped to the problem
+    int64_t m_rows, m_cols, nl1, ml0, kl0, nl0, cout_l1
+    int64_t nl1_pad, vec_c, vec_w
+    int64_t n_blocks, row_tiles, col_tiles
+    # images per work item (image group): > 1 only for small whole-image M tiles with chan_vec,
+    # so that each weight block read from memory serves several images
+    int64_t group, n_groups
+    # per-thread scratch, in float-sized slots: packed A panel, accumulator, frame, A row pointers
+    # (and per_thread, all of them); work items, and the threads that run them
+    int64_t panel_len, panel_rows_len, acc_len, frame_len, rows_len, offs_len, per_thread
+    int64_t n_items
+    int threads
+    # phases: taps of phase p are tap_kh/kw[tap_first[p] : tap_first[p] + tap_count[p]]
+    const int64_t *tap_first
+    const int64_t *tap_count
+    const int64_t *tap_kh
+    const int64_t *tap_kw
+    const int64_t *w_offset              # where phase p's weight panels start (elements)
+    int64_t panel_elems                  # elements of all the weight panels
+    const void *w_packed
+
+
+cdef inline int64_t _min(int64_t a, int64_t b) noexcept nogil:
+    return a if a < b else b
+
+
+cdef inline int64_t _max(int64_t a, int64_t b) noexcept nogil:
+    return a if a > b else b
+
+
+cdef inline int64_t _round_up(int64_t a, int64_t b) noexcept nogil:
+    return (a + b - 1) // b * b
+
+
+cdef inline int64_t _k_len(const Geometry *g, int64_t ntaps) noexcept nogil:
+    """Length of a phase's K axis in its weight panel: pairs of whole channel pairs for bf16."""
+    return _round_up(g.cout, 2) * ntaps if g.dot_bf16 else g.cout * ntaps
+
+
+cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, bint use_wide,
+                int64_t group_pixels, int64_t *tables) noexcept nogil:
+    """The rest of g for one call, from its problem, dtype, dot_bf16 and tiles: the kernel
+    shape, image groups (up to group_pixels pixels: CPU_GROUP_PIXELS), tap tables (kept in
+    ``tables``: 3*sh*sw + 2*Kh*Kw int64), A packing, the per-thread scratch parts, the panels'
+    length, the work items and the threads."""
+    cdef int64_t n_phases = g.sh * g.sw
+    cdef int64_t taps = g.kh * g.kw
+    g.n_blocks = (g.cin + g.nl1 - 1) // g.nl1
+    g.row_tiles = (g.hin + g.m_rows - 1) // g.m_rows
+    g.col_tiles = (g.win + g.m_cols - 1) // g.m_cols
+    # Channel-vector kernels where N-L1 blocks are whole PYPTO_CV_N-channel panels (32; AVX2 16)
+    # or one block of all channels, and padding wastes at most 1/9 of the work: no halo, no A
+    # packing and pixel blocks of 7 (AVX2 6) instead of 32 (small images).
+    g.chan_vec = PYPTO_HAVE_CHAN_VEC and use_chan_vec \
+        and (g.nl1 % PYPTO_CV_N == 0 or g.nl1 == g.cin) \
+        and _round_up(g.nl1, PYPTO_CV_N) * 8 <= g.nl1 * 9
+    # Few-channel kernels where the whole of Cin is at most 4 channels (the stem's 3).
+    g.few = PYPTO_HAVE_FEW and use_few and not g.chan_vec and g.nl1 == g.cin \
+        and g.cin <= PYPTO_FEW_MR
+    g.wb = PYPTO_CV_N if g.chan_vec else (PYPTO_FEW_MR if g.few else PYPTO_MR)
+    g.m_block = PYPTO_CV_M if g.chan_vec else (PYPTO_FEW_NR if g.few else PYPTO_NR)
+    # The wide one (bf16 dot product, 6 pixels x 64 channels) where N-L1 blocks are whole
+    # 64-channel panels.
+    if g.chan_vec and g.dot_bf16 and PYPTO_HAVE_CV_WIDE and use_wide \
+            and g.nl1 % PYPTO_CVW_N == 0:
+        g.wb, g.m_block = PYPTO_CVW_N, PYPTO_CVW_M
+    g.nl1_pad = _round_up(g.nl1, g.wb)
+    # Image groups: small whole-image M tiles share work items, while at least two items per
+    # thread remain. The same sums: only which images one weight read serves changes.
+    g.group = 1
+    if g.chan_vec and g.row_tiles == 1 and g.col_tiles == 1:
+        g.group = _max(1, _min(g.n_img, group_pixels // (g.m_rows * g.m_cols)))
+        while g.group > 1 and (g.n_img + g.group - 1) // g.group * g.n_blocks < 2 * num_threads:
+            g.group -= 1
+    g.n_groups = (g.n_img + g.group - 1) // g.group
+
+    # taps grouped by stride phase: tap (kh, kw) feeds phase (kh*dh % sh, kw*dw % sw).
+    # Tables live in one C block (small calls: no NumPy objects to build).
+    cdef int64_t cin_pad = _round_up(g.cin, g.wb)
+    cdef int64_t phase, i, j, n_taps_seen = 0, panel_elems = 0, max_ntaps = 0
+    cdef int64_t *t_first = tables
+    cdef int64_t *t_count = tables + n_phases
+    cdef int64_t *w_off = tables + 2 * n_phases
+    cdef int64_t *t_kh = tables + 3 * n_phases
+    cdef int64_t *t_kw = t_kh + taps
+    for phase in range(n_phases):
+        t_first[phase] = n_taps_seen
+        for i in range(g.kh):
+            for j in range(g.kw):
+                if (i * g.dh) % g.sh == phase // g.sw and (j * g.dw) % g.sw == phase % g.sw:
+                    t_kh[n_taps_seen] = i
+                    t_kw[n_taps_seen] = j
+                    n_taps_seen += 1
+        t_count[phase] = n_taps_seen - t_first[phase]
+        max_ntaps = _max(max_ntaps, t_count[phase])
+        w_off[phase] = panel_elems
+        panel_elems += cin_pad * _k_len(g, t_count[phase])
+    g.tap_first, g.tap_count, g.w_offset, g.tap_kh, g.tap_kw = t_first, t_count, w_off, t_kh, t_kw
+    g.panel_elems = panel_elems
+
+    # per-thread scratch, sized for the largest phase frame of any tile
+    cdef int64_t rows_max = (g.m_rows + g.sh - 1) // g.sh
+    cdef int64_t cols_max = (g.m_cols + g.sw - 1) // g.sw
+    cdef int64_t fr_max = rows_max + ((g.kh - 1) * g.dh) // g.sh + 1
+    cdef int64_t fc_max = cols_max + ((g.kw - 1) * g.dw) // g.sw + 1
+    cdef int64_t slots = (g.cout_l1 + 1) // 2 if g.dot_bf16 else g.cout_l1
+    cdef int64_t pair = 2 if g.dot_bf16 else 1
+    # Packing A costs about one copy of a register block per k; it pays where enough channel
+    # blocks reuse it (and saves the halo columns and unaligned reads of the frame's rows).
+    g.pack_a = not g.chan_vec and not g.few and g.nl1_pad // PYPTO_MR >= PACK_MIN_BLOCKS
+    cdef int64_t k_l0 = _max(g.kl0 // pair, 1)
+    g.panel_len = _round_up(k_l0 * PYPTO_NR + 8, ALIGN) if g.pack_a else 0
+    g.panel_rows_len = _round_up(2 * k_l0, ALIGN) if g.pack_a else 0   # pointers: two slots
+    if g.chan_vec:
+        g.acc_len = _round_up(_round_up(g.group * rows_max * cols_max, g.m_block) * g.nl1_pad,
+                              ALIGN)
+    else:
+        g.acc_len = _round_up(g.nl1_pad * _round_up(rows_max * (cols_max if g.pack_a else fc_max),
+                                                    g.m_block), ALIGN)
+    g.frame_len = _round_up(slots * g.group * fr_max * fc_max + fc_max + g.m_block, ALIGN)
+    g.rows_len = _round_up(2 * slots * max_ntaps, ALIGN)   # pointers are two float slots
+    # channel-vector kernels: the positions' frame offsets (int64: two float slots)
+    g.offs_len = 2 * _round_up(g.group * rows_max * cols_max, g.m_block) if g.chan_vec else 0
+    g.per_thread = _round_up(g.panel_len + g.panel_rows_len + g.acc_len + g.frame_len
+                             + g.rows_len + g.offs_len, ALIGN)
+    g.n_items = g.n_groups * g.n_blocks * g.row_tiles * g.col_tiles
+    g.threads = <int>_max(1, _min(num_threads, g.n_items))
+
+
+cdef inline size_t _panel_bytes(const Geometry *g) noexcept nogil:
+    """Bytes of the weight panels: fp32, or bf16 pairs with the dot product."""
+    return g.panel_elems * (sizeof(uint16_t) if g.dot_bf16 else sizeof(float))
+
+
+cdef inline size_t _scratch_bytes(const Geometry *g) noexcept nogil:
+    """Bytes of the tile scratch block: every thread's part, and room to align the first."""
+    return (g.threads * g.per_thread + ALIGN) * sizeof(float)
+
+
+def buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, int dtype, tuple attrs,
+                 tuple tiles, int num_threads, bint use_bf16_dot=True, bint use_chan_vec=True,
+                 bint use_few=True, bint use_wide=True):
+    """What dgrad() with these arguments allocates, from the same plan, as (shared, per_thread,
+    threads): at most ``shared + threads * per_thread`` bytes, the weight panels and the scratch
+    block's alignment slack plus each of its ``threads`` threads' tile scratch. Where the bf16
+    dot product may serve (it is chosen after a scan of the data), the larger of the two plans.
+    Per thread is largest with one thread: image groups only shrink as threads are added."""
+    cdef Geometry g
+    cdef int64_t kl1
+    cdef size_t shared = 0, per_thread = 0
+    cdef int dot
+    cdef int64_t group_pixels = CPU_GROUP_PIXELS
+    g.n_img, g.cout, g.hout, g.wout = dy_shape
+    g.cin, g.kh, g.kw = w_shape[1], w_shape[2], w_shape[3]
+    g.hin, g.win = dx_shape[2], dx_shape[3]
+    g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = attrs
+    g.dtype = dtype
+    g.m_rows, g.m_cols, g.nl1, kl1, g.ml0, g.kl0, g.nl0 = tiles
+    g.cout_l1 = kl1 // (g.kh * g.kw)
+    cdef int64_t *tables = <int64_t *>malloc((3 * g.sh * g.sw + 2 * g.kh * g.kw)
+                                             * sizeof(int64_t))
+    if tables == NULL:
+        raise MemoryError("pypto: no memory for the kernel's tap tables")
+    try:
+        for dot in range(2 if dtype == 1 and PYPTO_HAVE_BF16_DOT and use_bf16_dot else 1):
+            g.dot_bf16 = dot
+            _plan(&g, num_threads, use_chan_vec, use_few, use_wide, group_pixels, tables)
+            shared = max(shared, _panel_bytes(&g) + ALIGN * sizeof(float))
+            per_thread = max(per_thread, g.per_thread * sizeof(float))
+    finally:
+        free(tables)
+    return shared, per_thread, g.threads

@@ -1,0 +1,236 @@
+/* Channel-vector kernels (AVX-512 and AVX2 levels): C rows PYPTO_CV_M output pixels, C columns
+ * PYPTO_CV_N input channels, A broadcast from the frame (fp32; with the bf16 dot product also the
+ * wide 6 x 64 one), and their write-out: in-register transposes and pypto_cv_store_block. Other
+ * levels have stubs (pypto_isa.h). */
+#ifndef PYPTO_CHANVEC_H
+#define PYPTO_CHANVEC_H
+
+#include "pypto_isa.h"
+#include "pypto_convert.h"
+
+/* The transposed register block, for layers with many input channels. C rows are PYPTO_CV_M
+ * output pixels, C columns PYPTO_CV_N = 32 input channels (two zmm; AVX2: 6 x 16, two ymm):
+ * c[m*ldc + n] += sum_k a_rows[k][offs[m]] * w[k*32 + n]. A is read by broadcasting one dy
+ * value (or bf16 pair) per pixel straight from the frame, at the pixel's offset, so there is
+ * no halo to compute and nothing to pack; W is packed [k][32] per block of 32 channels. Each
+ * element is the same sum in the same k order as the pixel-vector kernels (the weight stays
+ * the first multiplicand), so the bits are the same. 7 pixels: ResNet's image widths (7, 14,
+ * 28, 56, 112, 224) are multiples of 7, and 14 accumulators cover the FMA and dot-product
+ * latencies. */
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512) || defined(PYPTO_ISA_AVX2)
+/* The level's fp32 vector: two of them make a row of PYPTO_CV_N channels. */
+#if defined(PYPTO_ISA_AVX2)
+#define PYPTO_CV_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+typedef __m256 pypto_cv_vec;
+#define PYPTO_CV_VLOAD _mm256_loadu_ps
+#define PYPTO_CV_VSTORE _mm256_storeu_ps
+#define PYPTO_CV_VSET1 _mm256_broadcast_ss
+#define PYPTO_CV_VFMA _mm256_fmadd_ps
+#define PYPTO_CV_VZERO _mm256_setzero_ps
+#else
+#define PYPTO_CV_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6)
+typedef __m512 pypto_cv_vec;
+#define PYPTO_CV_VLOAD _mm512_loadu_ps
+#define PYPTO_CV_VSTORE _mm512_storeu_ps
+#define PYPTO_CV_VSET1(p) _mm512_set1_ps(*(p))
+#define PYPTO_CV_VFMA _mm512_fmadd_ps
+#define PYPTO_CV_VZERO _mm512_setzero_ps
+#endif
+enum { PYPTO_CV_HALF = PYPTO_CV_N / 2 };
+/* first: the block's first k; its accumulators start at 0 instead of loading C (the same
+ * +0.0 the zeroed C held, without the memset and the loads) */
+#define PYPTO_CV_INIT(p) (first ? PYPTO_CV_VZERO() : PYPTO_CV_VLOAD(p))
+#define PYPTO_CV_LOAD(r) const int64_t o##r = offs[r]; \
+    pypto_cv_vec c##r##0 = PYPTO_CV_INIT(c + (r) * ldc), \
+                 c##r##1 = PYPTO_CV_INIT(c + (r) * ldc + PYPTO_CV_HALF);
+#define PYPTO_CV_STORE_ROW(r) PYPTO_CV_VSTORE(c + (r) * ldc, c##r##0); \
+    PYPTO_CV_VSTORE(c + (r) * ldc + PYPTO_CV_HALF, c##r##1);
+
+static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
+                                        const float *const *a_rows, const int64_t *offs,
+                                        float *restrict c, int64_t ldc,
+                                        int first)
+{
+    PYPTO_CV_ROWS(PYPTO_CV_LOAD)
+    for (int64_t k = 0; k < kc; k++) {
+        const float *a = a_rows[k];
+        const pypto_cv_vec w0 = PYPTO_CV_VLOAD(w + k * PYPTO_CV_N);
+        const pypto_cv_vec w1 = PYPTO_CV_VLOAD(w + k * PYPTO_CV_N + PYPTO_CV_HALF);
+#define PYPTO_CV_FMA(r) { const pypto_cv_vec b = PYPTO_CV_VSET1(a + o##r); \
+                          c##r##0 = PYPTO_CV_VFMA(w0, b, c##r##0); \
+                          c##r##1 = PYPTO_CV_VFMA(w1, b, c##r##1); }
+        PYPTO_CV_ROWS(PYPTO_CV_FMA)
+#undef PYPTO_CV_FMA
+    }
+    PYPTO_CV_ROWS(PYPTO_CV_STORE_ROW)
+}
+#endif
+
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
+
+/* The wide channel-vector kernel (bf16 dot product): 6 pixels x 64 channels (four zmm), for
+ * N-L1 blocks of whole 64-channel panels. 24 accumulators instead of 14: each broadcast of A
+ * feeds four vectors and each W vector six pixels (10 loads per 24 dot products, against 9 per
+ * 14), and half the kernel calls: 3-8% on the 3x3 layers (the fp32 kernels, at 97% of the FMA
+ * peak already, gained nothing from the same shape). The same sums in the same k order as the
+ * 7 x 32 kernel. */
+#define PYPTO_CVW_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define PYPTO_CVW_LOAD(r) const int64_t o##r = offs[r]; \
+    __m512 c##r##0 = PYPTO_CV_INIT(c + (r) * ldc), c##r##1 = PYPTO_CV_INIT(c + (r) * ldc + 16), \
+           c##r##2 = PYPTO_CV_INIT(c + (r) * ldc + 32), c##r##3 = PYPTO_CV_INIT(c + (r) * ldc + 48);
+
+#ifdef PYPTO_ISA_AVX512BF16
+/* k in pairs: a_rows[kp][offs[m]] is the pixel's (channel 2kp, 2kp+1) bf16 pair, w[kp*32 + n]
+ * the pair of weights of channel n. */
+static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
+                                         const uint32_t *const *a_rows, const int64_t *offs,
+                                         float *restrict c, int64_t ldc,
+                                         int first)
+{
+    PYPTO_CV_ROWS(PYPTO_CV_LOAD)
+    for (int64_t kp = 0; kp < kc_pairs; kp++) {
+        const uint32_t *a = a_rows[kp];
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512((const void *)(w + kp * 32));
+        const __m512bh w1 = (__m512bh)_mm512_loadu_si512((const void *)(w + kp * 32 + 16));
+#define PYPTO_CV_DOT(r) { const __m512bh b = (__m512bh)_mm512_set1_epi32((int)a[o##r]); \
+                          c##r##0 = _mm512_dpbf16_ps(c##r##0, b, w0); \
+                          c##r##1 = _mm512_dpbf16_ps(c##r##1, b, w1); }
+        PYPTO_CV_ROWS(PYPTO_CV_DOT)
+#undef PYPTO_CV_DOT
+    }
+    PYPTO_CV_ROWS(PYPTO_CV_STORE_ROW)
+}
+
+static inline void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *restrict w,
+                                          const uint32_t *const *a_rows, const int64_t *offs,
+                                          float *restrict c, int64_t ldc,
+                                          int first)
+{
+    PYPTO_CVW_ROWS(PYPTO_CVW_LOAD)
+    for (int64_t kp = 0; kp < kc_pairs; kp++) {
+        const uint32_t *a = a_rows[kp];
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512((const void *)(w + kp * 64));
+        const __m512bh w1 = (__m512bh)_mm512_loadu_si512((const void *)(w + kp * 64 + 16));
+        const __m512bh w2 = (__m512bh)_mm512_loadu_si512((const void *)(w + kp * 64 + 32));
+        const __m512bh w3 = (__m512bh)_mm512_loadu_si512((const void *)(w + kp * 64 + 48));
+#define PYPTO_CVW_DOT(r) { const __m512bh b = (__m512bh)_mm512_set1_epi32((int)a[o##r]); \
+        c##r##0 = _mm512_dpbf16_ps(c##r##0, b, w0); c##r##1 = _mm512_dpbf16_ps(c##r##1, b, w1); \
+        c##r##2 = _mm512_dpbf16_ps(c##r##2, b, w2); c##r##3 = _mm512_dpbf16_ps(c##r##3, b, w3); }
+        PYPTO_CVW_ROWS(PYPTO_CVW_DOT)
+#undef PYPTO_CVW_DOT
+    }
+    PYPTO_CVW_ROWS(PYPTO_Z4_STORE)
+}
+#endif
+
+/* 16x16 fp32 transpose in registers: out[j] lane i = in[i] lane j. Unpacks pair rows within
+ * 128-bit lanes, then two rounds of 128-bit lane shuffles gather each column. */
+static inline void pypto_transpose_16x16(__m512 *v)
+{
+    __m512 a[16], b[16], c[4];
+    for (int k = 0; k < 8; k++) {
+        a[2 * k] = _mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]);
+        a[2 * k + 1] = _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]);
+    }
+    for (int g = 0; g < 4; g++) {  /* b[4g+m], lane L: rows 4g..4g+3 of column 4L+m */
+        const __m512d lo = _mm512_castps_pd(a[4 * g]), hi = _mm512_castps_pd(a[4 * g + 1]);
+        const __m512d lo2 = _mm512_castps_pd(a[4 * g + 2]), hi2 = _mm512_castps_pd(a[4 * g + 3]);
+        b[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, lo2));
+        b[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, lo2));
+        b[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(hi, hi2));
+        b[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(hi, hi2));
+    }
+    for (int m = 0; m < 4; m++) {  /* column 4L+m: lane L of b[m], b[4+m], b[8+m], b[12+m] */
+        c[0] = _mm512_shuffle_f32x4(b[m], b[4 + m], 0x88);
+        c[1] = _mm512_shuffle_f32x4(b[m], b[4 + m], 0xdd);
+        c[2] = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0x88);
+        c[3] = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0xdd);
+        v[m] = _mm512_shuffle_f32x4(c[0], c[2], 0x88);
+        v[4 + m] = _mm512_shuffle_f32x4(c[1], c[3], 0x88);
+        v[8 + m] = _mm512_shuffle_f32x4(c[0], c[2], 0xdd);
+        v[12 + m] = _mm512_shuffle_f32x4(c[1], c[3], 0xdd);
+    }
+}
+
+/* The channel-vector write-out: n_pos (<= 16) positions x n_ch (<= 16) channels of the
+ * [position][channel] accumulator (acc: the first position's first channel, rows ldc apart),
+ * rounded once and stored channel by channel: channel j's n_pos values go to dst + j*ch_stride
+ * + i*step (step: the stride's column step). */
+static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch,
+                                        uint16_t *dst, int64_t ch_stride, int64_t step,
+                                        int dtype)
+{
+    __m512 v[16];
+    const __mmask16 ch_mask = (__mmask16)((1u << n_ch) - 1u);
+    const __mmask16 pos_mask = (__mmask16)((1u << n_pos) - 1u);
+    for (int i = 0; i < 16; i++)
+        v[i] = i < n_pos ? _mm512_maskz_loadu_ps(ch_mask, acc + i * ldc) : _mm512_setzero_ps();
+    pypto_transpose_16x16(v);
+    for (int j = 0; j < n_ch; j++) {
+        const __m256i narrow = pypto_narrow16(v[j], dtype);
+        if (step == 1) {
+            _mm256_mask_storeu_epi16(dst + j * ch_stride, pos_mask, narrow);
+        } else {
+            uint16_t lanes[16];
+            _mm256_storeu_si256((__m256i *)lanes, narrow);
+            for (int i = 0; i < n_pos; i++)
+                dst[j * ch_stride + i * step] = lanes[i];
+        }
+    }
+}
+#elif defined(PYPTO_ISA_AVX2)
+/* AVX2: 6 pixels x 16 channels (two ymm; pypto_ukernel_cv_f32 above): 12 accumulators, 2 W
+ * loads and 6 broadcasts per k fill its 16 ymm registers. fp32 only (no bf16 dot product). */
+
+/* 8x8 fp32 transpose in registers: out[j] lane i = in[i] lane j. */
+static inline void pypto_transpose_8x8(__m256 *v)
+{
+    __m256 t[8], u[8];
+    for (int k = 0; k < 4; k++) {
+        t[2 * k] = _mm256_unpacklo_ps(v[2 * k], v[2 * k + 1]);
+        t[2 * k + 1] = _mm256_unpackhi_ps(v[2 * k], v[2 * k + 1]);
+    }
+    for (int h = 0; h < 2; h++) {  /* u[4h+m], 128-bit lane L: rows 4h..4h+3 of column 4L+m */
+        u[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+        u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xee);
+        u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+        u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xee);
+    }
+    for (int m = 0; m < 4; m++) {
+        v[m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x20);
+        v[4 + m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x31);
+    }
+}
+
+/* pypto_cv_store_block of the AVX-512 levels, in 8 x 8 blocks (n_pos, n_ch <= 8). */
+static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch,
+                                        uint16_t *dst, int64_t ch_stride, int64_t step,
+                                        int dtype)
+{
+    __m256 v[8];
+    float row[8];
+    for (int i = 0; i < 8; i++) {
+        if (i < n_pos && n_ch == 8) {
+            v[i] = _mm256_loadu_ps(acc + i * ldc);
+        } else if (i < n_pos) {
+            for (int j = 0; j < 8; j++) row[j] = j < n_ch ? acc[i * ldc + j] : 0.0f;
+            v[i] = _mm256_loadu_ps(row);
+        } else {
+            v[i] = _mm256_setzero_ps();
+        }
+    }
+    pypto_transpose_8x8(v);
+    for (int j = 0; j < n_ch; j++) {
+        uint16_t lanes[8];
+        _mm_storeu_si128((__m128i *)lanes, pypto_narrow8(v[j], dtype));
+        if (step == 1) {
+            memcpy(dst + j * ch_stride, lanes, (size_t)n_pos * sizeof(uint16_t));
+        } else {
+            for (int i = 0; i < n_pos; i++)
+                dst[j * ch_stride + i * step] = lanes[i];
+        }
+    }
+}
+#endif
+
+#endif

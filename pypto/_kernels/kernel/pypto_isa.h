@@ -1,0 +1,159 @@
+/* The ISA level a kernel module is compiled for: PYPTO_ISA_* and its name from the compiler's
+ * macros, the register-block sizes of each kernel shape at this level and which shapes it has
+ * (PYPTO_HAVE_*), and stubs for the kernels of the shapes and instructions a level lacks. */
+#ifndef PYPTO_ISA_H
+#define PYPTO_ISA_H
+
+/* The same source is compiled once per ISA level (pypto/_kernels/levels.py, setup.py); the
+ * compiler's macros pick the level:
+ *
+ *   PYPTO_ISA_AVX512BF16  AVX-512F + AVX512_BF16: fp32 kernel 8x32, plus the bf16 dot-product
+ *                         kernel (vdpbf16ps: k in pairs, A of bf16 pairs, W as [k/2][MR][2])
+ *   PYPTO_ISA_AVX512      AVX-512F: 8x32 fp32 FMA
+ *   PYPTO_ISA_AVX2        AVX2 + FMA: 4x24 fp32 FMA (8x32 would spill the 16 ymm registers)
+ *   PYPTO_ISA_BASELINE    on AArch64 (ARMv8-A: NEON and FMA are part of the base ISA): 8x12 NEON
+ *                         FMA by lane, 24 accumulators of the 32 vector registers; elsewhere
+ *                         portable C 4x8 on GCC/Clang 4-float vectors (SSE2, ...)
+ *
+ * and each kernel shape's header its bodies (README.md describes the shapes):
+ *
+ *   pypto_pixel.h    pixel-vector, every level: C[MR x NR] (rows input channels, columns output
+ *                    pixels), with 16-column (*_half) forms on AVX-512 and AVX2 and an 8-column
+ *                    (*_quarter) form on AVX2
+ *   pypto_chanvec.h  channel-vector, AVX-512 and AVX2: C[PYPTO_CV_M pixels x PYPTO_CV_N
+ *                    channels], 7 x 32 (AVX2 6 x 16); with the bf16 dot product also the wide
+ *                    6 x 64 (*_cvw_*) for whole 64-channel blocks
+ *   pypto_few.h      few-channel, AVX-512: C[4 channels x 64 positions] for tiles of at most 4
+ *                    input channels
+ *
+ * Each C element is accumulated in fp32 over k in ascending order (pairs (k, k+1) at a time in
+ * the bf16 kernels), independent of where the block sits and of its shape: neither threads nor
+ * the shape chosen change a bit. */
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#define PYPTO_ISA_AVX512BF16 1
+#define PYPTO_ISA_NAME "avx512_bf16"
+#elif defined(__AVX512F__)
+#define PYPTO_ISA_AVX512 1
+#define PYPTO_ISA_NAME "avx512"
+#elif defined(__AVX2__) && defined(__FMA__)
+#define PYPTO_ISA_AVX2 1
+#define PYPTO_ISA_NAME "avx2"
+#else
+#define PYPTO_ISA_BASELINE 1
+#define PYPTO_ISA_NAME "baseline"
+#endif
+
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512) || defined(PYPTO_ISA_AVX2)
+#include <immintrin.h>
+#endif
+#if defined(PYPTO_ISA_BASELINE) && defined(__aarch64__)
+#define PYPTO_NEON 1
+#include <arm_neon.h>
+#endif
+
+static const char *pypto_isa_name(void) { return PYPTO_ISA_NAME; }
+
+/* Pixel-vector blocks: MR channels x NR pixels; the *_half and *_quarter forms' columns. */
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
+enum { PYPTO_MR = 8, PYPTO_NR = 32, PYPTO_NR_HALF = 16, PYPTO_NR_QUARTER = 16 };
+#elif defined(PYPTO_ISA_AVX2)
+enum { PYPTO_MR = 4, PYPTO_NR = 24, PYPTO_NR_HALF = 16, PYPTO_NR_QUARTER = 8 };
+#elif defined(PYPTO_NEON)
+enum { PYPTO_MR = 8, PYPTO_NR = 12, PYPTO_NR_HALF = 12, PYPTO_NR_QUARTER = 12 };
+#else
+enum { PYPTO_MR = 4, PYPTO_NR = 8, PYPTO_NR_HALF = 8, PYPTO_NR_QUARTER = 8 };
+#endif
+
+#ifdef PYPTO_ISA_AVX512BF16
+enum { PYPTO_HAVE_BF16_DOT = 1 };
+#else
+enum { PYPTO_HAVE_BF16_DOT = 0 };
+#endif
+
+/* Channel-vector blocks: PYPTO_CV_M pixels x PYPTO_CV_N channels, written out in transposed
+ * blocks of PYPTO_CV_STORE positions x channels. The sizes stay defined where the shape is
+ * absent (the kernel never chooses it there). */
+#if defined(PYPTO_ISA_AVX2)
+enum { PYPTO_HAVE_CHAN_VEC = 1, PYPTO_CV_M = 6, PYPTO_CV_N = 16, PYPTO_CV_STORE = 8 };
+#elif defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
+enum { PYPTO_HAVE_CHAN_VEC = 1, PYPTO_CV_M = 7, PYPTO_CV_N = 32, PYPTO_CV_STORE = 16 };
+#else
+enum { PYPTO_HAVE_CHAN_VEC = 0, PYPTO_CV_M = 7, PYPTO_CV_N = 32, PYPTO_CV_STORE = 16 };
+#endif
+/* the wide channel-vector kernel (6 pixels x 64 channels) is a bf16 dot-product kernel */
+enum { PYPTO_HAVE_CV_WIDE = PYPTO_HAVE_BF16_DOT, PYPTO_CVW_M = 6, PYPTO_CVW_N = 64 };
+
+/* Few-channel blocks: PYPTO_FEW_MR channels x PYPTO_FEW_NR positions. */
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
+enum { PYPTO_HAVE_FEW = 1, PYPTO_FEW_MR = 4, PYPTO_FEW_NR = 64 };
+#else
+enum { PYPTO_HAVE_FEW = 0, PYPTO_FEW_MR = 4, PYPTO_FEW_NR = 64 };
+#endif
+
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
+/* a C row of four zmm (64 columns), c<r>0 .. c<r>3: the few-channel and wide channel-vector
+ * kernels' store */
+#define PYPTO_Z4_STORE(r) _mm512_storeu_ps(c + (r) * ldc, c##r##0); \
+    _mm512_storeu_ps(c + (r) * ldc + 16, c##r##1); _mm512_storeu_ps(c + (r) * ldc + 32, c##r##2); \
+    _mm512_storeu_ps(c + (r) * ldc + 48, c##r##3);
+#endif
+
+/* Stubs: the kernels of the shapes (and the bf16 dot product) a level lacks, with their
+ * signatures, so that one Cython body compiles at every level; the kernel never calls them
+ * there (PYPTO_HAVE_* are 0). The pixel-vector bf16 kernels exist at every level, empty
+ * without the dot product (pypto_pixel.h). */
+#if !(defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512))
+/* Other levels have no few-channel kernel (the kernel never chooses it there). */
+static inline void pypto_ukernel_few_f32(int64_t kc, const float *restrict w,
+                                         const float *const *a_rows, int64_t j0,
+                                         float *restrict c, int64_t ldc)
+{
+    (void)kc; (void)w; (void)a_rows; (void)j0; (void)c; (void)ldc;  /* never called */
+}
+#endif
+
+#if !(defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512) || defined(PYPTO_ISA_AVX2))
+/* Other levels have no channel-vector kernel (the kernel never chooses it there). */
+static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
+                                        const float *const *a_rows, const int64_t *offs,
+                                        float *restrict c, int64_t ldc,
+                                        int first)
+{
+    (void)kc; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;
+}
+static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch,
+                                        uint16_t *dst, int64_t ch_stride, int64_t step,
+                                        int dtype)
+{
+    (void)acc; (void)ldc; (void)n_pos; (void)n_ch; (void)dst; (void)ch_stride; (void)step;
+    (void)dtype;  /* never called */
+}
+#endif
+
+#ifndef PYPTO_ISA_AVX512BF16
+/* Levels without the bf16 dot product never choose its kernels. */
+static inline void pypto_ukernel_few_bf16(int64_t kc_pairs, const uint32_t *restrict w,
+                                          const uint32_t *const *a_rows, int64_t j0,
+                                          float *restrict c, int64_t ldc)
+{
+    (void)kc_pairs; (void)w; (void)a_rows; (void)j0; (void)c; (void)ldc;
+}
+static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
+                                         const uint32_t *const *a_rows, const int64_t *offs,
+                                         float *restrict c, int64_t ldc, int first)
+{
+    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;
+}
+static inline void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *restrict w,
+                                          const uint32_t *const *a_rows, const int64_t *offs,
+                                          float *restrict c, int64_t ldc, int first)
+{
+    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;
+}
+#endif
+
+#endif

@@ -1,0 +1,106 @@
+# The weight: one parallel scan of its magnitudes (Inf/NaN and the least exponent, which decides
+# the bf16 dot product) and its packing into per-phase panels of wb input channels, in the
+# weight's memory order.
+
+cdef enum:
+    PACK_BLOCK = 4096   # floats on the stack for one converted weight block (MR x Kh*Kw)
+
+
+def scan_magnitudes(const uint16_t[::1] bits, int dtype, int num_threads=1):
+    """(any Inf or NaN, least exponent of the nonzero values as bf16) of 16-bit patterns
+    (``dtype``: 0 fp16, 1 bf16): the kernel's one pass over the weight (_magnitudes)."""
+    cdef uint16_t least = 0xffff, most = 0
+    if bits.shape[0] > 0:
+        _magnitudes(&bits[0], bits.shape[0], num_threads, &least, &most)
+    return most >= _all_ones_exponent(dtype), pypto_bf16_least_exponent(least)
+
+
+cdef inline uint16_t _all_ones_exponent(int dtype) noexcept nogil:
+    return 0x7f80 if dtype == 1 else 0x7c00
+
+
+cdef void _magnitudes(const uint16_t *x, int64_t n, int num_threads, uint16_t *least,
+                      uint16_t *most) noexcept:
+    """pypto_magnitudes over n values, in parallel chunks (the weight and dy can be large)."""
+    cdef int64_t chunk = 1 << 16, n_chunks = (n + chunk - 1) // chunk, i
+    cdef int threads = <int>_max(1, _min(num_threads, n_chunks))
+    cdef uint16_t *found = <uint16_t *>malloc(2 * n_chunks * sizeof(uint16_t))
+    if found == NULL:
+        pypto_magnitudes(x, n, least, most)
+        return
+    with nogil, parallel(num_threads=threads):
+        for i in prange(n_chunks, schedule="static"):
+            pypto_magnitudes(x + i * chunk, _min(chunk, n - i * chunk), &found[2 * i],
+                             &found[2 * i + 1])
+    least[0], most[0] = 0xffff, 0
+    for i in range(n_chunks):
+        least[0] = found[2 * i] if found[2 * i] < least[0] else least[0]
+        most[0] = found[2 * i + 1] if found[2 * i + 1] > most[0] else most[0]
+    free(found)
+
+
+cdef void _pack_weights(const Geometry *g, const uint16_t *w, int64_t co_begin,
+                        int64_t co_end) noexcept nogil:
+    """Weight panels of output channels co_begin .. co_end-1 (whole pairs with the bf16 dot
+    product): every block of wb input channels (g.wb: PYPTO_MR, PYPTO_FEW_MR, or PYPTO_CV_N /
+    PYPTO_CVW_N for the channel-vector kernels; zero rows past Cin) and every phase.
+
+    fp32: panel[k][r] = w[co, cb+r, kh, kw] with k = co*ntaps + (the tap's index in its phase);
+    bf16 pairs: panel[kp][r][co % 2] with kp = (co // 2)*ntaps + tap index. For each
+    (co, channel block) the source is one contiguous wb x Kh*Kw block: a small transpose. The
+    blocks are taken in memory order, channel after channel, so the hardware prefetcher streams
+    the weight in (taken block column by block column, every pair's rows came as cache misses:
+    12% of case e).
+    """
+    cdef int64_t phase, ntaps, co, ti, r, rows, first, base, k, tap_index, cb
+    cdef int64_t taps = g.kh * g.kw
+    cdef const uint16_t *src
+    cdef const uint16_t *src2
+    cdef float *dst_f
+    cdef uint32_t *dst_pair
+    cdef float widened[PACK_BLOCK]
+    cdef int64_t wb = g.wb
+    cdef int64_t cin_pad = _round_up(g.cin, wb)
+    cdef bint block_fits = wb * taps <= PACK_BLOCK
+    cdef int64_t step = 2 if g.dot_bf16 else 1
+    co = co_begin
+    while co < co_end:
+        cb = 0
+        while cb < cin_pad:
+            rows = _min(wb, g.cin - cb)
+            src = w + (co * g.cin + cb) * taps
+            src2 = src + g.cin * taps
+            if not g.dot_bf16 and block_fits:
+                # the wb x Kh*Kw source block is contiguous: one vectorized conversion
+                pypto_widen(src, widened, rows * taps, g.dtype)
+            for phase in range(g.sh * g.sw):
+                ntaps = g.tap_count[phase]
+                first = g.tap_first[phase]
+                base = g.w_offset[phase] + cb * _k_len(g, ntaps)
+                for ti in range(ntaps):
+                    tap_index = g.tap_kh[first + ti] * g.kw + g.tap_kw[first + ti]
+                    if g.dot_bf16:
+                        # one 32-bit store per (W[co], W[co+1]) pair
+                        dst_pair = <uint32_t *>(<uint16_t *>g.w_packed + base) \
+                            + ((co // 2) * ntaps + ti) * wb
+                        if co + 1 < g.cout:
+                            for r in range(rows):
+                                dst_pair[r] = src[r * taps + tap_index] \
+                                    | (<uint32_t>src2[r * taps + tap_index] << 16)
+                        else:   # odd Cout: the last pair's partner is 0
+                            for r in range(rows):
+                                dst_pair[r] = src[r * taps + tap_index]
+                        pypto_zero32(dst_pair + rows, wb - rows)
+                        continue
+                    k = co * ntaps + ti
+                    dst_f = <float *>g.w_packed + base + k * wb
+                    if block_fits:   # widened once per (co, channel block), above
+                        pypto_gather_f32(widened + tap_index, taps, rows, dst_f)
+                    else:
+                        for r in range(rows):
+                            pypto_widen(&src[r * taps + tap_index], &dst_f[r], 1, g.dtype)
+                    pypto_zero32(dst_f + rows, wb - rows)
+            cb += wb
+        co += step
+    # rows past Cin and the missing partner of an odd last channel are written as 0, so the
+    # panels need no zeroed allocation (they are often the last call's buffer)
