@@ -266,6 +266,14 @@ def _cmd_compare(args):
                                   resolve_actual, stale_warning)
     from pypto._golden.localise import check_plot_path, plotting_available
 
+    if args.msprobe is not None:
+        return _cmd_compare_msprobe(args)
+    if args.csv is not None:
+        raise FeError(ValueError("--csv writes the --msprobe table; for a golden case use "
+                                 "--json"))
+    if args.dir is None:
+        raise FeError(ValueError("compare needs DIR (a folder written by `pypto golden`) or "
+                                 "--msprobe DUMP_DIR"))
     check_path(args.dir, "the case folder DIR", folder=True)
     for option, value in (("--actual", args.actual), ("--plot", args.plot),
                           ("--json", args.json)):
@@ -314,6 +322,39 @@ def _cmd_compare(args):
         result.plot(args.plot, args.plot_units)
         print(f"plot: {args.plot}")
     return 0 if result.passed else 1
+
+
+def _cmd_compare_msprobe(args):
+    """``compare --msprobe DUMP_DIR``: every conv2d backward call of an msprobe dump, one line
+    each, then the summary; exit 0 when no judged call fails, 1 when one does."""
+    from pypto import testing
+    from pypto._golden.files import check_path
+    from pypto._golden.msprobe import check_report_path
+
+    check_path(args.msprobe, "the msprobe dump DUMP_DIR", folder=True)
+    for option, given in (("DIR", args.dir is not None), ("--actual", args.actual is not None),
+                          ("--plot", args.plot is not None), ("--dtype", args.dtype_given)):
+        if given:
+            raise FeError(ValueError(f"{option} applies to a golden case, not to --msprobe "
+                                     f"(which reads every tensor from the dump)"))
+    for option, value, what in (("--json", args.json, "JSON"), ("--csv", args.csv, "CSV")):
+        if value is not None:   # before any work
+            check_path(value, option)
+            check_report_path(value, what)
+    report = testing.compare_msprobe(args.msprobe, standard=args.standard)
+    print(f"pypto {pypto.__version__}: conv2d backward calls in the msprobe dump "
+          f"{args.msprobe} ({len(report.dumps)} dump.json)")
+    print(report.text())
+    if report.judged == 0:
+        print("warning: no call was judged (every one is skipped, reasons above)",
+              file=sys.stderr)
+    if args.json is not None:
+        report.write_json(args.json)
+        print(f"JSON report: {args.json}")
+    if args.csv is not None:
+        report.write_csv(args.csv)
+        print(f"CSV table: {args.csv}")
+    return 0 if report.passed else 1
 
 
 def _natural(text):
@@ -368,7 +409,15 @@ def main(argv=None):
     compare = commands.add_parser(
         "compare", parents=[common],
         help="judge a kernel's result against a golden case: verdicts, where, worst elements")
-    compare.add_argument("dir", metavar="DIR", help="a folder written by `pypto golden`")
+    compare.add_argument("dir", metavar="DIR", nargs="?",
+                         help="a folder written by `pypto golden` (not with --msprobe)")
+    compare.add_argument("--msprobe", metavar="DUMP_DIR",
+                         help="judge every conv2d backward call of an msprobe dump (task "
+                              "tensor; a step or rank folder holding dump.json, or any folder "
+                              "above it): one line per call, then a summary; exit 1 when a "
+                              "judged call fails (--top and --plot-units do not apply)")
+    compare.add_argument("--csv", metavar="PATH",
+                         help="with --msprobe: also write the table as CSV, one row per call")
     compare.add_argument("--actual", metavar="FILE",
                          help="the kernel's dx, .bin (raw, dtype and shape from the manifest) "
                               "or .npy; a relative name not found is looked for in DIR/output "
@@ -379,7 +428,8 @@ def main(argv=None):
     compare.add_argument("--plot", metavar="PATH", help="save a heatmap of the error (PNG, ...)")
     compare.add_argument("--json", metavar="PATH",
                          help="also write the whole report as JSON: metrics, every verdict with "
-                              "its thresholds and source, localisation, worst elements")
+                              "its thresholds and source, localisation, worst elements (with "
+                              "--msprobe: the table, one entry per call)")
     compare.add_argument("--plot-units", choices=["ulp", "relative", "bound"], default="ulp",
                          help="the heatmap's error: in ulps of the output dtype (default), "
                               "relative, or divided by the fp32-accumulation bound")

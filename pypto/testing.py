@@ -35,8 +35,8 @@ from ._core.memory import check_host_memory
 from .error import FeError, argument_errors_are_pypto_errors
 from .pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
-__all__ = ["compare", "assert_dgrad_close", "CompareResult", "STANDARDS", "DEFAULT_STANDARD",
-           "ALL"]
+__all__ = ["compare", "assert_dgrad_close", "compare_msprobe", "CompareResult", "STANDARDS",
+           "DEFAULT_STANDARD", "ALL"]
 
 STANDARDS = tuple(_accuracy.STANDARDS)
 DEFAULT_STANDARD = _accuracy.DEFAULT_STANDARD
@@ -309,3 +309,37 @@ def assert_dgrad_close(actual, grad_output, weight, input_size, strides, padding
             "a standard" if standard == ALL else f"the {standard} standard") + ":\n"
             + result.report(top))
     return result
+
+
+@argument_errors_are_pypto_errors
+def compare_msprobe(path, standard=DEFAULT_STANDARD):
+    """Judge every conv2d backward call of an msprobe dump (``pypto compare --msprobe``).
+
+    >>> report = pypto.testing.compare_msprobe("dump/step0", standard="dual-L0")
+    >>> report.passed                  # no judged call fails the standard
+    >>> report.rows[0]["api"], report.rows[0]["status"], report.rows[0]["failing_tasks"]
+    >>> print(report)                  # one line per call, then the summary
+
+    Parameters
+    ----------
+    path : an msprobe dump made with task "tensor" (level L1 or mix): a folder holding
+        dump.json (a step or rank folder) or any folder above it (every dump.json below is
+        read), or a dump.json
+    standard : one of ``STANDARDS`` or "all": what decides each call's verdict
+
+    Returns
+    -------
+    ``pypto._golden.msprobe.MsprobeReport``: ``rows`` (one JSON-ready dict per call: api,
+    shapes, dtype, conv parameters, status "pass" / "fail" / "skipped" and the reason, every
+    standard's verdict with its numbers, max ulp, elements outside the fp32-accumulation bound,
+    failing tasks), ``passed``, ``judged`` / ``failed`` / ``skipped`` counts, ``as_dict()``,
+    ``write_json(path)``, ``write_csv(path)``. Each call is judged as :func:`compare` judges
+    a result: grad_input against the float64 golden of the dumped grad_output and weight.
+
+    Raises a PyptoError for a dump without tensors (task "statistics"), a missing or unreadable
+    tensor file, or a dump without any conv2d backward call.
+    """
+    from ._golden.msprobe import judge_dump
+
+    _check_standard(standard)
+    return judge_dump(path, standard)

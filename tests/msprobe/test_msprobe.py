@@ -1,0 +1,389 @@
+"""msprobe dumps judged by `pypto compare --msprobe` and pypto.testing.compare_msprobe (issue 26).
+
+The dumps are real: msprobe's PrecisionDebugger on CPU torch (make_dump.py, one process per
+config), task "tensor" at level mix (Functional.conv2d and Module.*.Conv2d entries), one step
+each of a small bf16 CNN, the same CNN in fp16 and conv2d called with other arguments; a task
+"statistics" dump; a level L0 dump. Skipped when torch or msprobe (pip install
+mindstudio-probe) cannot be imported.
+"""
+
+import csv
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+try:
+    import torch
+except ImportError as exc:   # not installed, or installed and broken: skip alike
+    pytest.skip(f"msprobe dumps need PyTorch, which cannot be imported: {exc}",
+                allow_module_level=True)
+try:
+    import msprobe  # noqa: F401  (msprobe.pytorch itself is imported by make_dump.py)
+except ImportError as exc:
+    pytest.skip(f"msprobe (pip install mindstudio-probe) cannot be imported: {exc}",
+                allow_module_level=True)
+
+import pypto  # noqa: E402
+import pypto.testing  # noqa: E402
+from pypto._cli import main  # noqa: E402
+
+HERE = pathlib.Path(__file__).resolve().parent
+MAKE_DUMP = HERE / "make_dump.py"
+# name: (level, task, steps); msprobe keeps one config per process
+DUMPS = {"mix": ("mix", "tensor", "bf16,fp16,forms"),
+         "stats": ("L1", "statistics", "bf16"),
+         "l0": ("L0", "tensor", "bf16")}
+CNN = ["Functional.conv2d.0.backward", "Module.0.Conv2d.backward.0",      # 3->16 stride 2
+       "Functional.conv2d.1.backward", "Module.2.Conv2d.backward.0",      # dilation 2
+       "Functional.conv2d.2.backward", "Module.4.Conv2d.backward.0",      # 1x1
+       "Functional.conv2d.3.backward", "Module.6.Conv2d.backward.0"]      # groups 4
+
+
+@pytest.fixture(scope="module")
+def dumps(tmp_path_factory):
+    """{name: folder}: the three dumps, made at once (one process each)."""
+    root = tmp_path_factory.mktemp("msprobe")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}   # three at once on few cores; reproducible
+    procs = {name: subprocess.Popen([sys.executable, str(MAKE_DUMP), str(root / name), *args],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, cwd=root, env=env)
+             for name, args in DUMPS.items()}
+    outputs = {name: p.communicate(timeout=600)[0] for name, p in procs.items()}
+    for name, p in procs.items():
+        if p.returncode == 3:
+            pytest.skip(f"msprobe or torch cannot be imported: {outputs[name].strip()[-300:]}")
+        assert p.returncode == 0, f"making the {name} dump failed:\n{outputs[name][-3000:]}"
+    return {name: root / name for name in DUMPS}
+
+
+@pytest.fixture(scope="module")
+def mix_report(dumps):
+    """Every call of the mix dump (its three steps), standard dual-L0."""
+    return pypto.testing.compare_msprobe(str(dumps["mix"]))
+
+
+def step_rows(report, step):
+    return {r["api"]: r for r in report.rows if r["dump"].startswith(f"step{step}/")}
+
+
+def dump_json(folder):
+    (found,) = pathlib.Path(folder).rglob("dump.json")
+    return found
+
+
+def tensor_file(folder, name):
+    return dump_json(folder).parent / "dump_tensor_data" / name
+
+
+def copy_step(dumps, step, tmp_path):
+    target = tmp_path / f"step{step}"
+    shutil.copytree(dumps["mix"] / f"step{step}", target)
+    return target
+
+
+def cli(capsys, *args):
+    code = main(["compare", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_reads_every_dump_json_below_the_folder(mix_report, dumps):
+    assert len(mix_report.dumps) == 3
+    labels = sorted({r["dump"].split("/")[0] for r in mix_report.rows})
+    assert labels == ["step0", "step1", "step2"]
+    # a step folder (or a dump.json) gives the same rows, labelled from there
+    step2 = [dict(r, dump="step2/" + r["dump"]) for r in pypto.testing.compare_msprobe(
+        str(dumps["mix"] / "step2")).rows]
+    assert step2 == [r for r in mix_report.rows if r["dump"].startswith("step2/")]
+    single = pypto.testing.compare_msprobe(str(dump_json(dumps["mix"] / "step2")))
+    assert [r["dump"] for r in single.rows] == ["."] * 4
+    json.dumps(mix_report.as_dict(), allow_nan=False)          # JSON-ready
+
+
+def test_bf16_cnn_made_by_torch_passes(mix_report):
+    rows = step_rows(mix_report, 0)
+    assert list(rows) == CNN
+    for api in CNN[:6]:
+        row = rows[api]
+        assert row["status"] == "pass" and row["passed"] is True, row
+        assert row["dtype"] == "bf16" and row["outside_bound"] == 0
+        assert all(v["passed"] for v in row["verdicts"].values()), row["verdicts"]
+        assert row["failing_tasks"] == []
+    first, dilated, one = (rows[f"Functional.conv2d.{n}.backward"] for n in range(3))
+    assert (first["grad_output"], first["weight"], first["grad_input"]) == \
+        ([2, 16, 32, 32], [16, 3, 3, 3], [2, 3, 64, 64])
+    assert (first["strides"], first["paddings"], first["dilations"]) == \
+        ([2, 2], [1, 1, 1, 1], [1, 1])
+    assert (dilated["strides"], dilated["paddings"], dilated["dilations"]) == \
+        ([1, 1], [2, 2, 2, 2], [2, 2])
+    assert one["weight"] == [32, 16, 1, 1] and one["paddings"] == [0, 0, 0, 0]
+    # the Module entries take stride, padding and dilation from the conv2d call inside them
+    assert rows["Module.2.Conv2d.backward.0"]["parameters_from"] == \
+        "Functional.conv2d.1.forward"
+    assert rows["Module.2.Conv2d.backward.0"]["dilations"] == [2, 2]
+    for api in CNN[6:]:
+        assert rows[api]["status"] == "skipped" and rows[api]["passed"] is None
+        assert rows[api]["reason"] == "groups 4: pypto's conv_backward_input has no groups"
+
+
+def test_fp16_cnn_made_by_torchs_native_cpu_path(mix_report, dumps):
+    """Pinned (torch 2.13.0+cpu): its native fp16 CPU dgrad does not accumulate in fp32. Even
+    these small 3x3 layers (K = 27 and 144) fail dual-L0 with thousands of elements outside
+    the fp32-accumulation bound (hundreds of ulps); the 1x1 layer (K = 32, a GEMM) stays
+    within the bound and passes dual-L0 (it fails single-2026-04, the rule's near-zero limit)."""
+    rows = step_rows(mix_report, 1)
+    assert list(rows) == CNN
+    for api in CNN[:4]:      # the two 3x3 layers, Functional and Module alike
+        row = rows[api]
+        assert row["dtype"] == "fp16" and row["status"] == "fail", row
+        assert not row["verdicts"]["dual-L0"]["passed"]
+        assert row["outside_bound"] > 0.02 * row["elements"] and row["max_ulp"] > 16
+        assert row["failing_tasks"]
+    for api in CNN[4:6]:     # the 1x1
+        row = rows[api]
+        assert row["status"] == "pass" and row["outside_bound"] == 0, row
+        assert all(row["verdicts"][s]["passed"] for s in ("dual-L0", "dual-L1", "dual-L2"))
+    assert [rows[api]["status"] for api in CNN[6:]] == ["skipped", "skipped"]
+    assert not mix_report.passed
+
+    # the dump is read right: torch's own fp32 dgrad of the dumped fp16 inputs, rounded to
+    # fp16, passes where torch's fp16 path fails
+    data = dump_json(dumps["mix"] / "step1").parent / "dump_tensor_data"
+    dy = torch.load(data / "Functional.conv2d.0.backward.input.0.pt", weights_only=True)
+    w = torch.load(data / "Functional.conv2d.0.forward.input.1.pt", weights_only=True)
+    dx = torch.ops.aten.convolution_backward(
+        dy.float(), torch.zeros(2, 3, 64, 64), w.float(), None, [2, 2], [1, 1], [1, 1], False,
+        [0, 0], 1, [True, False, False])[0].half()
+    check = pypto.testing.compare(dx, dy, w, [2, 3, 64, 64], [2, 2], [1, 1, 1, 1], [1, 1])
+    assert check.passed and check.localisation.outside_count == 0
+
+
+def test_other_conv2d_arguments(mix_report):
+    rows = step_rows(mix_report, 2)
+    assert list(rows) == [f"Functional.conv2d.{n}.backward" for n in range(4)]
+    valid, same, fp32, no_grad = rows.values()
+    # stride (2, 1) as a keyword, padding "valid" (no padding): judged
+    assert valid["status"] == "pass" and valid["strides"] == [2, 1]
+    assert valid["paddings"] == [0, 0, 0, 0] and valid["grad_output"] == [1, 16, 3, 6]
+    assert same["status"] == "skipped" and same["reason"].startswith("string padding 'same'")
+    assert fp32["status"] == "skipped" and fp32["dtype"] == "fp32"
+    assert fp32["reason"] == "dtype fp32: pypto's conv_backward_input takes fp16 and bf16 only"
+    assert no_grad["status"] == "skipped" and "did not require grad" in no_grad["reason"]
+
+
+def test_a_corrupted_task_fails_exactly_that_call_and_task(mix_report, dumps, tmp_path,
+                                                           capsys):
+    dump = copy_step(dumps, 0, tmp_path)
+    clean = step_rows(mix_report, 0)["Functional.conv2d.0.backward"]
+    grid = clean["tiles"]["grid"]
+    assert grid["m_tiles"] >= 3, grid      # a grid worth localising in
+    rows, channels = grid["rows_per_m_tile"], min(3, grid["channels_per_block"])
+    image, tile = 1, 2
+    lo, hi = tile * rows, (tile + 1) * rows
+    path = tensor_file(dump, "Functional.conv2d.0.backward.output.0.pt")
+    dx = torch.load(path, weights_only=True)
+    dx[image, :channels, lo:hi, :] += 1.0            # one task's rows, every channel of block 0
+    torch.save(dx, path)
+
+    report_json, report_csv = tmp_path / "r.json", tmp_path / "r.csv"
+    code, out, err = cli(capsys, "--msprobe", dump, "--json", report_json, "--csv", report_csv)
+    assert code == 1 and err == ""
+    lines = out.splitlines()
+    fails = [line for line in lines if line.startswith("FAIL")]
+    assert len(fails) == 1 and fails[0].startswith("FAIL  Functional.conv2d.0.backward bf16")
+    elements = channels * rows * 64
+    where = f"image {image}, channels 0-{channels - 1}, M tile {tile} (rows {lo}-{hi - 1})"
+    assert fails[0].endswith(f"; failing task(s): {where} ({elements} of {elements})")
+    # the Module entry has its own files: untouched, it passes
+    assert any(line.startswith("PASS  Module.0.Conv2d.backward.0") for line in lines)
+    assert lines[-3] == ("summary: 8 conv2d backward call(s) in 1 dump.json: 5 passed, 1 "
+                         "failed, 2 skipped (dual-L0); verdict FAIL")
+
+    table = json.loads(report_json.read_text())
+    assert table["passed"] is False
+    assert table["summary"] == {"calls": 8, "judged": 6, "passed": 5, "failed": 1, "skipped": 2}
+    (row,) = [r for r in table["calls"] if r["status"] == "fail"]
+    assert row["api"] == "Functional.conv2d.0.backward"
+    assert [{k: t[k] for k in ("image", "channel_block", "m_tile", "outside", "elements",
+                               "where")} for t in row["failing_tasks"]] == \
+        [{"image": image, "channel_block": 0, "m_tile": tile, "outside": elements,
+          "elements": elements, "where": where}]
+    assert row["outside_bound"] == elements and not row["verdicts"]["dual-L0"]["passed"]
+
+    with open(report_csv, newline="") as f:
+        records = list(csv.DictReader(f))
+    assert [r["api"] for r in records] == CNN
+    failed = [r for r in records if r["status"] == "fail"]
+    assert len(failed) == 1 and failed[0]["api"] == "Functional.conv2d.0.backward"
+    assert failed[0]["failing_tasks"].startswith(f"{where}: {elements} of {elements} outside")
+    assert failed[0]["dual-L0"] == "FAIL" and failed[0]["passed"] == "false"
+
+
+def test_json_and_csv_hold_the_whole_table(mix_report, dumps, tmp_path, capsys):
+    report_json, report_csv = tmp_path / "r.json", tmp_path / "r.csv"
+    step = dumps["mix"] / "step2"
+    code, out, err = cli(capsys, "--msprobe", step, "--json", report_json, "--csv", report_csv,
+                         "--standard", "all")
+    assert code == 0 and err == ""
+    assert out.splitlines()[-2:] == [f"JSON report: {report_json}", f"CSV table: {report_csv}"]
+    table = json.loads(report_json.read_text())
+    assert table["standard"] == "all" and table["passed"] is True
+    assert table["dump_files"] == [str(dump_json(step))]
+    assert table["summary"] == {"calls": 4, "judged": 1, "passed": 1, "failed": 0, "skipped": 3}
+    python = pypto.testing.compare_msprobe(str(step), standard="all")
+    assert table["calls"] == json.loads(json.dumps(python.rows))   # the same table
+    judged, same = table["calls"][:2]
+    keys = {"dump", "api", "forward", "parameters_from", "status", "reason", "dtype",
+            "grad_output", "weight", "grad_input", "strides", "paddings", "dilations",
+            "groups", "standard", "passed", "verdicts", "max_ulp", "outside_bound", "elements",
+            "failing_tasks", "tiles"}
+    assert set(judged) == keys and set(same) == keys
+    assert set(judged["verdicts"]) == set(pypto.testing.STANDARDS)
+    msprobe = judged["verdicts"]["msprobe"]
+    assert {"passed", "detail", "numbers", "thresholds", "source", "warning"} <= set(msprobe)
+    assert judged["max_ulp"] <= 1 and judged["elements"] == 1024
+    assert same["verdicts"] == {} and same["passed"] is None and same["max_ulp"] is None
+
+    with open(report_csv, newline="") as f:
+        header, *records = list(csv.reader(f))
+    assert header[:18] == ["dump", "api", "status", "reason", "dtype", "grad_output", "weight",
+                           "grad_input", "strides", "paddings", "dilations", "groups",
+                           "standard", "passed", "max_ulp", "outside_bound", "elements",
+                           "failing_tasks"]
+    assert header[18:] == [c for s in pypto.testing.STANDARDS for c in (s, f"{s} detail")]
+    assert len(records) == 4
+    first = dict(zip(header, records[0]))
+    assert first["status"] == "pass" and first["strides"] == "[2,1]"
+    assert first["dual-L0"] == "pass" and "ratios to pypto's bf16 result" in first[
+        "dual-L0 detail"]
+    skipped = dict(zip(header, records[2]))
+    assert skipped["status"] == "skipped" and skipped["reason"].startswith("dtype fp32")
+    assert skipped["dual-L0"] == "" and skipped["passed"] == ""
+
+
+def test_a_statistics_dump_is_one_error_line(dumps, capsys):
+    code, out, err = cli(capsys, "--msprobe", dumps["stats"])
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("error: ")
+    assert str(dump_json(dumps["stats"])) in err
+    assert "task 'statistics', which holds statistics (Max, Min, Mean, Norm) only" in err
+    with pytest.raises(pypto.PyptoError, match="task \"tensor\""):
+        pypto.testing.compare_msprobe(str(dumps["stats"]))
+
+
+def test_a_missing_tensor_file_is_one_error_line(dumps, tmp_path, capsys):
+    dump = copy_step(dumps, 0, tmp_path)
+    missing = tensor_file(dump, "Functional.conv2d.1.forward.input.1.pt")
+    missing.unlink()
+    code, out, err = cli(capsys, "--msprobe", dump)
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("error: ")
+    assert ("1 tensor file(s) that dump.json names are missing: "
+            f"{missing} (Functional.conv2d.1.backward weight)") in err
+
+
+def test_a_level_L0_dump_lists_its_Module_calls_as_skipped(dumps, capsys):
+    code, out, err = cli(capsys, "--msprobe", dumps["l0"])
+    assert code == 0
+    assert err == "warning: no call was judged (every one is skipped, reasons above)\n"
+    lines = out.splitlines()[1:-1]
+    assert [line.split()[1].rstrip(":") for line in lines] == CNN[1::2]
+    assert all("dump with level \"mix\" to judge Module entries" in line for line in lines)
+    assert out.splitlines()[-1].endswith("verdict nothing judged")
+
+
+def test_npy_tensors_as_mindspore_writes_them(mix_report, dumps, tmp_path):
+    """MindSpore dumps .npy, bf16 as float32: read back exactly, judged the same."""
+    dump = copy_step(dumps, 2, tmp_path)
+    path = dump_json(dump)
+    data = json.loads(path.read_text())
+    for entry in ("Functional.conv2d.0.forward", "Functional.conv2d.0.backward"):
+        for record in data["data"][entry].get("input_args", []) + \
+                data["data"][entry].get("input", []) + data["data"][entry]["output"]:
+            if isinstance(record, dict) and "data_name" in record:
+                pt = path.parent / "dump_tensor_data" / record["data_name"]
+                np.save(pt.with_suffix(".npy"),
+                        torch.load(pt, weights_only=True).float().numpy())
+                pt.unlink()
+                record["data_name"] = pt.with_suffix(".npy").name
+    path.write_text(json.dumps(data))
+    (row, *_) = pypto.testing.compare_msprobe(str(dump)).rows
+    clean = step_rows(mix_report, 2)["Functional.conv2d.0.backward"]
+    assert row["status"] == "pass"
+    assert row["verdicts"] == clean["verdicts"] and row["max_ulp"] == clean["max_ulp"]
+
+
+def test_module_names_of_older_msprobe(mix_report, dumps, tmp_path):
+    """Module.<name>.Conv2d.<n>.forward / .backward (the order before msprobe 26) reads alike."""
+    dump = copy_step(dumps, 0, tmp_path)
+    renamed = {}
+    for name in ("dump.json", "construct.json"):
+        path = dump_json(dump).parent / name
+        text = path.read_text()
+        for kind in ("forward", "backward"):
+            for layer in (0, 2, 4, 6):
+                old = f"Module.{layer}.Conv2d.{kind}.0"
+                renamed[f"Module.{layer}.Conv2d.0.{kind}"] = old
+                text = text.replace(f'"{old}"', f'"Module.{layer}.Conv2d.0.{kind}"')
+        path.write_text(text)
+    rows = {r["api"]: r for r in pypto.testing.compare_msprobe(str(dump)).rows}
+    clean = step_rows(mix_report, 0)
+    modules = [api for api in rows if api.startswith("Module.")]
+    assert modules == [f"Module.{layer}.Conv2d.0.backward" for layer in (0, 2, 4, 6)]
+    for api in modules:
+        before = clean[renamed[api]]
+        assert (rows[api]["status"], rows[api]["reason"], rows[api]["verdicts"]) == \
+            (before["status"], before["reason"], before["verdicts"])
+
+
+def test_asymmetric_padding_is_skipped(dumps, tmp_path):
+    dump = copy_step(dumps, 2, tmp_path)
+    path = dump_json(dump)
+    data = json.loads(path.read_text())
+    data["data"]["Functional.conv2d.0.forward"]["input_kwargs"]["padding"] = [
+        {"type": "int", "value": v} for v in (1, 2, 1, 1)]
+    path.write_text(json.dumps(data))
+    row = pypto.testing.compare_msprobe(str(dump)).rows[0]
+    assert row["status"] == "skipped"
+    assert row["reason"] == "asymmetric padding [1, 2, 1, 1] (top, bottom, left, right): not judged"
+
+
+def test_bad_arguments_are_one_error_line(dumps, tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    step = dumps["mix"] / "step2"
+    for args, text in (
+            (["--msprobe", empty], f"no dump.json in {empty} or below"),
+            (["--msprobe", tmp_path / "nowhere"], "does not exist"),
+            ([empty, "--msprobe", step], "DIR applies to a golden case, not to --msprobe"),
+            (["--msprobe", step, "--dtype", "bf16"], "--dtype applies to a golden case"),
+            (["--csv", tmp_path / "t.csv", empty], "--csv writes the --msprobe table"),
+            ([], "compare needs DIR (a folder written by `pypto golden`) or --msprobe"),
+            (["--msprobe", step, "--csv", tmp_path], "it is a folder")):
+        code, out, err = cli(capsys, *args)
+        assert code == 2 and out == "", args
+        assert len(err.splitlines()) == 1 and err.startswith("error: ") and text in err, err
+    with pytest.raises(pypto.PyptoError, match="standard must be one of"):
+        pypto.testing.compare_msprobe(str(step), standard="dual-L9")
+
+
+def test_the_command_line_exit_code(dumps, tmp_path):
+    run = subprocess.run([sys.executable, "-m", "pypto", "compare", "--msprobe",
+                          str(dumps["mix"] / "step2")], capture_output=True, text=True,
+                         cwd=tmp_path, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith(f"pypto {pypto.__version__}: conv2d backward calls in the "
+                               f"msprobe dump")
+    assert lines[1].startswith("PASS  Functional.conv2d.0.backward bf16 dy [1, 16, 3, 6] w "
+                               "[16, 16, 3, 3] -> dx [1, 16, 8, 8], strides [2, 1], paddings "
+                               "[0, 0, 0, 0], dilations [1, 1]: max ")
+    assert lines[1].endswith("0 of 1024 outside the bound; every standard passes")
+    assert lines[-1] == ("summary: 4 conv2d backward call(s) in 1 dump.json: 1 passed, 0 "
+                         "failed, 3 skipped (dual-L0); verdict PASS")
