@@ -79,16 +79,22 @@ def compiler_accepts(flags):
         src = os.path.join(tmp, "probe.c")
         with open(src, "w") as f:
             f.write("int main(void) { return 0; }\n")
-        done = subprocess.run(cc.split() + flags + ["-c", src, "-o", os.path.join(tmp, "p.o")],
-                              capture_output=True)
+        done = subprocess.run(
+            cc.split() + flags + ["-c", src, "-o", os.path.join(tmp, "p.o")], capture_output=True
+        )
     return done.returncode == 0
 
 
 def isa_levels():
-    levels = [level for level in ISA.levels_for(platform.machine())
-              if not level.flags or compiler_accepts(list(level.flags))]
-    say(f"{platform.machine()}: kernel ISA levels built: "
-        f"{', '.join(level.name for level in levels)}")
+    levels = [
+        level
+        for level in ISA.levels_for(platform.machine())
+        if not level.flags or compiler_accepts(list(level.flags))
+    ]
+    say(
+        f"{platform.machine()}: kernel ISA levels built: "
+        f"{', '.join(level.name for level in levels)}"
+    )
     return levels
 
 
@@ -97,21 +103,36 @@ def extensions():
 
     omp_compile, omp_link = openmp_flags()
     # The feature check: baseline flags only, since it runs before anything else is known.
-    features = Extension("pypto._kernels.features", ["pypto/_kernels/features.pyx"],
-                         include_dirs=["pypto/_kernels"], extra_compile_args=["-O2"])
-    kernels = [Extension(
-        f"pypto._kernels.kernel.dgrad_{level.name}",
-        [f"pypto/_kernels/kernel/dgrad_{level.name}.pyx"],
-        include_dirs=["pypto/_kernels/kernel"],
-        # fp-contract off: a*b+c in plain C stays two roundings at every level, so only the
-        # micro-kernels' explicit FMAs differ between levels.
-        extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off"] + list(level.flags)
-        + omp_compile,
-        extra_link_args=omp_link,
-    ) for level in isa_levels()]
-    return cythonize([features] + kernels, language_level=3, compiler_directives={
-        "boundscheck": False, "wraparound": False, "initializedcheck": False, "cdivision": True,
-    })
+    features = Extension(
+        "pypto._kernels.features",
+        ["pypto/_kernels/features.pyx"],
+        include_dirs=["pypto/_kernels"],
+        extra_compile_args=["-O2"],
+    )
+    kernels = [
+        Extension(
+            f"pypto._kernels.kernel.dgrad_{level.name}",
+            [f"pypto/_kernels/kernel/dgrad_{level.name}.pyx"],
+            include_dirs=["pypto/_kernels/kernel"],
+            # fp-contract off: a*b+c in plain C stays two roundings at every level, so only the
+            # micro-kernels' explicit FMAs differ between levels.
+            extra_compile_args=["-O3", "-fno-math-errno", "-ffp-contract=off"]
+            + list(level.flags)
+            + omp_compile,
+            extra_link_args=omp_link,
+        )
+        for level in isa_levels()
+    ]
+    return cythonize(
+        [features] + kernels,
+        language_level=3,
+        compiler_directives={
+            "boundscheck": False,
+            "wraparound": False,
+            "initializedcheck": False,
+            "cdivision": True,
+        },
+    )
 
 
 class BuildPyWithNpuKernel(build_py):
@@ -120,10 +141,14 @@ class BuildPyWithNpuKernel(build_py):
 
     def run(self):
         super().run()
-        package = "pypto" if getattr(self, "editable_mode", False) \
+        package = (
+            "pypto"
+            if getattr(self, "editable_mode", False)
             else os.path.join(self.build_lib, "pypto")
-        load_by_path("pypto_ascendc_build", "pypto", "_npu", "kernel", "build.py") \
-            .build_kernel_library(os.path.join(package, "_npu", "lib"))
+        )
+        load_by_path(
+            "pypto_ascendc_build", "pypto", "_npu", "kernel", "build.py"
+        ).build_kernel_library(os.path.join(package, "_npu", "lib"))
 
 
 setup(ext_modules=extensions(), cmdclass={"build_py": BuildPyWithNpuKernel})

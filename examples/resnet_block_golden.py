@@ -15,9 +15,9 @@ import sys
 
 import ml_dtypes
 import numpy as np
-import torch
 
 import pypto
+import torch
 
 DTYPE = {"fp16": pypto.DT_FP16, "bf16": pypto.DT_BF16}[sys.argv[1] if len(sys.argv) > 1 else "bf16"]
 NP_DTYPE = np.float16 if DTYPE == pypto.DT_FP16 else ml_dtypes.bfloat16
@@ -36,8 +36,9 @@ def dgrad(dy, w, input_hw, stride, pad):
     args = ([stride, stride], [pad] * 4, [1, 1])
     tiles = pypto.suggest_convbp_input_tile_shapes(dy.shape, w.shape, size, DTYPE, *args)
     with pypto.options(convbp_tile_shapes=tiles, vec_tile_shapes=[1, 16, 1, 64]):
-        out = pypto.conv_backward_input(pypto.from_numpy(dy), size, pypto.from_numpy(w), DTYPE,
-                                        *args)
+        out = pypto.conv_backward_input(
+            pypto.from_numpy(dy), size, pypto.from_numpy(w), DTYPE, *args
+        )
     return out.numpy()
 
 
@@ -51,8 +52,9 @@ dy = storage(rng.standard_normal((N, C_OUT, H // 2, H // 2)))
 tx = torch.tensor(x, requires_grad=True)
 t = lambda a: torch.tensor(a.astype(np.float64))  # noqa: E731
 h = torch.nn.functional.conv2d(tx, t(w1), stride=2, padding=1)
-y = torch.nn.functional.conv2d(torch.relu(h), t(w2), padding=1) \
-    + torch.nn.functional.conv2d(tx, t(ws), stride=2)
+y = torch.nn.functional.conv2d(torch.relu(h), t(w2), padding=1) + torch.nn.functional.conv2d(
+    tx, t(ws), stride=2
+)
 y.backward(t(dy))
 golden = tx.grad.numpy()
 
@@ -63,7 +65,9 @@ dx = dgrad(g_h, w1, (H, H), 2, 1).astype(np.float64) + dgrad(dy, ws, (H, H), 2, 
 
 rel = np.linalg.norm(dx - golden) / np.linalg.norm(golden)
 # Three roundings to the storage dtype along the chain: a few units of its epsilon.
-eps = 2.0 ** -8 if DTYPE == pypto.DT_BF16 else 2.0 ** -11
-print(f"ResNet block dgrad, {DTYPE}: relative L2 error vs float64 PyTorch autograd {rel:.2e} "
-      f"(storage epsilon {eps:.1e}); max |diff| {np.abs(dx - golden).max():.2e}")
+eps = 2.0**-8 if DTYPE == pypto.DT_BF16 else 2.0**-11
+print(
+    f"ResNet block dgrad, {DTYPE}: relative L2 error vs float64 PyTorch autograd {rel:.2e} "
+    f"(storage epsilon {eps:.1e}); max |diff| {np.abs(dx - golden).max():.2e}"
+)
 raise SystemExit(0 if rel < 4 * eps else 1)

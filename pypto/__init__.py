@@ -6,6 +6,9 @@ storage, fp32 accumulation, one round-to-nearest-even rounding).
 """
 
 from . import error, frontend, pypto_impl
+from ._convbp import conv_backward_input, conv_backward_input_size_range
+from ._core.controller import function
+from ._core.explain import TilingReport, explain_convbp_input_tiling
 from ._core.options import (
     get_convbp_input_tile_shapes,
     get_num_threads,
@@ -18,11 +21,8 @@ from ._core.options import (
     set_options,
     set_vec_tile_shapes,
 )
-from ._core.controller import function
-from ._convbp import conv_backward_input, conv_backward_input_size_range
-from ._dtypes import DataType, TileOpFormat
-from ._core.explain import TilingReport, explain_convbp_input_tiling
 from ._core.suggest import suggest_convbp_input_tile_shapes
+from ._dtypes import DataType, TileOpFormat
 from ._version import __version__
 from .config import ConvBpTile
 from .device import get_device, set_device
@@ -34,11 +34,35 @@ from .tensor import Tensor, from_numpy, from_torch, tensor
 globals().update({member.name: member for member in DataType})
 
 __all__ = [
-    "Tensor", "tensor", "DataType", "TileOpFormat", "from_numpy", "from_torch",
-    "conv_backward_input", "conv_backward_input_size_range", "suggest_convbp_input_tile_shapes",
-    "explain_convbp_input_tiling", "TilingReport",
-    "set_convbp_input_tile_shapes", "get_convbp_input_tile_shapes",
-    "set_vec_tile_shapes", "get_vec_tile_shapes", "set_num_threads", "get_num_threads",
-    "options", "set_options", "get_options", "reset_options", "function", "jit", "frontend",
-    "ConvBpTile", "PyptoError", "error", "pypto_impl", "__version__", "get_device", "set_device",
+    "Tensor",
+    "tensor",
+    "DataType",
+    "TileOpFormat",
+    "from_numpy",
+    "from_torch",
+    "conv_backward_input",
+    "conv_backward_input_size_range",
+    "suggest_convbp_input_tile_shapes",
+    "explain_convbp_input_tiling",
+    "TilingReport",
+    "set_convbp_input_tile_shapes",
+    "get_convbp_input_tile_shapes",
+    "set_vec_tile_shapes",
+    "get_vec_tile_shapes",
+    "set_num_threads",
+    "get_num_threads",
+    "options",
+    "set_options",
+    "get_options",
+    "reset_options",
+    "function",
+    "jit",
+    "frontend",
+    "ConvBpTile",
+    "PyptoError",
+    "error",
+    "pypto_impl",
+    "__version__",
+    "get_device",
+    "set_device",
 ] + [member.name for member in DataType]

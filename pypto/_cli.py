@@ -29,23 +29,38 @@ import numpy as np
 
 import pypto
 from pypto import pypto_impl
-from pypto._golden.accuracy import DEFAULT_STANDARD, STANDARDS, ulp_at
-from pypto._golden.case import (comparison_bytes, error_bound, golden_bytes, golden_dgrad,
-                               make_case)
-from pypto._kernels.dispatch import kernel_info
-from pypto._dtypes import DTYPE_NAMES, numpy_dtype
 from pypto._core.cpus import default_threads
 from pypto._core.memory import check_host_memory
-from pypto._core.suggest import smallest_tiles
 from pypto._core.rules import TILE_RULES, problem_from_shapes
+from pypto._core.suggest import smallest_tiles
+from pypto._dtypes import DTYPE_NAMES, numpy_dtype
+from pypto._golden.accuracy import DEFAULT_STANDARD, STANDARDS, ulp_at
+from pypto._golden.case import comparison_bytes, error_bound, golden_bytes, golden_dgrad, make_case
+from pypto._kernels.dispatch import kernel_info
 from pypto.error import FeError
 
 # name: (grad_output shape, weight shape, input_size, strides, paddings, dilations, L1, L0)
 EXAMPLES = {
-    "spec example": ((1, 16, 5, 32), (16, 16, 3, 3), (1, 16, 5, 32), (1, 1), (1, 1, 1, 1), (1, 1),
-                     (16, 144, 16), (16, 16, 16)),
-    "ResNet 3x3 layer": ((1, 64, 56, 56), (64, 64, 3, 3), (1, 64, 56, 56), (1, 1), (1, 1, 1, 1),
-                         (1, 1), (112, 576, 64), (112, 144, 64)),
+    "spec example": (
+        (1, 16, 5, 32),
+        (16, 16, 3, 3),
+        (1, 16, 5, 32),
+        (1, 1),
+        (1, 1, 1, 1),
+        (1, 1),
+        (16, 144, 16),
+        (16, 16, 16),
+    ),
+    "ResNet 3x3 layer": (
+        (1, 64, 56, 56),
+        (64, 64, 3, 3),
+        (1, 64, 56, 56),
+        (1, 1),
+        (1, 1, 1, 1),
+        (1, 1),
+        (112, 576, 64),
+        (112, 144, 64),
+    ),
 }
 
 
@@ -56,18 +71,30 @@ def run_example(name, spec, dtype, rng):
     np_dtype = numpy_dtype(dtype)
     # the rules (and the tiles) and the memory first: random data for a huge problem must not
     # be drawn
-    case = make_case(dy_shape, w_shape, input_size, dtype, strides, paddings, dilations,
-                     (l1, l0), vec)
+    case = make_case(
+        dy_shape, w_shape, input_size, dtype, strides, paddings, dilations, (l1, l0), vec
+    )
     elements = math.prod(dy_shape) + math.prod(w_shape)
-    check_host_memory(10 * elements + 2 * golden_bytes(case) + comparison_bytes(case),
-                      case.problem, "random inputs and the float64 check of the result")
+    check_host_memory(
+        10 * elements + 2 * golden_bytes(case) + comparison_bytes(case),
+        case.problem,
+        "random inputs and the float64 check of the result",
+    )
     dy = rng.uniform(-1, 1, dy_shape).astype(np_dtype)
     w = rng.uniform(-1, 1, w_shape).astype(np_dtype)
-    args = (pypto.from_numpy(dy), list(input_size), pypto.from_numpy(w), dtype, list(strides),
-            list(paddings), list(dilations))
-    with pypto.options(convbp_tile_shapes=(pypto_impl.ConvBpTileL1Info(*l1),
-                                           pypto_impl.ConvBpTileL0Info(*l0)),
-                       vec_tile_shapes=list(vec)):
+    args = (
+        pypto.from_numpy(dy),
+        list(input_size),
+        pypto.from_numpy(w),
+        dtype,
+        list(strides),
+        list(paddings),
+        list(dilations),
+    )
+    with pypto.options(
+        convbp_tile_shapes=(pypto_impl.ConvBpTileL1Info(*l1), pypto_impl.ConvBpTileL0Info(*l0)),
+        vec_tile_shapes=list(vec),
+    ):
         pypto.conv_backward_input(*args)  # warm-up
         start = time.perf_counter()
         out = pypto.conv_backward_input(*args).numpy()
@@ -80,9 +107,11 @@ def run_example(name, spec, dtype, rng):
     differ = int(np.count_nonzero(out != golden.astype(np_dtype)))
     print(f"{name}: {case.describe()}")
     print(f"  {case.describe_tiles()}")
-    print(f"  {seconds * 1e3:.3f} ms, {case.problem.flops / seconds / 1e9:.1f} GFLOP/s; "
-          f"max error {err_ulp.max():.3f} ulp; {differ} of {out.size} elements differ from the "
-          f"float64 result rounded once; within the fp32-accumulation bound: {within}")
+    print(
+        f"  {seconds * 1e3:.3f} ms, {case.problem.flops / seconds / 1e9:.1f} GFLOP/s; "
+        f"max error {err_ulp.max():.3f} ulp; {differ} of {out.size} elements differ from the "
+        f"float64 result rounded once; within the fp32-accumulation bound: {within}"
+    )
     return within
 
 
@@ -96,19 +125,31 @@ def _ints(text):
 def _add_problem_args(parser):
     parser.add_argument("--grad-output", type=_ints, required=True, metavar="N,COUT,HOUT,WOUT")
     parser.add_argument("--weight", type=_ints, required=True, metavar="COUT,CIN,KH,KW")
-    parser.add_argument("--input-size", type=_ints, metavar="N,CIN,HIN,WIN",
-                        help="default: the smallest valid size")
-    parser.add_argument("--dtype", choices=["fp16", "bf16"], default=argparse.SUPPRESS,
-                        help="default fp16")
+    parser.add_argument(
+        "--input-size", type=_ints, metavar="N,CIN,HIN,WIN", help="default: the smallest valid size"
+    )
+    parser.add_argument(
+        "--dtype", choices=["fp16", "bf16"], default=argparse.SUPPRESS, help="default fp16"
+    )
     parser.add_argument("--strides", type=_ints, default=[1, 1], metavar="SH,SW")
     parser.add_argument("--paddings", type=_ints, default=[0, 0, 0, 0], metavar="T,B,L,R")
     parser.add_argument("--dilations", type=_ints, default=[1, 1], metavar="DH,DW")
-    parser.add_argument("--l1", type=_ints, metavar="ML1,KL1,NL1",
-                        help="L1 tiles, upstream order M, K, N (default: suggested)")
-    parser.add_argument("--l0", type=_ints, metavar="ML0,KL0,NL0",
-                        help="L0 tiles, M, K, N (default: suggested)")
-    parser.add_argument("--vec", type=_ints, default=[16, 16, 16, 16], metavar="V,V,V,V[,V]",
-                        help="vector tile shapes (default 16,16,16,16)")
+    parser.add_argument(
+        "--l1",
+        type=_ints,
+        metavar="ML1,KL1,NL1",
+        help="L1 tiles, upstream order M, K, N (default: suggested)",
+    )
+    parser.add_argument(
+        "--l0", type=_ints, metavar="ML0,KL0,NL0", help="L0 tiles, M, K, N (default: suggested)"
+    )
+    parser.add_argument(
+        "--vec",
+        type=_ints,
+        default=[16, 16, 16, 16],
+        metavar="V,V,V,V[,V]",
+        help="vector tile shapes (default 16,16,16,16)",
+    )
 
 
 def _problem_args(args):
@@ -117,37 +158,60 @@ def _problem_args(args):
     input_size = args.input_size
     if input_size is None:
         (hin, _), (win, _) = pypto.conv_backward_input_size_range(
-            args.grad_output, args.weight, args.strides, args.paddings, args.dilations)
-        input_size = [args.grad_output[0], args.weight[1] if len(args.weight) > 1 else 0, hin,
-                      win]
+            args.grad_output, args.weight, args.strides, args.paddings, args.dilations
+        )
+        input_size = [args.grad_output[0], args.weight[1] if len(args.weight) > 1 else 0, hin, win]
     l1, l0 = args.l1, args.l0
     if l1 is None or l0 is None:
         try:
             s_l1, s_l0 = pypto.suggest_convbp_input_tile_shapes(
-                args.grad_output, args.weight, input_size, dtype, args.strides, args.paddings,
-                args.dilations)
+                args.grad_output,
+                args.weight,
+                input_size,
+                dtype,
+                args.strides,
+                args.paddings,
+                args.dilations,
+            )
         except pypto.error.ConvBpInputError as exc:
             if exc.rule not in TILE_RULES or args.command != "tiles":
                 raise
             # no legal tiles: explain the smallest ones, which show the rule that fails
-            s_l1, s_l0 = smallest_tiles(problem_from_shapes(
-                args.grad_output, args.weight, input_size, dtype, args.strides, args.paddings,
-                args.dilations))
+            s_l1, s_l0 = smallest_tiles(
+                problem_from_shapes(
+                    args.grad_output,
+                    args.weight,
+                    input_size,
+                    dtype,
+                    args.strides,
+                    args.paddings,
+                    args.dilations,
+                )
+            )
         l1 = l1 or list(s_l1.as_tuple())
         l0 = l0 or list(s_l0.as_tuple())
     for name, value in (("--l1", l1), ("--l0", l0)):
         if len(value) != 3:
             raise pypto.error.FeError(ValueError(f"{name} takes 3 ints (M, K, N), got {value}"))
-    return (args.grad_output, args.weight, input_size, args.strides, args.paddings,
-            args.dilations, l1, l0, args.vec), dtype
-
-
+    return (
+        args.grad_output,
+        args.weight,
+        input_size,
+        args.strides,
+        args.paddings,
+        args.dilations,
+        l1,
+        l0,
+        args.vec,
+    ), dtype
 
 
 def _banner():
     info = kernel_info()
-    return (f"pypto {pypto.__version__}: backend cpu ({info['isa']}), "
-            f"{pypto.get_num_threads()} thread(s), OpenMP {'on' if info['openmp'] else 'off'}")
+    return (
+        f"pypto {pypto.__version__}: backend cpu ({info['isa']}), "
+        f"{pypto.get_num_threads()} thread(s), OpenMP {'on' if info['openmp'] else 'off'}"
+    )
 
 
 def _cmd_examples(args):
@@ -171,8 +235,17 @@ def _cmd_tiles(args):
     spec, dtype = _problem_args(args)
     dy, w, size, strides, paddings, dilations, l1, l0, vec = spec
     report = pypto.explain_convbp_input_tiling(
-        dy, w, size, dtype, strides, paddings, dilations, pypto_impl.ConvBpTileL1Info(*l1),
-        pypto_impl.ConvBpTileL0Info(*l0), vec_tile_shapes=vec)
+        dy,
+        w,
+        size,
+        dtype,
+        strides,
+        paddings,
+        dilations,
+        pypto_impl.ConvBpTileL1Info(*l1),
+        pypto_impl.ConvBpTileL0Info(*l0),
+        vec_tile_shapes=vec,
+    )
     print(report)
     return 0 if report.legal else 1
 
@@ -180,21 +253,31 @@ def _cmd_tiles(args):
 def _cmd_info(args):
     info = kernel_info()
     print(f"pypto {pypto.__version__}")
-    print(f"cpu kernel: ISA {info['isa']} [{info['reason']}], micro-kernel "
-          f"{info['mr']}x{info['nr']}, bf16 dot product {'yes' if info['bf16_dot'] else 'no'}, "
-          f"OpenMP {'on' if info['openmp'] else 'off'}, {pypto.get_num_threads()} thread(s)")
-    print(f"default threads: {default_threads()[0]}, set by {default_threads()[1]} "
-          "(OMP_NUM_THREADS, --threads and set_num_threads win)")
-    print(f"cpu levels: built {', '.join(info['built_levels'])}; this CPU runs "
-          f"{', '.join(info['cpu_levels'])} ({platform.machine()}; features: "
-          f"{' '.join(info['cpu_features']) or 'none detected'})")
+    print(
+        f"cpu kernel: ISA {info['isa']} [{info['reason']}], micro-kernel "
+        f"{info['mr']}x{info['nr']}, bf16 dot product {'yes' if info['bf16_dot'] else 'no'}, "
+        f"OpenMP {'on' if info['openmp'] else 'off'}, {pypto.get_num_threads()} thread(s)"
+    )
+    print(
+        f"default threads: {default_threads()[0]}, set by {default_threads()[1]} "
+        "(OMP_NUM_THREADS, --threads and set_num_threads win)"
+    )
+    print(
+        f"cpu levels: built {', '.join(info['built_levels'])}; this CPU runs "
+        f"{', '.join(info['cpu_levels'])} ({platform.machine()}; features: "
+        f"{' '.join(info['cpu_features']) or 'none detected'})"
+    )
     reason = pypto.device.unavailable_reason()
-    print(f"npu: {'available' if reason is None else 'unavailable: ' + reason}; backend "
-          f"requested: {pypto.get_device()} (set_device / PYPTO_DEVICE)")
+    print(
+        f"npu: {'available' if reason is None else 'unavailable: ' + reason}; backend "
+        f"requested: {pypto.get_device()} (set_device / PYPTO_DEVICE)"
+    )
     verdict = pypto.device.known_self_check()
     if verdict is not None:
-        print(f"npu self-check: {'passed' if verdict['passed'] else 'FAILED'} "
-              f"({verdict['checked_at']}, {verdict['source']}): {verdict['summary']}")
+        print(
+            f"npu self-check: {'passed' if verdict['passed'] else 'FAILED'} "
+            f"({verdict['checked_at']}, {verdict['source']}): {verdict['summary']}"
+        )
     return 0
 
 
@@ -204,21 +287,33 @@ def _cmd_selfcheck(args):
     if reason is not None:
         raise pypto.device.NpuUnavailableError(f"no self-check: the NPU cannot run here: {reason}")
     verdict = pypto.device.self_check(again=args.again)
-    print(f"pypto {pypto.__version__}: NPU self-check ({verdict['source']}, "
-          f"{verdict['checked_at']})")
+    print(
+        f"pypto {pypto.__version__}: NPU self-check ({verdict['source']}, {verdict['checked_at']})"
+    )
     for problem in verdict["problems"]:
-        print(f"  {'pass' if problem['passed'] else 'FAIL'}  {problem['problem']}"
-              + ("" if problem["passed"] else f": {problem['detail']}"))
-    print(f"verdict: {'PASS' if verdict['passed'] else 'FAIL'}: {verdict['summary']}; auto "
-          f"{'uses' if verdict['passed'] else 'does not use'} the NPU")
+        print(
+            f"  {'pass' if problem['passed'] else 'FAIL'}  {problem['problem']}"
+            + ("" if problem["passed"] else f": {problem['detail']}")
+        )
+    print(
+        f"verdict: {'PASS' if verdict['passed'] else 'FAIL'}: {verdict['summary']}; auto "
+        f"{'uses' if verdict['passed'] else 'does not use'} the NPU"
+    )
     return 0 if verdict["passed"] else 1
 
 
 def _cmd_golden(args):
     from pypto import testing
+    from pypto._golden.case import (
+        comparison_bytes,
+        draw_inputs,
+        golden_bytes,
+        golden_dgrad,
+        inputs_bytes,
+        make_case,
+        pypto_dgrad,
+    )
     from pypto._golden.files import ACTUAL, check_case_folder, write_case
-    from pypto._golden.case import (comparison_bytes, draw_inputs, golden_bytes, golden_dgrad,
-                               inputs_bytes, make_case, pypto_dgrad)
 
     # before any work: a folder holding a case needs --force (its old result must not stay)
     check_case_folder(args.out, args.force)
@@ -226,84 +321,133 @@ def _cmd_golden(args):
     dy_shape, w_shape, size, strides, paddings, dilations, l1, l0, vec = spec
     case = make_case(dy_shape, w_shape, size, dtype, strides, paddings, dilations, (l1, l0), vec)
     # the rules first, then the memory: random data for a huge problem must not be drawn
-    check_host_memory(inputs_bytes(case) + 2 * golden_bytes(case) + comparison_bytes(case)
-                      + 4 * math.prod(case.input_size), case.problem,
-                      "random inputs, the float64 golden, its error bound and the check of "
-                      "pypto's result")
+    check_host_memory(
+        inputs_bytes(case)
+        + 2 * golden_bytes(case)
+        + comparison_bytes(case)
+        + 4 * math.prod(case.input_size),
+        case.problem,
+        "random inputs, the float64 golden, its error bound and the check of pypto's result",
+    )
     dy, w = draw_inputs(case, args.dist, args.seed)
     golden = golden_dgrad(case, dy, w)
     reference = pypto_dgrad(case, dy, w)
-    check = testing.compare(reference, dy, w, list(case.input_size), case.strides,
-                            case.paddings, case.dilations, tiles=(case.l1, case.l0, case.vec),
-                            golden=golden, reference=reference)
-    _, removed = write_case(args.out, case, dy, w, golden, reference, args.seed, args.dist,
-                            replace=args.force)
+    check = testing.compare(
+        reference,
+        dy,
+        w,
+        list(case.input_size),
+        case.strides,
+        case.paddings,
+        case.dilations,
+        tiles=(case.l1, case.l0, case.vec),
+        golden=golden,
+        reference=reference,
+    )
+    _, removed = write_case(
+        args.out, case, dy, w, golden, reference, args.seed, args.dist, replace=args.force
+    )
     dt = case.dtype_name
     actual = os.path.join(args.out, ACTUAL[0] + ".bin")
-    print(f"pypto {pypto.__version__}: golden case in {args.out} ({args.dist} inputs, seed "
-          f"{args.seed})")
+    print(
+        f"pypto {pypto.__version__}: golden case in {args.out} ({args.dist} inputs, seed "
+        f"{args.seed})"
+    )
     print(f"  {case.describe()}")
     print(f"  {case.describe_tiles()}")
-    print(f"  wrote input/grad_output.bin, input/weight.bin ({dt}), output/golden.bin "
-          f"(float64), output/pypto.bin ({dt}), each with a .npy twin, and manifest.json")
+    print(
+        f"  wrote input/grad_output.bin, input/weight.bin ({dt}), output/golden.bin "
+        f"(float64), output/pypto.bin ({dt}), each with a .npy twin, and manifest.json"
+    )
     if removed:
-        print(f"  removed the old case's {', '.join(removed)} (--force): no result of the old "
-              f"case stays beside the new one")
-    verdicts = ", ".join(f"{sid} {'pass' if v.passed else 'FAIL'}"
-                         for sid, v in check.verdicts.items())
-    print(f"  pypto's own result: max {check.metrics.max_ulp:.3g} ulp, "
-          f"{check.localisation.outside_count} elements outside the fp32-accumulation bound; "
-          f"{verdicts}")
-    print(f"next: write the kernel's dx to {actual} ({dt}, {list(case.input_size)}, "
-          f"{2 * math.prod(case.input_size)} bytes, little-endian), then")
+        print(
+            f"  removed the old case's {', '.join(removed)} (--force): no result of the old "
+            f"case stays beside the new one"
+        )
+    verdicts = ", ".join(
+        f"{sid} {'pass' if v.passed else 'FAIL'}" for sid, v in check.verdicts.items()
+    )
+    print(
+        f"  pypto's own result: max {check.metrics.max_ulp:.3g} ulp, "
+        f"{check.localisation.outside_count} elements outside the fp32-accumulation bound; "
+        f"{verdicts}"
+    )
+    print(
+        f"next: write the kernel's dx to {actual} ({dt}, {list(case.input_size)}, "
+        f"{2 * math.prod(case.input_size)} bytes, little-endian), then"
+    )
     print(f"  pypto compare {args.out} --actual {actual}")
     return 0
 
 
 def _cmd_compare(args):
     from pypto import testing
-    from pypto._golden.files import (check_path, read_array, read_case, read_inputs,
-                                  resolve_actual, stale_warning)
+    from pypto._golden.files import (
+        check_path,
+        read_array,
+        read_case,
+        read_inputs,
+        resolve_actual,
+        stale_warning,
+    )
     from pypto._golden.localise import check_plot_path, plotting_available
 
     if args.msprobe is not None:
         return _cmd_compare_msprobe(args)
     if args.csv is not None:
-        raise FeError(ValueError("--csv writes the --msprobe table; for a golden case use "
-                                 "--json"))
+        raise FeError(ValueError("--csv writes the --msprobe table; for a golden case use --json"))
     if args.dir is None:
-        raise FeError(ValueError("compare needs DIR (a folder written by `pypto golden`) or "
-                                 "--msprobe DUMP_DIR"))
+        raise FeError(
+            ValueError(
+                "compare needs DIR (a folder written by `pypto golden`) or --msprobe DUMP_DIR"
+            )
+        )
     check_path(args.dir, "the case folder DIR", folder=True)
-    for option, value in (("--actual", args.actual), ("--plot", args.plot),
-                          ("--json", args.json)):
+    for option, value in (("--actual", args.actual), ("--plot", args.plot), ("--json", args.json)):
         if value is not None:
             check_path(value, option)
     if args.plot is not None:
         missing = plotting_available()  # before any work: the verdict must not be lost
         if missing is not None:
             raise missing
-        check_plot_path(args.plot)      # so must a format matplotlib cannot write
-    if args.json is not None:   # before any work, like the plot
+        check_plot_path(args.plot)  # so must a format matplotlib cannot write
+    if args.json is not None:  # before any work, like the plot
         folder = os.path.dirname(os.path.abspath(args.json))
         if os.path.isdir(args.json):
             raise FeError(OSError(f"cannot write the JSON report {args.json}: it is a folder"))
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            raise FeError(OSError(f"cannot write the JSON report {args.json}: {folder} is not "
-                                  f"a writable folder"))
+            raise FeError(
+                OSError(
+                    f"cannot write the JSON report {args.json}: {folder} is not a writable folder"
+                )
+            )
     case, manifest = read_case(args.dir)
     if args.dtype_given and args.dtype != case.dtype_name:
-        raise FeError(ValueError(f"--dtype {args.dtype}, but the case in {args.dir} is "
-                                 f"{case.dtype_name} (manifest.json)"))
+        raise FeError(
+            ValueError(
+                f"--dtype {args.dtype}, but the case in {args.dir} is "
+                f"{case.dtype_name} (manifest.json)"
+            )
+        )
     path = resolve_actual(args.dir, args.actual)
     actual = read_array(path, case.dtype_name, case.input_size, case)
     dy, w, golden, reference = read_inputs(args.dir, case, manifest)
     stale = stale_warning(args.dir, path, manifest)
     if stale is not None:
         print(stale, file=sys.stderr)
-    result = testing.compare(actual, dy, w, list(case.input_size), case.strides, case.paddings,
-                             case.dilations, tiles=(case.l1, case.l0, case.vec),
-                             standard=args.standard, golden=golden, reference=reference)
+    result = testing.compare(
+        actual,
+        dy,
+        w,
+        list(case.input_size),
+        case.strides,
+        case.paddings,
+        case.dilations,
+        tiles=(case.l1, case.l0, case.vec),
+        standard=args.standard,
+        golden=golden,
+        reference=reference,
+    )
     # the report and the JSON first: a plot that fails must not take the verdict with it
     print(f"pypto {pypto.__version__}: {path} against the golden in {args.dir}")
     print(result.report(args.top))
@@ -332,22 +476,31 @@ def _cmd_compare_msprobe(args):
     from pypto._golden.msprobe import check_report_path
 
     check_path(args.msprobe, "the msprobe dump DUMP_DIR", folder=True)
-    for option, given in (("DIR", args.dir is not None), ("--actual", args.actual is not None),
-                          ("--plot", args.plot is not None), ("--dtype", args.dtype_given)):
+    for option, given in (
+        ("DIR", args.dir is not None),
+        ("--actual", args.actual is not None),
+        ("--plot", args.plot is not None),
+        ("--dtype", args.dtype_given),
+    ):
         if given:
-            raise FeError(ValueError(f"{option} applies to a golden case, not to --msprobe "
-                                     f"(which reads every tensor from the dump)"))
+            raise FeError(
+                ValueError(
+                    f"{option} applies to a golden case, not to --msprobe "
+                    f"(which reads every tensor from the dump)"
+                )
+            )
     for option, value, what in (("--json", args.json, "JSON"), ("--csv", args.csv, "CSV")):
-        if value is not None:   # before any work
+        if value is not None:  # before any work
             check_path(value, option)
             check_report_path(value, what)
     report = testing.compare_msprobe(args.msprobe, standard=args.standard)
-    print(f"pypto {pypto.__version__}: conv2d backward calls in the msprobe dump "
-          f"{args.msprobe} ({len(report.dumps)} dump.json)")
+    print(
+        f"pypto {pypto.__version__}: conv2d backward calls in the msprobe dump "
+        f"{args.msprobe} ({len(report.dumps)} dump.json)"
+    )
     print(report.text())
     if report.judged == 0:
-        print("warning: no call was judged (every one is skipped, reasons above)",
-              file=sys.stderr)
+        print("warning: no call was judged (every one is skipped, reasons above)", file=sys.stderr)
     if args.json is not None:
         report.write_json(args.json)
         print(f"JSON report: {args.json}")
@@ -369,74 +522,128 @@ def main(argv=None):
     # Options valid before and after the command: the subcommands' copies default to
     # SUPPRESS, so a value given before the command is not overwritten by their default.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--threads", type=int, default=argparse.SUPPRESS,
-                        help="CPU threads (default: OMP_NUM_THREADS or all CPUs)")
+    common.add_argument(
+        "--threads",
+        type=int,
+        default=argparse.SUPPRESS,
+        help="CPU threads (default: OMP_NUM_THREADS or all CPUs)",
+    )
     parser = argparse.ArgumentParser(
-        prog="python -m pypto", parents=[common],
+        prog="python -m pypto",
+        parents=[common],
         description="Run pypto.conv_backward_input on built-in examples (no command), on a "
-                    "problem you give (run), explain a set of tiles (tiles), write a golden "
-                    "case for an NPU kernel (golden), judge its result (compare) or check the NPU kernel on this "
-                    "device (selfcheck).")
-    parser.add_argument("--dtype", choices=["fp16", "bf16"], default=argparse.SUPPRESS,
-                        help="default fp16")
+        "problem you give (run), explain a set of tiles (tiles), write a golden "
+        "case for an NPU kernel (golden), judge its result (compare) or check the NPU kernel on this "
+        "device (selfcheck).",
+    )
+    parser.add_argument(
+        "--dtype", choices=["fp16", "bf16"], default=argparse.SUPPRESS, help="default fp16"
+    )
     commands = parser.add_subparsers(dest="command")
-    run = commands.add_parser("run", parents=[common],
-                              help="run one problem on random data and check it")
+    run = commands.add_parser(
+        "run", parents=[common], help="run one problem on random data and check it"
+    )
     _add_problem_args(run)
     run.add_argument("--seed", type=_natural, default=0, help="random data seed, an int >= 0")
-    tiles = commands.add_parser("tiles", parents=[common],
-                                help="explain how the NPU rules judge a set of tiles")
+    tiles = commands.add_parser(
+        "tiles", parents=[common], help="explain how the NPU rules judge a set of tiles"
+    )
     _add_problem_args(tiles)
     commands.add_parser("info", parents=[common], help="version, kernel build and threads")
     selfcheck = commands.add_parser(
-        "selfcheck", parents=[common],
+        "selfcheck",
+        parents=[common],
         help="check the NPU kernel against the CPU on this device (auto uses the NPU only after "
-             "this passed; the verdict is cached)")
-    selfcheck.add_argument("--again", action="store_true",
-                           help="run it even when a verdict is cached")
+        "this passed; the verdict is cached)",
+    )
+    selfcheck.add_argument(
+        "--again", action="store_true", help="run it even when a verdict is cached"
+    )
     golden = commands.add_parser(
-        "golden", parents=[common],
-        help="write random inputs, the float64 golden, pypto's result and a manifest to --out")
+        "golden",
+        parents=[common],
+        help="write random inputs, the float64 golden, pypto's result and a manifest to --out",
+    )
     _add_problem_args(golden)
     golden.add_argument("--seed", type=_natural, default=0, help="random data seed, an int >= 0")
-    golden.add_argument("--dist", choices=["uniform", "normal", "ints"], default="uniform",
-                        help="inputs uniform in [-1, 1), standard normal, or ints in [-4, 4] "
-                             "(default uniform)")
+    golden.add_argument(
+        "--dist",
+        choices=["uniform", "normal", "ints"],
+        default="uniform",
+        help="inputs uniform in [-1, 1), standard normal, or ints in [-4, 4] (default uniform)",
+    )
     golden.add_argument("--out", required=True, metavar="DIR", help="the case's folder")
-    golden.add_argument("--force", action="store_true",
-                        help="write over a case already in DIR: deletes its old kernel results "
-                             "(every file in DIR/output that golden does not write)")
+    golden.add_argument(
+        "--force",
+        action="store_true",
+        help="write over a case already in DIR: deletes its old kernel results "
+        "(every file in DIR/output that golden does not write)",
+    )
     compare = commands.add_parser(
-        "compare", parents=[common],
-        help="judge a kernel's result against a golden case: verdicts, where, worst elements")
-    compare.add_argument("dir", metavar="DIR", nargs="?",
-                         help="a folder written by `pypto golden` (not with --msprobe)")
-    compare.add_argument("--msprobe", metavar="DUMP_DIR",
-                         help="judge every conv2d backward call of an msprobe dump (task "
-                              "tensor; a step or rank folder holding dump.json, or any folder "
-                              "above it): one line per call, then a summary; exit 1 when a "
-                              "judged call fails (--top and --plot-units do not apply)")
-    compare.add_argument("--csv", metavar="PATH",
-                         help="with --msprobe: also write the table as CSV, one row per call")
-    compare.add_argument("--actual", metavar="FILE",
-                         help="the kernel's dx, .bin (raw, dtype and shape from the manifest) "
-                              "or .npy; a relative name not found is looked for in DIR/output "
-                              "(default DIR/output/output.bin)")
-    compare.add_argument("--standard", choices=[*STANDARDS, "all"], default=DEFAULT_STANDARD,
-                         help="the standard that decides the exit code (default dual-L0; all: "
-                              "every one)")
+        "compare",
+        parents=[common],
+        help="judge a kernel's result against a golden case: verdicts, where, worst elements",
+    )
+    compare.add_argument(
+        "dir",
+        metavar="DIR",
+        nargs="?",
+        help="a folder written by `pypto golden` (not with --msprobe)",
+    )
+    compare.add_argument(
+        "--msprobe",
+        metavar="DUMP_DIR",
+        help="judge every conv2d backward call of an msprobe dump (task "
+        "tensor; a step or rank folder holding dump.json, or any folder "
+        "above it): one line per call, then a summary; exit 1 when a "
+        "judged call fails (--top and --plot-units do not apply)",
+    )
+    compare.add_argument(
+        "--csv",
+        metavar="PATH",
+        help="with --msprobe: also write the table as CSV, one row per call",
+    )
+    compare.add_argument(
+        "--actual",
+        metavar="FILE",
+        help="the kernel's dx, .bin (raw, dtype and shape from the manifest) "
+        "or .npy; a relative name not found is looked for in DIR/output "
+        "(default DIR/output/output.bin)",
+    )
+    compare.add_argument(
+        "--standard",
+        choices=[*STANDARDS, "all"],
+        default=DEFAULT_STANDARD,
+        help="the standard that decides the exit code (default dual-L0; all: every one)",
+    )
     compare.add_argument("--plot", metavar="PATH", help="save a heatmap of the error (PNG, ...)")
-    compare.add_argument("--json", metavar="PATH",
-                         help="also write the whole report as JSON: metrics, every verdict with "
-                              "its thresholds and source, localisation, worst elements (with "
-                              "--msprobe: the table, one entry per call)")
-    compare.add_argument("--plot-units", choices=["ulp", "relative", "bound"], default="ulp",
-                         help="the heatmap's error: in ulps of the output dtype (default), "
-                              "relative, or divided by the fp32-accumulation bound")
-    compare.add_argument("--top", type=_natural, default=10, metavar="K",
-                         help="how many worst elements to list (default 10)")
-    compare.add_argument("--dtype", choices=["fp16", "bf16"], default=argparse.SUPPRESS,
-                         help="must match the manifest's")
+    compare.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the whole report as JSON: metrics, every verdict with "
+        "its thresholds and source, localisation, worst elements (with "
+        "--msprobe: the table, one entry per call)",
+    )
+    compare.add_argument(
+        "--plot-units",
+        choices=["ulp", "relative", "bound"],
+        default="ulp",
+        help="the heatmap's error: in ulps of the output dtype (default), "
+        "relative, or divided by the fp32-accumulation bound",
+    )
+    compare.add_argument(
+        "--top",
+        type=_natural,
+        default=10,
+        metavar="K",
+        help="how many worst elements to list (default 10)",
+    )
+    compare.add_argument(
+        "--dtype",
+        choices=["fp16", "bf16"],
+        default=argparse.SUPPRESS,
+        help="must match the manifest's",
+    )
     args = parser.parse_args(argv)
     # the defaults, for options given nowhere (not set_defaults: parents share the actions)
     args.threads = getattr(args, "threads", None)
@@ -444,9 +651,15 @@ def main(argv=None):
     args.dtype = getattr(args, "dtype", "fp16")
     try:
         pypto.set_num_threads(args.threads)
-        handler = {None: _cmd_examples, "run": _cmd_run, "tiles": _cmd_tiles,
-                   "info": _cmd_info, "selfcheck": _cmd_selfcheck, "golden": _cmd_golden,
-                   "compare": _cmd_compare}[args.command]
+        handler = {
+            None: _cmd_examples,
+            "run": _cmd_run,
+            "tiles": _cmd_tiles,
+            "info": _cmd_info,
+            "selfcheck": _cmd_selfcheck,
+            "golden": _cmd_golden,
+            "compare": _cmd_compare,
+        }[args.command]
         code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below
         return code
@@ -457,4 +670,3 @@ def main(argv=None):
         # the reader went away (`pypto | head`): no traceback, and none at exit either
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-

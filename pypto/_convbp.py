@@ -2,9 +2,9 @@
 
 import warnings
 
+from ._core.rules import size_range_args, validate_conv_backward_input
 from ._core.shapes import clipped_bounds
 from .device import AclError, disable_after_error, get_device, select_backend
-from ._core.rules import size_range_args, validate_conv_backward_input
 from .error import ConvBpValueError, FeError, argument_errors_are_pypto_errors
 from .tensor import Tensor
 
@@ -12,8 +12,9 @@ __all__ = ["conv_backward_input", "conv_backward_input_size_range"]
 
 
 @argument_errors_are_pypto_errors
-def conv_backward_input(grad_output, input_size, weight, out_dtype, strides, paddings, dilations,
-                        *, groups=1):
+def conv_backward_input(
+    grad_output, input_size, weight, out_dtype, strides, paddings, dilations, *, groups=1
+):
     """Gradient of a 2-D convolution with respect to its input (dgrad, "dx").
 
     Parameters
@@ -47,12 +48,19 @@ def conv_backward_input(grad_output, input_size, weight, out_dtype, strides, pad
         is computed. Tile shapes (``set_convbp_input_tile_shapes``) and vector tile shapes
         (``set_vec_tile_shapes``) must be set first.
     """
-    call = validate_conv_backward_input(grad_output, input_size, weight, out_dtype, strides,
-                                        paddings, dilations, groups)
+    call = validate_conv_backward_input(
+        grad_output, input_size, weight, out_dtype, strides, paddings, dilations, groups
+    )
     if grad_output.has_data != weight.has_data:
-        holder, other = ("grad_output", "weight") if grad_output.has_data else ("weight", "grad_output")
-        raise FeError(ValueError(f"{holder} holds data but {other} only describes a shape: pass "
-                                 "both with data (pypto.from_numpy / from_torch) or neither."))
+        holder, other = (
+            ("grad_output", "weight") if grad_output.has_data else ("weight", "grad_output")
+        )
+        raise FeError(
+            ValueError(
+                f"{holder} holds data but {other} only describes a shape: pass "
+                "both with data (pypto.from_numpy / from_torch) or neither."
+            )
+        )
     if not grad_output.has_data:
         p = call.problem
         return Tensor([p.n, p.cin, p.hin, p.win], out_dtype, "TensorOut")
@@ -66,9 +74,12 @@ def conv_backward_input(grad_output, input_size, weight, out_dtype, strides, pad
         disable_after_error(exc)
         if get_device() == "npu":  # asked for the NPU: its error, not a silent CPU result
             raise
-        warnings.warn(f"pypto: the NPU failed this call ({exc.text}); it was computed on the CPU "
-                      "instead, and the NPU is not used again in this process", RuntimeWarning,
-                      stacklevel=3)
+        warnings.warn(
+            f"pypto: the NPU failed this call ({exc.text}); it was computed on the CPU "
+            "instead, and the NPU is not used again in this process",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         dx = _cpu()(call, dy, w)
     return Tensor._wrap(dx, "TensorOut", out_dtype)
 
@@ -86,6 +97,7 @@ def _cpu():
     global _cpu_compute
     if _cpu_compute is None:
         from ._kernels.dispatch import conv_backward_input_cpu
+
         _cpu_compute = conv_backward_input_cpu
     return _cpu_compute
 
@@ -94,6 +106,7 @@ def _backend(call):
     """The function that computes this call: the CPU kernel, or the NPU when selected."""
     if select_backend(call) == "npu":
         from .device import conv_backward_input_npu
+
         return conv_backward_input_npu
     return _cpu()
 
@@ -115,15 +128,18 @@ def conv_backward_input_size_range(grad_output_shape, weight_shape, strides, pad
     pypto.error.ConvBpInputError
         Bad argument types, ranks or ranges, or an axis on which no input size is valid.
     """
-    dy, w, s, p, d = size_range_args(grad_output_shape, weight_shape, strides, paddings,
-                                     dilations)
+    dy, w, s, p, d = size_range_args(grad_output_shape, weight_shape, strides, paddings, dilations)
     ranges = []
     for axis, name in ((0, "H"), (1, "W")):
-        lo, hi = clipped_bounds(dy[2 + axis], w[2 + axis], s[axis], p[2 * axis], p[2 * axis + 1],
-                                d[axis])
+        lo, hi = clipped_bounds(
+            dy[2 + axis], w[2 + axis], s[axis], p[2 * axis], p[2 * axis + 1], d[axis]
+        )
         if lo > hi:
-            raise ConvBpValueError("O1", f"No input size along {name} gives grad_output size "
-                                         f"{dy[2 + axis]} with these kernel, stride, padding "
-                                         "and dilation values.")
+            raise ConvBpValueError(
+                "O1",
+                f"No input size along {name} gives grad_output size "
+                f"{dy[2 + axis]} with these kernel, stride, padding "
+                "and dilation values.",
+            )
         ranges.append((lo, hi))
     return tuple(ranges)

@@ -5,8 +5,16 @@ import functools
 
 import numpy as np
 
-__all__ = ["DataType", "TileOpFormat", "dtype_size", "numpy_dtype", "from_numpy_dtype",
-           "DTYPE_NAMES", "dtype_name", "parse_dtype_name"]
+__all__ = [
+    "DataType",
+    "TileOpFormat",
+    "dtype_size",
+    "numpy_dtype",
+    "from_numpy_dtype",
+    "DTYPE_NAMES",
+    "dtype_name",
+    "parse_dtype_name",
+]
 
 
 class DataType(enum.IntEnum):
@@ -76,13 +84,18 @@ _NUMPY_OF = {
     DataType.DT_DOUBLE: np.dtype(np.float64),
 }
 _DATATYPE_OF = {dt: t for t, dt in _NUMPY_OF.items()}
-_SUB_BYTE = {DataType.DT_INT4: 1, DataType.DT_HF4: 1, DataType.DT_FP4_E2M1: 1,
-             DataType.DT_FP4_E1M2: 1}
+_SUB_BYTE = {
+    DataType.DT_INT4: 1,
+    DataType.DT_HF4: 1,
+    DataType.DT_FP4_E2M1: 1,
+    DataType.DT_FP4_E1M2: 1,
+}
 
 
 @functools.lru_cache(maxsize=1)
 def _bfloat16():
     import ml_dtypes
+
     return np.dtype(ml_dtypes.bfloat16)
 
 
@@ -123,7 +136,7 @@ DTYPE_NAMES = {"fp16": DataType.DT_FP16, "bf16": DataType.DT_BF16}
 
 
 def dtype_name(dtype):
-    """"fp16" or "bf16" for DT_FP16 / DT_BF16."""
+    """ "fp16" or "bf16" for DT_FP16 / DT_BF16."""
     return "fp16" if dtype == DataType.DT_FP16 else "bf16"
 
 
@@ -136,5 +149,8 @@ def parse_dtype_name(dtype):
         return dtype
     if isinstance(dtype, str) and dtype.strip().lower() in DTYPE_NAMES:
         return DTYPE_NAMES[dtype.strip().lower()]
-    raise FeError(ValueError(f"dtype must be 'fp16', 'bf16', pypto.DT_FP16 or pypto.DT_BF16, "
-                             f"but got {dtype!r}"))
+    raise FeError(
+        ValueError(
+            f"dtype must be 'fp16', 'bf16', pypto.DT_FP16 or pypto.DT_BF16, but got {dtype!r}"
+        )
+    )

@@ -17,7 +17,6 @@ Public here: :func:`set_device`, :func:`get_device`, :func:`select_backend`,
 import os
 import warnings
 
-from .error import FeError, argument_errors_are_pypto_errors
 from ._npu.discovery import quick_unavailable_reason
 from ._npu.errors import (
     AclError,
@@ -29,13 +28,29 @@ from ._npu.errors import (
     NpuUnavailableError,
     NpuUnsupportedError,
 )
+from .error import FeError, argument_errors_are_pypto_errors
 
 __all__ = [
-    "is_available", "unavailable_reason", "runtime_unavailable_reason", "self_check",
-    "known_self_check", "disable_after_error", "set_device", "get_device", "select_backend",
-    "conv_backward_input_npu", "NpuError", "NpuUnavailableError", "NpuUnsupportedError",
-    "AclError", "AclUsageError", "AclResourceError", "AclInternalError", "KernelNotRunError",
-    "DEVICE_ENV", "DEVICES",
+    "is_available",
+    "unavailable_reason",
+    "runtime_unavailable_reason",
+    "self_check",
+    "known_self_check",
+    "disable_after_error",
+    "set_device",
+    "get_device",
+    "select_backend",
+    "conv_backward_input_npu",
+    "NpuError",
+    "NpuUnavailableError",
+    "NpuUnsupportedError",
+    "AclError",
+    "AclUsageError",
+    "AclResourceError",
+    "AclInternalError",
+    "KernelNotRunError",
+    "DEVICE_ENV",
+    "DEVICES",
 ]
 
 
@@ -72,9 +87,11 @@ def unavailable_reason():
     except NpuUnavailableError as exc:
         return exc.reason
     if not verdict["passed"]:
-        return (f"the NPU kernel failed its self-check ({verdict['checked_at']}, "
-                f"{verdict['source']}): {verdict['summary']}; PYPTO_DEVICE=npu forces it anyway, "
-                "`pypto selfcheck --again` checks again")
+        return (
+            f"the NPU kernel failed its self-check ({verdict['checked_at']}, "
+            f"{verdict['source']}): {verdict['summary']}; PYPTO_DEVICE=npu forces it anyway, "
+            "`pypto selfcheck --again` checks again"
+        )
     return None
 
 
@@ -82,7 +99,8 @@ def self_check(again=False):
     """The self-check's verdict for this device, kernel library and toolkit (a dict: passed,
     summary, problems, checked_at, source), from this process, the cache, or run now (``again``:
     run it even when known). NpuUnavailableError when the NPU cannot run at all."""
-    from ._npu import runtime as _runtime, trust as _trust
+    from ._npu import runtime as _runtime
+    from ._npu import trust as _trust
     from ._npu.run import conv_backward_input_npu as run
 
     return _trust.verdict(_runtime.get(), run, again=again)
@@ -93,7 +111,8 @@ def known_self_check():
     None when unknown or when the NPU cannot run."""
     if runtime_unavailable_reason() is not None:
         return None
-    from ._npu import runtime as _runtime, trust as _trust
+    from ._npu import runtime as _runtime
+    from ._npu import trust as _trust
 
     return _trust.known_verdict(_runtime.get())
 
@@ -102,8 +121,9 @@ def disable_after_error(error):
     """A call failed on the device (``error``): the NPU is used no more in this process."""
     from ._npu import runtime as _runtime
 
-    _runtime.disable(f"the NPU was disabled for this process after a device error in a call: "
-                     f"{error.text}")
+    _runtime.disable(
+        f"the NPU was disabled for this process after a device error in a call: {error.text}"
+    )
 
 
 def conv_backward_input_npu(call, dy, w):
@@ -187,6 +207,9 @@ def _warn_if_untrusted():
     verdict = known_self_check()
     if verdict is not None and not verdict["passed"]:
         _warned = True
-        warnings.warn(f"pypto: {_source()} forces the NPU, whose kernel failed its self-check on "
-                      f"this device ({verdict['checked_at']}): {verdict['summary']}",
-                      RuntimeWarning, stacklevel=4)
+        warnings.warn(
+            f"pypto: {_source()} forces the NPU, whose kernel failed its self-check on "
+            f"this device ({verdict['checked_at']}): {verdict['summary']}",
+            RuntimeWarning,
+            stacklevel=4,
+        )

@@ -13,9 +13,17 @@ import functools
 import inspect
 
 __all__ = [
-    "PyptoError", "PyptoGeneralError", "FeError", "PyptoRtError", "PyptoMemoryError", "PassError",
+    "PyptoError",
+    "PyptoGeneralError",
+    "FeError",
+    "PyptoRtError",
+    "PyptoMemoryError",
+    "PassError",
     "VerifyError",
-    "ConvBpInputError", "ConvBpTypeError", "ConvBpValueError", "ConvBpRuntimeError",
+    "ConvBpInputError",
+    "ConvBpTypeError",
+    "ConvBpValueError",
+    "ConvBpRuntimeError",
     "ERROR_CODES",
 ]
 
@@ -60,8 +68,11 @@ class PyptoGeneralError(PyptoError):
     """A PyptoError whose code follows from the wrapped exception's type."""
 
     def __init__(self, msg):
-        code = ERROR_CODES.get(type(msg).__name__, UNKNOWN_CODE) if isinstance(msg, BaseException) \
+        code = (
+            ERROR_CODES.get(type(msg).__name__, UNKNOWN_CODE)
+            if isinstance(msg, BaseException)
             else UNKNOWN_CODE
+        )
         super().__init__(code, msg)
 
 

@@ -15,12 +15,16 @@ class _TileInfo:
 
     def __init__(self, *args, **kwargs):
         if len(args) > len(self._fields):
-            raise TypeError(f"{type(self).__name__}() takes at most {len(self._fields)} "
-                            f"positional arguments ({len(args)} given)")
+            raise TypeError(
+                f"{type(self).__name__}() takes at most {len(self._fields)} "
+                f"positional arguments ({len(args)} given)"
+            )
         values = dict(zip(self._fields, args))
         for key, value in kwargs.items():
             if key not in self._fields:
-                raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument '{key}'")
+                raise TypeError(
+                    f"{type(self).__name__}() got an unexpected keyword argument '{key}'"
+                )
             if key in values:
                 raise TypeError(f"{type(self).__name__}() got multiple values for argument '{key}'")
             values[key] = value
@@ -71,7 +75,9 @@ class ConvBpTile:
         return all(v > 0 for v in l1 + l0) and all(a >= b for a, b in zip(l1, l0))
 
     def ToString(self):
-        return (f"ConvBpTile: {{tileL1Info: {self.tileL1Info._body()}, "
-                f"tileL0Info: {self.tileL0Info._body()}}};")
+        return (
+            f"ConvBpTile: {{tileL1Info: {self.tileL1Info._body()}, "
+            f"tileL0Info: {self.tileL0Info._body()}}};"
+        )
 
     __repr__ = __str__ = ToString

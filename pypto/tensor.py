@@ -6,24 +6,26 @@ and the op computes eagerly. ``out.move(result)`` binds a result into ``out``: w
 a caller's array, the values are written into that array in place.
 """
 
-
 import numpy as np
 
+from ._core.values import as_int
 from ._dtypes import DataType, TileOpFormat, from_numpy_dtype, numpy_dtype
 from .error import FeError, argument_errors_are_pypto_errors
-from ._core.values import as_int
 
 __all__ = ["Tensor", "tensor", "from_numpy", "from_torch"]
 
 
 def _shape_list(shape):
     if not isinstance(shape, (list, tuple)):
-        raise FeError(TypeError(f"Tensor shape must be a list or tuple of ints, but got {shape!r}."))
+        raise FeError(
+            TypeError(f"Tensor shape must be a list or tuple of ints, but got {shape!r}.")
+        )
     dims = [as_int(v) for v in shape]
     if None in dims:
         v = shape[dims.index(None)]
-        raise FeError(TypeError(f"Tensor shape must hold ints, but got {v!r} of type "
-                                f"{type(v).__name__}."))
+        raise FeError(
+            TypeError(f"Tensor shape must hold ints, but got {v!r} of type {type(v).__name__}.")
+        )
     return dims
 
 
@@ -41,8 +43,16 @@ class Tensor:
         Accepted for upstream compatibility; host data is attached with :func:`from_numpy`.
     """
 
-    def __init__(self, shape=None, dtype=None, name="", format=None, data_ptr=None, device=None,
-                 ori_shape=None):
+    def __init__(
+        self,
+        shape=None,
+        dtype=None,
+        name="",
+        format=None,
+        data_ptr=None,
+        device=None,
+        ori_shape=None,
+    ):
         self._shape = _shape_list([] if shape is None else shape)
         dtype = DataType.DT_FP32 if dtype is None else dtype
         if not isinstance(dtype, DataType):
@@ -105,16 +115,23 @@ class Tensor:
         bf16 data comes back as an ``ml_dtypes.bfloat16`` array.
         """
         if self._data is None:
-            raise FeError(RuntimeError(f"Tensor '{self.name}' {self.shape} holds no data: it only "
-                                       "describes a shape. Use pypto.from_numpy to attach data."))
+            raise FeError(
+                RuntimeError(
+                    f"Tensor '{self.name}' {self.shape} holds no data: it only "
+                    "describes a shape. Use pypto.from_numpy to attach data."
+                )
+            )
         data = self._data
         # NumPy lets the caller change an array's shape or dtype in place (``a.shape = ...``)
         # after wrapping: the tensor's shape is what was validated, so the two must agree
         if data.shape != tuple(self._shape) or from_numpy_dtype(data.dtype) != self._dtype:
-            raise FeError(RuntimeError(
-                f"Tensor '{self.name}' is {self._dtype} {self.shape}, but the array it wraps is "
-                f"now {data.dtype} {list(data.shape)}: it was changed in place after wrapping. "
-                "Wrap it again with pypto.from_numpy."))
+            raise FeError(
+                RuntimeError(
+                    f"Tensor '{self.name}' is {self._dtype} {self.shape}, but the array it wraps is "
+                    f"now {data.dtype} {list(data.shape)}: it was changed in place after wrapping. "
+                    "Wrap it again with pypto.from_numpy."
+                )
+            )
         return data
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
@@ -128,24 +145,41 @@ class Tensor:
         """
         array = self.numpy()
         if self._dtype != DataType.DT_BF16:
-            kwargs = {k: v for k, v in (("stream", stream), ("max_version", max_version),
-                                        ("dl_device", dl_device), ("copy", copy)) if v is not None}
+            kwargs = {
+                k: v
+                for k, v in (
+                    ("stream", stream),
+                    ("max_version", max_version),
+                    ("dl_device", dl_device),
+                    ("copy", copy),
+                )
+                if v is not None
+            }
             return array.__dlpack__(**kwargs)
         try:
             import torch
         except ImportError:
-            raise FeError(RuntimeError("exporting bfloat16 through DLPack needs PyTorch "
-                                       "(NumPy's DLPack has no bfloat16)")) from None
+            raise FeError(
+                RuntimeError(
+                    "exporting bfloat16 through DLPack needs PyTorch "
+                    "(NumPy's DLPack has no bfloat16)"
+                )
+            ) from None
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"the data is on the CPU, not on DLPack device {tuple(dl_device)}")
         if not array.flags.writeable or copy:
             if copy is False:
-                raise BufferError("the array is read-only and copy=False: a DLPack export "
-                                  "would let the consumer write into it")
+                raise BufferError(
+                    "the array is read-only and copy=False: a DLPack export "
+                    "would let the consumer write into it"
+                )
             array = array.copy()
         exported = torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
-        return exported.__dlpack__() if max_version is None else \
-            exported.__dlpack__(max_version=max_version)
+        return (
+            exported.__dlpack__()
+            if max_version is None
+            else exported.__dlpack__(max_version=max_version)
+        )
 
     def __array__(self, dtype=None, copy=None):
         """``np.asarray(t)``: the host data (bf16 as ``ml_dtypes.bfloat16``), no copy unless
@@ -169,19 +203,26 @@ class Tensor:
         if not isinstance(other, Tensor):
             raise FeError(TypeError(f"'{type(other).__name__}' type cannot be moved to Tensor"))
         if self._data is not None and other._data is None:
-            raise FeError(ValueError(
-                f"cannot move the shape-only tensor '{other.name}' {other.shape} into tensor "
-                f"'{self.name}', which wraps an array: it holds no values to write (an op given "
-                "shape-only inputs returns a shape-only result)"))
+            raise FeError(
+                ValueError(
+                    f"cannot move the shape-only tensor '{other.name}' {other.shape} into tensor "
+                    f"'{self.name}', which wraps an array: it holds no values to write (an op given "
+                    "shape-only inputs returns a shape-only result)"
+                )
+            )
         if self._data is not None:
             if other.shape != self.shape or other.dtype != self.dtype:
-                raise FeError(ValueError(
-                    f"cannot move a {other.dtype} tensor of shape {other.shape} into the "
-                    f"{self.dtype} tensor '{self.name}' of shape {self.shape}"))
+                raise FeError(
+                    ValueError(
+                        f"cannot move a {other.dtype} tensor of shape {other.shape} into the "
+                        f"{self.dtype} tensor '{self.name}' of shape {self.shape}"
+                    )
+                )
             target = self.numpy()  # checks the array was not reshaped since it was wrapped
             if not target.flags.writeable:
-                raise FeError(ValueError(f"cannot move into tensor '{self.name}': its array is "
-                                         "read-only"))
+                raise FeError(
+                    ValueError(f"cannot move into tensor '{self.name}': its array is read-only")
+                )
             # "equiv": same type in any byte order (a big-endian caller array is fine)
             np.copyto(target, other.numpy(), casting="equiv")
             return
@@ -220,13 +261,23 @@ def from_numpy(array, name=""):
     copies what it needs into the layout its kernel reads.
     """
     if not isinstance(array, np.ndarray):
-        raise FeError(TypeError(f"from_numpy expects a numpy.ndarray, but got {type(array).__name__}."))
+        raise FeError(
+            TypeError(f"from_numpy expects a numpy.ndarray, but got {type(array).__name__}.")
+        )
     if isinstance(array, np.ma.MaskedArray):  # the op would read the masked values as data
-        raise FeError(TypeError("from_numpy: a masked array's mask would be ignored; pass "
-                                "array.filled(value) or array.data"))
+        raise FeError(
+            TypeError(
+                "from_numpy: a masked array's mask would be ignored; pass "
+                "array.filled(value) or array.data"
+            )
+        )
     if from_numpy_dtype(array.dtype) is None:
-        raise FeError(TypeError(f"from_numpy: arrays of dtype {array.dtype} have no pypto "
-                                "DataType (use float16, bfloat16, float32, float64, ints or bool)."))
+        raise FeError(
+            TypeError(
+                f"from_numpy: arrays of dtype {array.dtype} have no pypto "
+                "DataType (use float16, bfloat16, float32, float64, ints or bool)."
+            )
+        )
     return Tensor._wrap(array, name)
 
 
@@ -242,26 +293,39 @@ def from_torch(tensor_, name=""):
     except ImportError:  # torch is optional
         raise FeError(RuntimeError("from_torch needs PyTorch, which is not installed.")) from None
     if not isinstance(tensor_, torch.Tensor):
-        raise FeError(TypeError(f"from_torch expects a torch.Tensor, but got {type(tensor_).__name__}."))
+        raise FeError(
+            TypeError(f"from_torch expects a torch.Tensor, but got {type(tensor_).__name__}.")
+        )
     if tensor_.device.type != "cpu":
-        raise FeError(ValueError(f"from_torch: tensor is on {tensor_.device}; pass a CPU tensor "
-                                 "(.cpu()) to the CPU backend."))
+        raise FeError(
+            ValueError(
+                f"from_torch: tensor is on {tensor_.device}; pass a CPU tensor "
+                "(.cpu()) to the CPU backend."
+            )
+        )
     t = tensor_.detach()
     # views whose memory does not hold their values (lazy negation or conjugation), nested
     # tensors and other layouts have no NumPy view to share
     if t.is_nested or t.layout != torch.strided:
-        raise FeError(TypeError(f"from_torch: a {'nested' if t.is_nested else str(t.layout)} "
-                                "tensor has no dense memory to share; pass a dense tensor"))
+        raise FeError(
+            TypeError(
+                f"from_torch: a {'nested' if t.is_nested else str(t.layout)} "
+                "tensor has no dense memory to share; pass a dense tensor"
+            )
+        )
     if t.is_neg() or t.is_conj():
-        raise FeError(ValueError("from_torch: the tensor has its lazy negation (or conjugation) "
-                                 "bit set, so its memory does not hold its values; call "
-                                 ".resolve_neg() / .resolve_conj() first"))
+        raise FeError(
+            ValueError(
+                "from_torch: the tensor has its lazy negation (or conjugation) "
+                "bit set, so its memory does not hold its values; call "
+                ".resolve_neg() / .resolve_conj() first"
+            )
+        )
     if t.dtype == torch.bfloat16:
         array = t.view(torch.int16).numpy().view(numpy_dtype(DataType.DT_BF16))
     else:
         try:
             array = t.numpy()
         except (TypeError, RuntimeError) as exc:
-            raise FeError(TypeError(f"from_torch: cannot wrap a {t.dtype} tensor: {exc}")) \
-                from None
+            raise FeError(TypeError(f"from_torch: cannot wrap a {t.dtype} tensor: {exc}")) from None
     return from_numpy(array, name)

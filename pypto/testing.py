@@ -17,9 +17,11 @@ from dataclasses import asdict
 
 import numpy as np
 
-from ._golden import accuracy as _accuracy
 from ._core import options as _config
+from ._core.memory import check_host_memory
+from ._core.values import as_int
 from ._dtypes import DataType, dtype_name, from_numpy_dtype, numpy_dtype, parse_dtype_name
+from ._golden import accuracy as _accuracy
 from ._golden.case import (
     comparison_bytes,
     error_bound,
@@ -29,14 +31,19 @@ from ._golden.case import (
     pypto_dgrad,
 )
 from ._golden.localise import PLOT_UNITS, Localisation
-from ._core.values import as_int
 from ._version import __version__
-from ._core.memory import check_host_memory
 from .error import FeError, argument_errors_are_pypto_errors
 from .pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
-__all__ = ["compare", "assert_dgrad_close", "compare_msprobe", "CompareResult", "STANDARDS",
-           "DEFAULT_STANDARD", "ALL"]
+__all__ = [
+    "compare",
+    "assert_dgrad_close",
+    "compare_msprobe",
+    "CompareResult",
+    "STANDARDS",
+    "DEFAULT_STANDARD",
+    "ALL",
+]
 
 STANDARDS = tuple(_accuracy.STANDARDS)
 DEFAULT_STANDARD = _accuracy.DEFAULT_STANDARD
@@ -57,8 +64,18 @@ class CompareResult:
     golden, actual, reference : the float64 golden, the result, pypto's own result
     """
 
-    def __init__(self, case, golden, actual, reference, metrics, reference_metrics, verdicts,
-                 standard, localisation):
+    def __init__(
+        self,
+        case,
+        golden,
+        actual,
+        reference,
+        metrics,
+        reference_metrics,
+        verdicts,
+        standard,
+        localisation,
+    ):
         self.case = case
         self.golden, self.actual, self.reference = golden, actual, reference
         self.metrics, self.reference_metrics = metrics, reference_metrics
@@ -81,13 +98,16 @@ class CompareResult:
         return self.passed
 
     def verdict_text(self):
-        lines = [f"{self.case.describe()}", f"  {self.case.describe_tiles()}",
-                 f"metrics:  {self.metrics.summary()}",
-                 f"pypto's:  {self.reference_metrics.summary()}",
-                 f"ulp distance to the golden rounded to {self.case.dtype_name}: "
-                 f"{self.metrics.histogram_text()}",
-                 f"NaN/Inf: {self.metrics.nonfinite_equal} matching, "
-                 f"{self.metrics.nonfinite_mismatch} mismatched"]
+        lines = [
+            f"{self.case.describe()}",
+            f"  {self.case.describe_tiles()}",
+            f"metrics:  {self.metrics.summary()}",
+            f"pypto's:  {self.reference_metrics.summary()}",
+            f"ulp distance to the golden rounded to {self.case.dtype_name}: "
+            f"{self.metrics.histogram_text()}",
+            f"NaN/Inf: {self.metrics.nonfinite_equal} matching, "
+            f"{self.metrics.nonfinite_mismatch} mismatched",
+        ]
         lines += [str(v) for v in self.verdicts.values()]
         word = "PASS" if self.passed else "FAIL"
         chosen = "every standard" if self.standard == ALL else self.standard
@@ -121,8 +141,11 @@ class CompareResult:
         """Heatmap of the error (see ``pypto._golden.localise.Localisation.plot``, which checks the
         path before drawing); returns ``path``."""
         if not isinstance(units, str):  # the membership test would compare an array elementwise
-            raise FeError(TypeError(f"units must be one of {', '.join(PLOT_UNITS)}, but got "
-                                    f"{type(units).__name__}"))
+            raise FeError(
+                TypeError(
+                    f"units must be one of {', '.join(PLOT_UNITS)}, but got {type(units).__name__}"
+                )
+            )
         return self.localisation.plot(path, units)
 
 
@@ -145,10 +168,15 @@ def _host_array(value, name):
         value = value.numpy()
     elif type(value).__module__.startswith("torch"):
         from .tensor import from_torch
+
         value = from_torch(value).numpy()
     if not isinstance(value, np.ndarray):
-        raise FeError(TypeError(f"{name} must be a NumPy array (float16 or bfloat16), a pypto "
-                                f"Tensor or a torch tensor, but got {type(value).__name__}"))
+        raise FeError(
+            TypeError(
+                f"{name} must be a NumPy array (float16 or bfloat16), a pypto "
+                f"Tensor or a torch tensor, but got {type(value).__name__}"
+            )
+        )
     return value
 
 
@@ -162,16 +190,23 @@ def _array(value, name, dtype):
         found = dtype
     if found != dtype:
         want = "float16" if dtype == DataType.DT_FP16 else "bfloat16 (or uint16 bit patterns)"
-        raise FeError(TypeError(f"{name} holds {value.dtype} data; the case is "
-                                f"{dtype_name(dtype)}: expected {want}"))
+        raise FeError(
+            TypeError(
+                f"{name} holds {value.dtype} data; the case is {dtype_name(dtype)}: expected {want}"
+            )
+        )
     return np.ascontiguousarray(value.astype(value.dtype.newbyteorder("="), copy=False))
 
 
 def _parse_dtype(dtype):
     if not (dtype is None or isinstance(dtype, (str, DataType))):
         # parse_dtype compares by ==, which an array or a tensor answers elementwise
-        raise FeError(TypeError(f"dtype must be 'fp16', 'bf16', pypto.DT_FP16 or pypto.DT_BF16, "
-                                f"but got {type(dtype).__name__}"))
+        raise FeError(
+            TypeError(
+                f"dtype must be 'fp16', 'bf16', pypto.DT_FP16 or pypto.DT_BF16, "
+                f"but got {type(dtype).__name__}"
+            )
+        )
     return parse_dtype_name(dtype)
 
 
@@ -183,14 +218,31 @@ def _infer_dtype(grad_output, dtype):
     found = from_numpy_dtype(grad_output.dtype)
     if found in (DataType.DT_FP16, DataType.DT_BF16):
         return found
-    raise FeError(TypeError(f"cannot tell fp16 from bf16 by grad_output's dtype ({found}): "
-                            "pass float16 / bfloat16 arrays or tensors, or dtype='fp16' / "
-                            "'bf16'"))
+    raise FeError(
+        TypeError(
+            f"cannot tell fp16 from bf16 by grad_output's dtype ({found}): "
+            "pass float16 / bfloat16 arrays or tensors, or dtype='fp16' / "
+            "'bf16'"
+        )
+    )
 
 
 @argument_errors_are_pypto_errors
-def compare(actual, grad_output, weight, input_size, strides, paddings, dilations, *,
-            dtype=None, tiles=None, standard=DEFAULT_STANDARD, golden=None, reference=None):
+def compare(
+    actual,
+    grad_output,
+    weight,
+    input_size,
+    strides,
+    paddings,
+    dilations,
+    *,
+    dtype=None,
+    tiles=None,
+    standard=DEFAULT_STANDARD,
+    golden=None,
+    reference=None,
+):
     """Judge ``actual`` (dx, [N, Cin, Hin, Win]) by CANN's accuracy standards.
 
     Parameters
@@ -218,33 +270,54 @@ def compare(actual, grad_output, weight, input_size, strides, paddings, dilation
     dy = _array(dy, "grad_output", dtype)
     w = _array(weight, "weight", dtype)
     a = _array(actual, "actual", dtype)
-    case = make_case(list(dy.shape), list(w.shape), input_size, dtype, strides, paddings,
-                     dilations, _int_tiles(tiles))
+    case = make_case(
+        list(dy.shape),
+        list(w.shape),
+        input_size,
+        dtype,
+        strides,
+        paddings,
+        dilations,
+        _int_tiles(tiles),
+    )
     if list(a.shape) != list(case.input_size):
-        raise FeError(ValueError(f"actual has shape {list(a.shape)}, but input_size is "
-                                 f"{list(case.input_size)}"))
+        raise FeError(
+            ValueError(
+                f"actual has shape {list(a.shape)}, but input_size is {list(case.input_size)}"
+            )
+        )
     out_elements = math.prod(case.input_size)
     if golden is not None:
         try:
             golden = np.asarray(golden)
         except (TypeError, ValueError, OverflowError) as exc:  # ragged, or no numbers
-            raise FeError(ValueError(f"golden must be a float array of shape "
-                                     f"{list(case.input_size)}: {exc}")) from None
+            raise FeError(
+                ValueError(f"golden must be a float array of shape {list(case.input_size)}: {exc}")
+            ) from None
         if golden.shape != tuple(case.input_size) or golden.dtype.kind != "f":
-            raise FeError(ValueError(f"golden must be a float array of shape "
-                                     f"{list(case.input_size)}, but got {golden.dtype} "
-                                     f"{list(golden.shape)}"))
+            raise FeError(
+                ValueError(
+                    f"golden must be a float array of shape "
+                    f"{list(case.input_size)}, but got {golden.dtype} "
+                    f"{list(golden.shape)}"
+                )
+            )
         golden = golden.astype(np.float64, copy=False)
     if reference is not None:
         reference = _array(reference, "reference (pypto's result)", dtype)
         if list(reference.shape) != list(case.input_size):
-            raise FeError(ValueError(f"reference has shape {list(reference.shape)}, but "
-                                     f"input_size is {list(case.input_size)}"))
+            raise FeError(
+                ValueError(
+                    f"reference has shape {list(reference.shape)}, but "
+                    f"input_size is {list(case.input_size)}"
+                )
+            )
     # everything this call allocates, before any of it
-    check_host_memory(comparison_bytes(case) + golden_bytes(case) * (1 if golden is not None
-                                                                      else 2),
-                      case.problem, f"the float64 golden, its error bound and the comparison "
-                                    f"of {out_elements} elements")
+    check_host_memory(
+        comparison_bytes(case) + golden_bytes(case) * (1 if golden is not None else 2),
+        case.problem,
+        f"the float64 golden, its error bound and the comparison of {out_elements} elements",
+    )
     if golden is None:
         golden = golden_dgrad(case, dy, w)
     if reference is None:
@@ -260,8 +333,9 @@ def _int_tiles(tiles):
     if not isinstance(tiles, (list, tuple)) or len(tiles) not in (2, 3):
         return tiles
     checked = []
-    for name, info_type, tile in zip(("tiles[0] (L1)", "tiles[1] (L0)"),
-                                     (ConvBpTileL1Info, ConvBpTileL0Info), tiles):
+    for name, info_type, tile in zip(
+        ("tiles[0] (L1)", "tiles[1] (L0)"), (ConvBpTileL1Info, ConvBpTileL0Info), tiles
+    ):
         values = tile.as_tuple() if isinstance(tile, info_type) else tile
         if isinstance(values, (list, tuple)):
             ints = [as_int(v) for v in values]
@@ -270,16 +344,20 @@ def _int_tiles(tiles):
             tile = ints
         checked.append(tile)
     if len(tiles) == 3:  # None: make_case's default vec tile
-        checked.append(None if tiles[2] is None
-                       else _config._normalize("vec_tile_shapes", tiles[2]))  # the op's check
+        checked.append(
+            None if tiles[2] is None else _config._normalize("vec_tile_shapes", tiles[2])
+        )  # the op's check
     return tuple(checked)
 
 
 def _check_standard(standard):
     # a str first: a list is unhashable, an array answers != elementwise
     if not (isinstance(standard, str) and (standard == ALL or standard in _accuracy.STANDARDS)):
-        raise FeError(ValueError(f"standard must be one of {', '.join(STANDARDS)} or 'all', "
-                                 f"but got {standard!r}"))
+        raise FeError(
+            ValueError(
+                f"standard must be one of {', '.join(STANDARDS)} or 'all', but got {standard!r}"
+            )
+        )
 
 
 def _judge(case, dy, w, actual, golden, reference, standard):
@@ -290,24 +368,60 @@ def _judge(case, dy, w, actual, golden, reference, standard):
     verdicts = _accuracy.judge(metrics, reference_metrics, case.dtype)
     bound = error_bound(case, dy, w, golden)
     localisation = Localisation(case, golden, actual, reference, errors, reference_errors, bound)
-    return CompareResult(case, golden, actual, reference, metrics, reference_metrics, verdicts,
-                         standard, localisation)
+    return CompareResult(
+        case,
+        golden,
+        actual,
+        reference,
+        metrics,
+        reference_metrics,
+        verdicts,
+        standard,
+        localisation,
+    )
 
 
 @argument_errors_are_pypto_errors
-def assert_dgrad_close(actual, grad_output, weight, input_size, strides, paddings, dilations,
-                       *, dtype=None, tiles=None, standard=DEFAULT_STANDARD, golden=None,
-                       reference=None, top=5):
+def assert_dgrad_close(
+    actual,
+    grad_output,
+    weight,
+    input_size,
+    strides,
+    paddings,
+    dilations,
+    *,
+    dtype=None,
+    tiles=None,
+    standard=DEFAULT_STANDARD,
+    golden=None,
+    reference=None,
+    top=5,
+):
     """:func:`compare`, raising AssertionError with the verdicts and the localisation when the
     chosen standard fails; returns the CompareResult when it passes."""
     top = _top(top)  # before the comparison, not after it
-    result = compare(actual, grad_output, weight, input_size, strides, paddings, dilations,
-                     dtype=dtype, tiles=tiles, standard=standard, golden=golden,
-                     reference=reference)
+    result = compare(
+        actual,
+        grad_output,
+        weight,
+        input_size,
+        strides,
+        paddings,
+        dilations,
+        dtype=dtype,
+        tiles=tiles,
+        standard=standard,
+        golden=golden,
+        reference=reference,
+    )
     if not result.passed:
-        raise AssertionError("dgrad result fails " + (
-            "a standard" if standard == ALL else f"the {standard} standard") + ":\n"
-            + result.report(top))
+        raise AssertionError(
+            "dgrad result fails "
+            + ("a standard" if standard == ALL else f"the {standard} standard")
+            + ":\n"
+            + result.report(top)
+        )
     return result
 
 

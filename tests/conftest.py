@@ -32,8 +32,10 @@ def pytest_sessionstart(session):
     if os.environ.get("PYPTO_TEST_INSTALLED"):
         location = pathlib.Path(pypto.__file__).resolve()
         if location.parent == SOURCE_TREE / "pypto":
-            raise RuntimeError(f"PYPTO_TEST_INSTALLED is set but pypto was imported from the "
-                               f"source tree ({location}), not from the installed package")
+            raise RuntimeError(
+                f"PYPTO_TEST_INSTALLED is set but pypto was imported from the "
+                f"source tree ({location}), not from the installed package"
+            )
 
 
 @pytest.fixture(autouse=True)

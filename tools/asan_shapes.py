@@ -2,29 +2,112 @@
 """Shapes covering every kernel branch: strides 1/2/3, dilation, padding 0/max, odd channels,
 kernels 1x1..7x7, tiles smaller/larger than the problem, tileML1 < Win and multiples of Win,
 fp16/bf16 (bf16 dot path and the fp32 fallback with a subnormal)."""
-import numpy as np, ml_dtypes, pypto, sys
-from pypto.pypto_impl import ConvBpTileL1Info as L1, ConvBpTileL0Info as L0
+
+import ml_dtypes
+import numpy as np
+
+import pypto
+from pypto.pypto_impl import ConvBpTileL0Info as L0
+from pypto.pypto_impl import ConvBpTileL1Info as L1
+
 rng = np.random.default_rng(0)
 cases = [  # dy shape, w shape, size, s, p, d, l1, l0
-    ((1,16,5,32),(16,16,3,3),(1,16,5,32),(1,1),(1,1,1,1),(1,1),(16,144,16),(16,16,16)),
-    ((2,20,7,7),(20,3,3,3),(2,3,13,14),(2,2),(1,1,1,1),(1,1),(14,288,16),(16,32,16)),
-    ((1,17,4,5),(17,24,7,5),(1,24,15,11),(3,2),(3,3,2,2),(1,1),(33,560,32),(48,64,32)),
-    ((2,8,6,6),(8,40,3,3),(2,40,10,10),(1,1),(0,0,0,0),(2,2),(10,144,48),(16,144,48)),
-    ((1,32,9,9),(32,16,1,1),(1,16,27,27),(3,3),(0,0,0,0),(1,1),(27,32,16),(32,32,16)),
-    ((1,5,3,3),(5,16,5,5),(1,16,7,7),(1,1),(4,4,2,2),(2,1),(7,400,16),(16,400,16)),
+    (
+        (1, 16, 5, 32),
+        (16, 16, 3, 3),
+        (1, 16, 5, 32),
+        (1, 1),
+        (1, 1, 1, 1),
+        (1, 1),
+        (16, 144, 16),
+        (16, 16, 16),
+    ),
+    (
+        (2, 20, 7, 7),
+        (20, 3, 3, 3),
+        (2, 3, 13, 14),
+        (2, 2),
+        (1, 1, 1, 1),
+        (1, 1),
+        (14, 288, 16),
+        (16, 32, 16),
+    ),
+    (
+        (1, 17, 4, 5),
+        (17, 24, 7, 5),
+        (1, 24, 15, 11),
+        (3, 2),
+        (3, 3, 2, 2),
+        (1, 1),
+        (33, 560, 32),
+        (48, 64, 32),
+    ),
+    (
+        (2, 8, 6, 6),
+        (8, 40, 3, 3),
+        (2, 40, 10, 10),
+        (1, 1),
+        (0, 0, 0, 0),
+        (2, 2),
+        (10, 144, 48),
+        (16, 144, 48),
+    ),
+    (
+        (1, 32, 9, 9),
+        (32, 16, 1, 1),
+        (1, 16, 27, 27),
+        (3, 3),
+        (0, 0, 0, 0),
+        (1, 1),
+        (27, 32, 16),
+        (32, 32, 16),
+    ),
+    (
+        (1, 5, 3, 3),
+        (5, 16, 5, 5),
+        (1, 16, 7, 7),
+        (1, 1),
+        (4, 4, 2, 2),
+        (2, 1),
+        (7, 400, 16),
+        (16, 400, 16),
+    ),
 ]
 for dt, npd in ((pypto.DT_FP16, np.float16), (pypto.DT_BF16, ml_dtypes.bfloat16)):
     for dys, ws, size, s, p, d, l1, l0 in cases:
         (_, hmax), (_, wmax) = pypto.conv_backward_input_size_range(dys, ws, s, p, d)
         size = (dys[0], ws[1], hmax, wmax)
-        rep = pypto.explain_convbp_input_tiling(dys, ws, size, dt, s, p, d, L1(*l1), L0(*l0), vec_tile_shapes=[1,16,1,16])
+        rep = pypto.explain_convbp_input_tiling(
+            dys, ws, size, dt, s, p, d, L1(*l1), L0(*l0), vec_tile_shapes=[1, 16, 1, 16]
+        )
         if not rep.legal:
             l1, l0 = rep.suggestion[0].as_tuple(), rep.suggestion[1].as_tuple()
-        dy = rng.uniform(-1, 1, dys).astype(npd); w = rng.uniform(-1, 1, ws).astype(npd)
+        dy = rng.uniform(-1, 1, dys).astype(npd)
+        w = rng.uniform(-1, 1, ws).astype(npd)
         if dt == pypto.DT_BF16:
-            dy.flat[0] = npd(1e-39)   # a subnormal: forces the fp32 fallback on one run
+            dy.flat[0] = npd(1e-39)  # a subnormal: forces the fp32 fallback on one run
         for threads in (1, 2):
-            with pypto.options(convbp_tile_shapes=(L1(*l1), L0(*l0)), vec_tile_shapes=[1,16,1,16], num_threads=threads):
-                out = pypto.conv_backward_input(pypto.from_numpy(dy), list(size), pypto.from_numpy(w), dt, list(s), list(p), list(d)).numpy()
-                out2 = pypto.conv_backward_input(pypto.from_numpy(dy[:, :, ::-1].copy()), list(size), pypto.from_numpy(w), dt, list(s), list(p), list(d)).numpy()
+            with pypto.options(
+                convbp_tile_shapes=(L1(*l1), L0(*l0)),
+                vec_tile_shapes=[1, 16, 1, 16],
+                num_threads=threads,
+            ):
+                out = pypto.conv_backward_input(
+                    pypto.from_numpy(dy),
+                    list(size),
+                    pypto.from_numpy(w),
+                    dt,
+                    list(s),
+                    list(p),
+                    list(d),
+                ).numpy()
+                out2 = pypto.conv_backward_input(
+                    pypto.from_numpy(dy[:, :, ::-1].copy()),
+                    list(size),
+                    pypto.from_numpy(w),
+                    dt,
+                    list(s),
+                    list(p),
+                    list(d),
+                ).numpy()
 print("ok", pypto._kernels.dispatch.kernel_info()["isa"])

@@ -59,18 +59,23 @@ def _digest(*arrays):
 
 
 def _tile_sets(pypto, dy, w, input_size, dtype, strides, paddings, dilations):
-    suggested = pypto.suggest_convbp_input_tile_shapes(dy.shape, w.shape, input_size, dtype,
-                                                       strides, paddings, dilations)
+    suggested = pypto.suggest_convbp_input_tile_shapes(
+        dy.shape, w.shape, input_size, dtype, strides, paddings, dilations
+    )
     # the suggested M-L1 (a legal number of whole rows), the least K-L1, the least L0 blocks
-    small = (pypto.pypto_impl.ConvBpTileL1Info(suggested[0].as_tuple()[0],
-                                               w.shape[2] * w.shape[3] * 16, 16),
-             pypto.pypto_impl.ConvBpTileL0Info(16, 16, 16))
+    small = (
+        pypto.pypto_impl.ConvBpTileL1Info(
+            suggested[0].as_tuple()[0], w.shape[2] * w.shape[3] * 16, 16
+        ),
+        pypto.pypto_impl.ConvBpTileL0Info(16, 16, 16),
+    )
     return {"suggested": suggested, "small": small}
 
 
 def run_cases():
     # imported here: ``compare`` needs only the JSON files, not pypto
     import ml_dtypes
+
     import pypto
 
     dtypes = {"fp16": (pypto.DT_FP16, np.float16), "bf16": (pypto.DT_BF16, ml_dtypes.bfloat16)}
@@ -82,11 +87,18 @@ def run_cases():
             for tile_name, (l1, l0) in tiles.items():
                 for threads in (1, 2):
                     pypto.set_num_threads(threads)
-                    with pypto.options(convbp_tile_shapes=(l1, l0),
-                                       vec_tile_shapes=[16, 16, 16, 16]):
+                    with pypto.options(
+                        convbp_tile_shapes=(l1, l0), vec_tile_shapes=[16, 16, 16, 16]
+                    ):
                         out = pypto.conv_backward_input(
-                            pypto.from_numpy(dy), list(input_size), pypto.from_numpy(w), dtype,
-                            list(strides), list(paddings), list(dilations)).numpy()
+                            pypto.from_numpy(dy),
+                            list(input_size),
+                            pypto.from_numpy(w),
+                            dtype,
+                            list(strides),
+                            list(paddings),
+                            list(dilations),
+                        ).numpy()
                     key = f"{name}/{dtype_name}/{tile_name}/{threads}t"
                     results[key] = {"inputs": _digest(dy, w), "output": _digest(out)}
     return results
@@ -97,16 +109,26 @@ def cmd_run(args):
 
     info = kernel_info()
     if args.expect_level and info["isa"] != args.expect_level:
-        print(f"cross_cpu: level {info['isa']} in use, expected {args.expect_level} "
-              f"[{info['reason']}]", file=sys.stderr)
+        print(
+            f"cross_cpu: level {info['isa']} in use, expected {args.expect_level} "
+            f"[{info['reason']}]",
+            file=sys.stderr,
+        )
         return 1
     cases = run_cases()
-    report = {"label": args.label or platform.machine(), "level": info["isa"],
-              "reason": info["reason"], "machine": platform.machine(),
-              "cpu_features": info["cpu_features"], "cases": cases}
+    report = {
+        "label": args.label or platform.machine(),
+        "level": info["isa"],
+        "reason": info["reason"],
+        "machine": platform.machine(),
+        "cpu_features": info["cpu_features"],
+        "cases": cases,
+    }
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
-    print(f"cross_cpu: {len(cases)} cases at level {info['isa']} on {report['label']} -> {args.out}")
+    print(
+        f"cross_cpu: {len(cases)} cases at level {info['isa']} on {report['label']} -> {args.out}"
+    )
     return 0
 
 
@@ -124,11 +146,13 @@ def cmd_compare(args):
             bad.append(f"{key}: different inputs (generation differs, not the kernel)")
         elif got["output"] != want["output"]:
             bad.append(f"{key}: output differs")
-    label = (f"{actual['label']} ({actual['level']}) vs {expected['label']} "
-             f"({expected['level']})")
+    label = f"{actual['label']} ({actual['level']}) vs {expected['label']} ({expected['level']})"
     if bad or len(actual["cases"]) != len(expected["cases"]):
-        print(f"cross_cpu: {label}: {len(bad)} of {len(expected['cases'])} cases differ",
-              *bad, sep="\n  ")
+        print(
+            f"cross_cpu: {label}: {len(bad)} of {len(expected['cases'])} cases differ",
+            *bad,
+            sep="\n  ",
+        )
         return 1
     print(f"cross_cpu: {label}: all {len(expected['cases'])} cases bitwise equal")
     return 0

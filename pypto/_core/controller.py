@@ -3,9 +3,9 @@
 import contextlib
 import threading
 
-from . import options as _config
 from ..error import FeError, PyptoError
 from ..tensor import Tensor
+from . import options as _config
 
 __all__ = ["function"]
 

@@ -47,8 +47,9 @@ def _physical_cores(cpus):
     topology cannot be read."""
     cores = set()
     for cpu in cpus:
-        siblings = _cpu_list(_read(f"{SYS_ROOT}/devices/system/cpu/cpu{cpu}/topology/"
-                                   "thread_siblings_list"))
+        siblings = _cpu_list(
+            _read(f"{SYS_ROOT}/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        )
         if not siblings:
             return None
         cores.add(min(siblings))
@@ -64,9 +65,14 @@ def _cgroup_quota():
         if hierarchy == "0" and controllers == "":  # v2
             mount, read = f"{SYS_ROOT}/fs/cgroup", _quota_v2
         elif "cpu" in controllers.split(","):  # v1, mounted as cpu or cpu,cpuacct
-            mount = next((f"{SYS_ROOT}/fs/cgroup/{name}" for name in
-                          (controllers, "cpu,cpuacct", "cpu")
-                          if os.path.isdir(f"{SYS_ROOT}/fs/cgroup/{name}")), None)
+            mount = next(
+                (
+                    f"{SYS_ROOT}/fs/cgroup/{name}"
+                    for name in (controllers, "cpu,cpuacct", "cpu")
+                    if os.path.isdir(f"{SYS_ROOT}/fs/cgroup/{name}")
+                ),
+                None,
+            )
             read = _quota_v1
             if mount is None:
                 continue
@@ -106,7 +112,10 @@ def default_threads():
     count, why = len(cpus), f"{len(cpus)} CPU(s) in the affinity mask"
     cores = _physical_cores(cpus)
     if cores is not None and cores < count:
-        count, why = cores, f"{cores} physical core(s) among the {len(cpus)} CPUs in the affinity mask"
+        count, why = (
+            cores,
+            f"{cores} physical core(s) among the {len(cpus)} CPUs in the affinity mask",
+        )
     quota = _cgroup_quota()
     if quota is not None and math.ceil(quota[0]) < count:
         count = max(1, math.ceil(quota[0]))

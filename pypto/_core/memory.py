@@ -3,8 +3,8 @@
 import os
 import resource
 
-from . import options as _config
 from ..error import PyptoMemoryError
+from . import options as _config
 
 __all__ = ["check_host_memory"]
 
@@ -40,8 +40,12 @@ def check_host_memory(need, problem, parts):
     more than the address-space limit leaves.
     """
     room = address_space_room()
-    if need < _ALWAYS_FITS and room is None and _config._get("memory_limit") is None \
-            and "PYPTO_MEMORY_LIMIT" not in os.environ:
+    if (
+        need < _ALWAYS_FITS
+        and room is None
+        and _config._get("memory_limit") is None
+        and "PYPTO_MEMORY_LIMIT" not in os.environ
+    ):
         return
     limit, what = _config.get_memory_limit(), "the memory limit is"
     if room is not None and (limit is None or room < limit):
@@ -52,4 +56,5 @@ def check_host_memory(need, problem, parts):
             f"conv_backward_input would need about {_size(need)} (output "
             f"{_size(p.n * p.cin * p.hin * p.win * p.dtype_size)} plus {parts}) but {what} "
             f"{_size(limit)}; raise it with pypto.set_options(memory_limit=...), "
-            "PYPTO_MEMORY_LIMIT or ulimit -v, or use smaller shapes")
+            "PYPTO_MEMORY_LIMIT or ulimit -v, or use smaller shapes"
+        )

@@ -51,22 +51,29 @@ def recompute_bytes(p, dy_size, w_size):
     """The most the recomputation holds at once, besides what ``compute`` needs for itself:
     the result, the weight with its non-finite entries zeroed, dy in float64, one chunk."""
     chunk = _chunk_channels(p)
-    return (p.n * p.cin * p.hin * p.win * p.dtype_size + w_size * p.dtype_size + 8 * dy_size
-            + 8 * p.cout * chunk * p.kh * p.kw
-            + p.n * chunk * p.hin * p.win * _CHUNK_BYTES_PER_ELEMENT)
+    return (
+        p.n * p.cin * p.hin * p.win * p.dtype_size
+        + w_size * p.dtype_size
+        + 8 * dy_size
+        + 8 * p.cout * chunk * p.kh * p.kw
+        + p.n * chunk * p.hin * p.win * _CHUNK_BYTES_PER_ELEMENT
+    )
 
 
 def with_real_taps_only(compute, call, dy, w, mask):
     """``compute(call, dy, w)`` for a weight with Inf/NaN entries (``mask``)."""
     p = call.problem
-    check_host_memory(recompute_bytes(p, dy.size, w.size), p,
-                      "a float64 recomputation of the channels with Inf/NaN weights")
+    check_host_memory(
+        recompute_bytes(p, dy.size, w.size),
+        p,
+        "a float64 recomputation of the channels with Inf/NaN weights",
+    )
     out = compute(call, dy, np.where(mask, np.zeros((), w.dtype), w))
     channels = np.unique(np.nonzero(mask)[1])
     dy64 = dy.astype(np.float64)
     step = _chunk_channels(p)
     for first in range(0, len(channels), step):
-        chunk = channels[first:first + step]
+        chunk = channels[first : first + step]
         exact = _real_tap_sums(p, dy64, w[:, chunk].astype(np.float64))
         landed = ~np.isfinite(exact)
         part = out[:, chunk]
@@ -87,8 +94,7 @@ def _real_tap_sums(p, dy64, w64):
                 if rows is None or cols is None:
                     continue  # this tap meets no real dy element
                 (ho, h), (wo, x) = rows, cols
-                exact[:, :, h, x] += np.einsum("nohw,oc->nchw", dy64[:, :, ho, wo],
-                                               w64[:, :, i, j])
+                exact[:, :, h, x] += np.einsum("nohw,oc->nchw", dy64[:, :, ho, wo], w64[:, :, i, j])
     return exact
 
 

@@ -16,14 +16,21 @@ import threading
 
 from ..error import FeError, argument_errors_are_pypto_errors
 from ..pypto_impl import ConvBpTile, ConvBpTileL0Info, ConvBpTileL1Info
-from .values import as_int
 from .cpus import default_threads
+from .values import as_int
 
 __all__ = [
-    "set_convbp_input_tile_shapes", "get_convbp_input_tile_shapes",
-    "set_vec_tile_shapes", "get_vec_tile_shapes", "set_num_threads", "get_num_threads",
+    "set_convbp_input_tile_shapes",
+    "get_convbp_input_tile_shapes",
+    "set_vec_tile_shapes",
+    "get_vec_tile_shapes",
+    "set_num_threads",
+    "get_num_threads",
     "get_memory_limit",
-    "options", "set_options", "get_options", "reset_options",
+    "options",
+    "set_options",
+    "get_options",
+    "reset_options",
 ]
 
 _DEFAULTS = {
@@ -107,15 +114,27 @@ def _normalize(key, value):
         if isinstance(value, ConvBpTile):
             value = (value.tileL1Info, value.tileL0Info)
         if not (isinstance(value, (tuple, list)) and len(value) == 2):
-            raise FeError(TypeError("convbp_tile_shapes must be a ConvBpTile or a "
-                                    f"(ConvBpTileL1Info, ConvBpTileL0Info) pair, but got {value!r}"))
+            raise FeError(
+                TypeError(
+                    "convbp_tile_shapes must be a ConvBpTile or a "
+                    f"(ConvBpTileL1Info, ConvBpTileL0Info) pair, but got {value!r}"
+                )
+            )
         l1, l0 = value
         if not isinstance(l1, ConvBpTileL1Info):
-            raise FeError(TypeError("Argument 'tile_l1_info' must be of type ConvBpTileL1Info, "
-                                    f"but got {type(l1).__name__}."))
+            raise FeError(
+                TypeError(
+                    "Argument 'tile_l1_info' must be of type ConvBpTileL1Info, "
+                    f"but got {type(l1).__name__}."
+                )
+            )
         if not isinstance(l0, ConvBpTileL0Info):
-            raise FeError(TypeError("Argument 'tile_l0_info' must be of type ConvBpTileL0Info, "
-                                    f"but got {type(l0).__name__}."))
+            raise FeError(
+                TypeError(
+                    "Argument 'tile_l0_info' must be of type ConvBpTileL0Info, "
+                    f"but got {type(l0).__name__}."
+                )
+            )
         # Stored by value, as upstream's C++ config does: later edits of the caller's records
         # do not change what was set.
         return ConvBpTile(copy.copy(l1), copy.copy(l0))
@@ -123,24 +142,38 @@ def _normalize(key, value):
         try:
             values = list(value)
         except TypeError:
-            raise FeError(TypeError(f"vec_tile_shapes must be a list of ints, but got {value!r} "
-                                    f"of type {type(value).__name__}.")) from None
+            raise FeError(
+                TypeError(
+                    f"vec_tile_shapes must be a list of ints, but got {value!r} "
+                    f"of type {type(value).__name__}."
+                )
+            ) from None
         shapes = [as_int(v) for v in values]
         if None in shapes:
             v = values[shapes.index(None)]
-            raise FeError(TypeError(f"vec_tile_shapes must be ints, but got {v!r} "
-                                    f"of type {type(v).__name__}."))
+            raise FeError(
+                TypeError(
+                    f"vec_tile_shapes must be ints, but got {v!r} of type {type(v).__name__}."
+                )
+            )
         return shapes
     if key == "num_threads":
         if value is None:
             return None
         count = as_int(value)
         if count is None:
-            raise FeError(TypeError(f"num_threads must be None or an int, but got {value!r} of "
-                                    f"type {type(value).__name__}."))
+            raise FeError(
+                TypeError(
+                    f"num_threads must be None or an int, but got {value!r} of "
+                    f"type {type(value).__name__}."
+                )
+            )
         if not 1 <= count <= MAX_THREADS:
-            raise FeError(ValueError(f"num_threads must be None or an int in [1, {MAX_THREADS}], "
-                                     f"but got {count}."))
+            raise FeError(
+                ValueError(
+                    f"num_threads must be None or an int in [1, {MAX_THREADS}], but got {count}."
+                )
+            )
         return count
     if key == "memory_limit":
         if value is None:
@@ -158,10 +191,13 @@ def _parse_bytes(value, name):
         text = value.strip().upper().removesuffix("B").removesuffix("I")
         unit = text[-1:] if text[-1:] in _UNITS else ""
         try:
-            value = int(float(text[:len(text) - len(unit)]) * _UNITS[unit])
+            value = int(float(text[: len(text) - len(unit)]) * _UNITS[unit])
         except (ValueError, OverflowError):  # not a number; or inf
-            raise FeError(ValueError(f"{name}: cannot read {value!r} as a size "
-                                     "(e.g. 8589934592, '8G', '512M')")) from None
+            raise FeError(
+                ValueError(
+                    f"{name}: cannot read {value!r} as a size (e.g. 8589934592, '8G', '512M')"
+                )
+            ) from None
     value = value if as_int(value) is None else as_int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise FeError(ValueError(f"{name} must be a positive number of bytes, but got {value!r}."))
@@ -227,25 +263,33 @@ class options:
     def __call__(self, func):
         values = self._values
         if inspect.isasyncgenfunction(func):
-            raise FeError(TypeError(
-                f"@pypto.options cannot scope the async generator function {func.__name__!r}: "
-                "use `with pypto.options(...)` inside it"))
+            raise FeError(
+                TypeError(
+                    f"@pypto.options cannot scope the async generator function {func.__name__!r}: "
+                    "use `with pypto.options(...)` inside it"
+                )
+            )
         if inspect.iscoroutinefunction(func):
+
             @functools.wraps(func)
             async def scoped_coroutine(*args, **kwargs):
                 with _scope(values):
                     return await func(*args, **kwargs)
+
             return scoped_coroutine
         if inspect.isgeneratorfunction(func):
+
             @functools.wraps(func)
             def scoped_generator(*args, **kwargs):
                 return (yield from _stepped_in_scope(func(*args, **kwargs), values))
+
             return scoped_generator
 
         @functools.wraps(func)
         def scoped(*args, **kwargs):
             with _scope(values):
                 return func(*args, **kwargs)
+
         return scoped
 
 
@@ -315,7 +359,7 @@ def set_num_threads(num_threads):
     set_options(num_threads=num_threads)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _env_threads(env_value):
     try:
         n = int(env_value.split(",")[0])
@@ -362,4 +406,3 @@ def _available_memory():
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
-

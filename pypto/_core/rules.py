@@ -7,15 +7,11 @@ parameter, the offending value and the allowed range. Where upstream PyPTO has t
 the text is upstream's. Nothing is computed before all rules pass.
 """
 
-
-import numpy as np
 from dataclasses import dataclass
 
-from . import options as _config
+import numpy as np
+
 from .._dtypes import DataType, dtype_size, from_numpy_dtype
-from .shapes import MAX_DIM, clipped_bounds, forward_out_size
-from .tiling import BUFFER_BYTES, C0, ConvProblem, Tiling, ceil_align
-from .values import as_int
 from ..error import (
     ConvBpInputError,
     ConvBpRuntimeError,
@@ -23,6 +19,10 @@ from ..error import (
     ConvBpValueError,
     PyptoRtError,
 )
+from . import options as _config
+from .shapes import MAX_DIM, clipped_bounds, forward_out_size
+from .tiling import BUFFER_BYTES, C0, ConvProblem, Tiling, ceil_align
+from .values import as_int
 
 __all__ = ["RULES", "validate_conv_backward_input", "ValidatedCall"]
 
@@ -49,11 +49,17 @@ class ValidatedCall:
 class _Call:
     """The arguments as the rules see them; later rules read what earlier ones normalized."""
 
-    def __init__(self, grad_output, input_size, weight, out_dtype, strides, paddings, dilations,
-                 groups):
+    def __init__(
+        self, grad_output, input_size, weight, out_dtype, strides, paddings, dilations, groups
+    ):
         self.grad_output, self.weight = grad_output, weight
         self.input_size, self.out_dtype = input_size, out_dtype
-        self.strides, self.paddings, self.dilations, self.groups = strides, paddings, dilations, groups
+        self.strides, self.paddings, self.dilations, self.groups = (
+            strides,
+            paddings,
+            dilations,
+            groups,
+        )
 
 
 RULES = []
@@ -61,9 +67,11 @@ RULES = []
 
 def _rule(rule_id, error=ConvBpValueError):
     """Register a check; it returns None when the call passes, else the message text."""
+
     def register(check):
         RULES.append((rule_id, error, check))
         return check
+
     return register
 
 
@@ -85,6 +93,7 @@ def _int_list(value):
 @_rule("T1", ConvBpTypeError)
 def _check_types(c):
     from ..tensor import Tensor
+
     for name in ("grad_output", "weight"):
         value = getattr(c, name)
         if not isinstance(value, Tensor):
@@ -100,8 +109,10 @@ def _check_types(c):
         ints = _int_list(value)
         if ints is None:
             bad = next(v for v in value if as_int(v) is None)
-            return (f"Argument '{name}' must be a list of ints, but it holds {bad!r} "
-                    f"of type {type(bad).__name__}.")
+            return (
+                f"Argument '{name}' must be a list of ints, but it holds {bad!r} "
+                f"of type {type(bad).__name__}."
+            )
         setattr(c, name, ints)
     groups = as_int(c.groups)
     if groups is None:
@@ -113,16 +124,23 @@ def _check_types(c):
 # --- R1: ranks ------------------------------------------------------------------------------------
 @_rule("R1")
 def _check_ranks(c):
-    for name, length in (("grad_output", len(c.dy_shape)), ("weight", len(c.w_shape)),
-                         ("input_size", len(c.input_size))):
+    for name, length in (
+        ("grad_output", len(c.dy_shape)),
+        ("weight", len(c.w_shape)),
+        ("input_size", len(c.input_size)),
+    ):
         if length != 4:
-            return (f"Input illegal {name} dim:{length}, which must be 4 "
-                    "(only 2-D convolution in NCHW is supported).")
+            return (
+                f"Input illegal {name} dim:{length}, which must be 4 "
+                "(only 2-D convolution in NCHW is supported)."
+            )
     for name, want in (("strides", 2), ("paddings", 4), ("dilations", 2)):
         got = len(getattr(c, name))
         if got != want:
-            return (f"Input illegal {name} size:{got}, which must be {want} for a 2-D convolution "
-                    f"({'[top, bottom, left, right]' if want == 4 else '[h, w]'}).")
+            return (
+                f"Input illegal {name} size:{got}, which must be {want} for a 2-D convolution "
+                f"({'[top, bottom, left, right]' if want == 4 else '[h, w]'})."
+            )
     return None
 
 
@@ -130,45 +148,58 @@ def _check_ranks(c):
 @_rule("D1")
 def _check_grad_dtype(c):
     if c.grad_output.dtype not in SUPPORTED_DTYPES:
-        return (f"Input tensor data type must in {_SUPPORTED_TEXT},but Input tensor got "
-                f"{c.grad_output.dtype}")
+        return (
+            f"Input tensor data type must in {_SUPPORTED_TEXT},but Input tensor got "
+            f"{c.grad_output.dtype}"
+        )
     return None
 
 
 @_rule("D2")
 def _check_weight_dtype(c):
     if c.weight.dtype not in SUPPORTED_DTYPES:
-        return (f"Weight tensor data type must in {_SUPPORTED_TEXT},but Weight tensor got "
-                f"{c.weight.dtype}")
+        return (
+            f"Weight tensor data type must in {_SUPPORTED_TEXT},but Weight tensor got "
+            f"{c.weight.dtype}"
+        )
     return None
 
 
 @_rule("D3")
 def _check_same_dtype(c):
     if c.grad_output.dtype != c.weight.dtype:
-        return (f"grad_output and weight data types must be consistent, but got grad_output: "
-                f"{c.grad_output.dtype}, weight: {c.weight.dtype}")
+        return (
+            f"grad_output and weight data types must be consistent, but got grad_output: "
+            f"{c.grad_output.dtype}, weight: {c.weight.dtype}"
+        )
     return None
 
 
 @_rule("D4")
 def _check_out_dtype(c):
     if c.out_dtype != c.grad_output.dtype:
-        return (f"Output data type must be consistent with grad_output, but got out_dtype: "
-                f"{c.out_dtype}, grad_output: {c.grad_output.dtype}")
+        return (
+            f"Output data type must be consistent with grad_output, but got out_dtype: "
+            f"{c.out_dtype}, grad_output: {c.grad_output.dtype}"
+        )
     return None
 
 
 # --- S1, S2: shapes -------------------------------------------------------------------------------
 @_rule("S1")
 def _check_dim_ranges(c):
-    for name, shape in (("grad_output", c.dy_shape), ("weight", c.w_shape),
-                        ("input_size", c.input_size)):
+    for name, shape in (
+        ("grad_output", c.dy_shape),
+        ("weight", c.w_shape),
+        ("input_size", c.input_size),
+    ):
         for i, v in enumerate(shape):
             if not 1 <= v <= MAX_DIM:
                 hint = " (dynamic shapes are not supported)" if v == DYNAMIC_DIM else ""
-                return (f"The value of the {i}-th dimension of {name} must be in the range "
-                        f"[1,{MAX_DIM}]. Current value:{v}.{hint}")
+                return (
+                    f"The value of the {i}-th dimension of {name} must be in the range "
+                    f"[1,{MAX_DIM}]. Current value:{v}.{hint}"
+                )
     return None
 
 
@@ -176,12 +207,16 @@ def _check_dim_ranges(c):
 def _check_kernel_size(c):
     kh, kw = c.w_shape[2:]
     if kh > MAX_KERNEL or kw > MAX_KERNEL:
-        return (f"Weight shapes do not satisfy Load3D's limits: kh={kh}, kw={kw}, which must "
-                f"<= {MAX_KERNEL}.")
+        return (
+            f"Weight shapes do not satisfy Load3D's limits: kh={kh}, kw={kw}, which must "
+            f"<= {MAX_KERNEL}."
+        )
     k0 = 32 // dtype_size(c.grad_output.dtype)
     if kh * kw * k0 > MAX_LOAD3D_K:
-        return (f"Weight shapes do not satisfy Load3D's limits: kh*kw*k0={kh * kw * k0}"
-                f"(k0 = {k0}, mmad K block size), which must <={MAX_LOAD3D_K}.")
+        return (
+            f"Weight shapes do not satisfy Load3D's limits: kh*kw*k0={kh * kw * k0}"
+            f"(k0 = {k0}, mmad K block size), which must <={MAX_LOAD3D_K}."
+        )
     return None
 
 
@@ -189,8 +224,10 @@ def _check_kernel_size(c):
 def _check_each(name, values, lo, hi):
     for i, v in enumerate(values):
         if not lo <= v <= hi:
-            return (f"The value of the {i}-th dimension of {name} must be in the range "
-                    f"[{lo},{hi}]. Current value:{v}.")
+            return (
+                f"The value of the {i}-th dimension of {name} must be in the range "
+                f"[{lo},{hi}]. Current value:{v}."
+            )
     return None
 
 
@@ -210,12 +247,15 @@ def _check_paddings(c):
     if message:
         return message
     for axis, (before, after), kernel, dilation in (
-            ("H", c.paddings[0:2], c.w_shape[2], c.dilations[0]),
-            ("W", c.paddings[2:4], c.w_shape[3], c.dilations[1])):
+        ("H", c.paddings[0:2], c.w_shape[2], c.dilations[0]),
+        ("W", c.paddings[2:4], c.w_shape[3], c.dilations[1]),
+    ):
         extent = (kernel - 1) * dilation + 1
         if before >= extent or after >= extent:
-            return (f"The value of the {axis} dimension of weight must be > padding.Current weight "
-                    f"value after dilation :{extent},padding value:{before} and {after}.")
+            return (
+                f"The value of the {axis} dimension of weight must be > padding.Current weight "
+                f"value after dilation :{extent},padding value:{before} and {after}."
+            )
     return None
 
 
@@ -223,8 +263,10 @@ def _check_paddings(c):
 def _check_symmetric_padding(c):
     top, bottom, left, right = c.paddings
     if top != bottom or left != right:
-        return (f"Only symmetric padding is supported: paddings [top, bottom, left, right] needs "
-                f"top == bottom and left == right, but got {c.paddings}.")
+        return (
+            f"Only symmetric padding is supported: paddings [top, bottom, left, right] needs "
+            f"top == bottom and left == right, but got {c.paddings}."
+        )
     return None
 
 
@@ -243,18 +285,28 @@ def _check_channels(c):
     if cout != w_cout:
         return f"Cout of gradOutput ({cout}) is not equal to Cout of weight ({w_cout})."
     if c.input_size[1] != w_cin:
-        return (f"Input illegal cin size:{c.input_size[1]}. input_size[1] must equal Cin of "
-                f"weight (weight.shape[1] = {w_cin}).")
+        return (
+            f"Input illegal cin size:{c.input_size[1]}. input_size[1] must equal Cin of "
+            f"weight (weight.shape[1] = {w_cin})."
+        )
     if c.input_size[0] != n:
-        return (f"Input illegal n size:{c.input_size[0]}. input_size[0] must equal the batch of "
-                f"grad_output (grad_output.shape[0] = {n}).")
+        return (
+            f"Input illegal n size:{c.input_size[0]}. input_size[0] must equal the batch of "
+            f"grad_output (grad_output.shape[0] = {n})."
+        )
     return None
 
 
 def _axis_params(c, axis):
     """(size_out, kernel, stride, pad_before, pad_after, dilation) of spatial axis 0 (H) or 1 (W)."""
-    return (c.dy_shape[2 + axis], c.w_shape[2 + axis], c.strides[axis],
-            c.paddings[2 * axis], c.paddings[2 * axis + 1], c.dilations[axis])
+    return (
+        c.dy_shape[2 + axis],
+        c.w_shape[2 + axis],
+        c.strides[axis],
+        c.paddings[2 * axis],
+        c.paddings[2 * axis + 1],
+        c.dilations[axis],
+    )
 
 
 @_rule("O1")
@@ -265,10 +317,12 @@ def _check_input_size_range(c):
         if forward_out_size(size_in, *params[1:]) != params[0]:
             lo, hi = clipped_bounds(*params)
             valid = f"[{lo}, {hi}]" if lo <= hi else "empty: no input size gives this output"
-            return (f"Input illegal {name} size:{size_in}. input_size[{2 + axis}] must be in "
-                    f"{valid} for grad_output {'height' if axis == 0 else 'width'} {params[0]}, "
-                    f"kernel {params[1]}, stride {params[2]}, paddings {params[3]}+{params[4]}, "
-                    f"dilation {params[5]}.")
+            return (
+                f"Input illegal {name} size:{size_in}. input_size[{2 + axis}] must be in "
+                f"{valid} for grad_output {'height' if axis == 0 else 'width'} {params[0]}, "
+                f"kernel {params[1]}, stride {params[2]}, paddings {params[3]}+{params[4]}, "
+                f"dilation {params[5]}."
+            )
     return None
 
 
@@ -296,12 +350,16 @@ def _check_tiles_set(c):
                 return f"Invalid {name}:{raw!r}, a tile size must be an int."
         c.tiling = Tiling(*values)
     if not any(c.tiling):
-        return ("Tile shapes are not set: call pypto.set_convbp_input_tile_shapes(tile_l1_info, "
-                "tile_l0_info) before pypto.conv_backward_input.")
+        return (
+            "Tile shapes are not set: call pypto.set_convbp_input_tile_shapes(tile_l1_info, "
+            "tile_l0_info) before pypto.conv_backward_input."
+        )
     c.vec_tile = _config._get("vec_tile_shapes")
     if not c.vec_tile:
-        return ("Vector tile shapes are not set: call pypto.set_vec_tile_shapes(...) (4 or 5 "
-                "ints, e.g. 16, 16, 16, 16) before pypto.conv_backward_input.")
+        return (
+            "Vector tile shapes are not set: call pypto.set_vec_tile_shapes(...) (4 or 5 "
+            "ints, e.g. 16, 16, 16, 16) before pypto.conv_backward_input."
+        )
     c.problem = _problem_of(c)
     return None
 
@@ -310,8 +368,21 @@ def _problem_of(c):
     n, cout, hout, wout = c.dy_shape
     _, cin, hin, win = c.input_size
     kh, kw = c.w_shape[2:]
-    return ConvProblem(n, cin, cout, hin, win, hout, wout, kh, kw, *c.strides, *c.paddings,
-                       *c.dilations, dtype_size(c.grad_output.dtype))
+    return ConvProblem(
+        n,
+        cin,
+        cout,
+        hin,
+        win,
+        hout,
+        wout,
+        kh,
+        kw,
+        *c.strides,
+        *c.paddings,
+        *c.dilations,
+        dtype_size(c.grad_output.dtype),
+    )
 
 
 def _positive(name, value):
@@ -347,16 +418,21 @@ def _check_tile_k_l1(c):
     if message:
         return message
     if t.kl1 % (C0 * taps):
-        return (f"Invalid tileKL1:{t.kl1}, requires {C0 * taps}-element alignment "
-                f"(16 * Kh * Kw = 16 * {c.problem.kh} * {c.problem.kw}).")
+        return (
+            f"Invalid tileKL1:{t.kl1}, requires {C0 * taps}-element alignment "
+            f"(16 * Kh * Kw = 16 * {c.problem.kh} * {c.problem.kw})."
+        )
     return None
 
 
 @_rule("TS4")
 def _check_tile_l0(c):
     t = c.tiling
-    for name, value, upper in (("tileML0", t.ml0, ceil_align(t.ml1, C0)),
-                               ("tileKL0", t.kl0, t.kl1), ("tileNL0", t.nl0, t.nl1)):
+    for name, value, upper in (
+        ("tileML0", t.ml0, ceil_align(t.ml1, C0)),
+        ("tileKL0", t.kl0, t.kl1),
+        ("tileNL0", t.nl0, t.nl1),
+    ):
         if not 1 <= value <= upper:
             return f"Invalid {name}:{value}, expected range [1,{upper}]."
     for name, value in (("tileML0", t.ml0), ("tileKL0", t.kl0), ("tileNL0", t.nl0)):
@@ -370,17 +446,23 @@ def _check_l0_buffers(c):
     t, p = c.tiling, c.problem
     size = p.dtype_size
     if t.l0a_bytes(p) > BUFFER_BYTES["L0A"]:
-        return (f"Shape does not satisfy L0A load constraints, tileML0({t.ml0}) × tileKL0({t.kl0}) "
-                f"× dtypesize ≤ L0A Size({BUFFER_BYTES['L0A']}). (dtypesize {size}: "
-                f"{t.l0a_bytes(p)} bytes)")
+        return (
+            f"Shape does not satisfy L0A load constraints, tileML0({t.ml0}) × tileKL0({t.kl0}) "
+            f"× dtypesize ≤ L0A Size({BUFFER_BYTES['L0A']}). (dtypesize {size}: "
+            f"{t.l0a_bytes(p)} bytes)"
+        )
     if t.l0b_bytes(p) > BUFFER_BYTES["L0B"]:
-        return (f"Shape does not satisfy L0B load constraints, tileKL0({t.kl0}) × tileNL0({t.nl0}) "
-                f"× dtypesize ≤ L0B Size({BUFFER_BYTES['L0B']}). (dtypesize {size}: "
-                f"{t.l0b_bytes(p)} bytes)")
+        return (
+            f"Shape does not satisfy L0B load constraints, tileKL0({t.kl0}) × tileNL0({t.nl0}) "
+            f"× dtypesize ≤ L0B Size({BUFFER_BYTES['L0B']}). (dtypesize {size}: "
+            f"{t.l0b_bytes(p)} bytes)"
+        )
     if t.l0c_bytes(p) > BUFFER_BYTES["L0C"]:
-        return (f"Shape does not satisfy L0C load constraints, tileML0({t.ml0}) × tileNL0({t.nl0}) "
-                f"× dtypesize ≤ L0C Size({BUFFER_BYTES['L0C']}). (fp32 accumulator: "
-                f"{t.l0c_bytes(p)} bytes)")
+        return (
+            f"Shape does not satisfy L0C load constraints, tileML0({t.ml0}) × tileNL0({t.nl0}) "
+            f"× dtypesize ≤ L0C Size({BUFFER_BYTES['L0C']}). (fp32 accumulator: "
+            f"{t.l0c_bytes(p)} bytes)"
+        )
     return None
 
 
@@ -388,7 +470,9 @@ def _check_l0_buffers(c):
 def _check_l1_buffer(c):
     used = c.tiling.l1_bytes(c.problem)
     if used > BUFFER_BYTES["L1"]:
-        return f"MinL1LoadSize > L1size, current MinL1LoadSize: {used}, L1size: {BUFFER_BYTES['L1']}."
+        return (
+            f"MinL1LoadSize > L1size, current MinL1LoadSize: {used}, L1size: {BUFFER_BYTES['L1']}."
+        )
     return None
 
 
@@ -396,20 +480,27 @@ def _check_l1_buffer(c):
 def _check_vec_tile(c):
     vec = c.vec_tile
     if not MIN_VEC_RANK <= len(vec) <= MAX_VEC_RANK:
-        return (f"Invalid vec_tile_shapes:{vec}, expected {MIN_VEC_RANK} or {MAX_VEC_RANK} "
-                "values (one per dimension of NCHW, or NCDHW with D = 1).")
+        return (
+            f"Invalid vec_tile_shapes:{vec}, expected {MIN_VEC_RANK} or {MAX_VEC_RANK} "
+            "values (one per dimension of NCHW, or NCDHW with D = 1)."
+        )
     for i, v in enumerate(vec):
         if v < 1:
-            return (f"The value of the {i}-th dimension of vec_tile_shapes must be in the range "
-                    f"[1,+inf). Current value:{v}.")
+            return (
+                f"The value of the {i}-th dimension of vec_tile_shapes must be in the range "
+                f"[1,+inf). Current value:{v}."
+            )
     if vec[-1] % C0:
-        return (f"The last dimension of `tile_shape` should be 32-byte aligned. vec_tile_shapes"
-                f"[-1] = {vec[-1]} is not a multiple of {C0}.")
+        return (
+            f"The last dimension of `tile_shape` should be 32-byte aligned. vec_tile_shapes"
+            f"[-1] = {vec[-1]} is not a multiple of {C0}."
+        )
     return None
 
 
-def validate_conv_backward_input(grad_output, input_size, weight, out_dtype, strides, paddings,
-                                 dilations, groups=1):
+def validate_conv_backward_input(
+    grad_output, input_size, weight, out_dtype, strides, paddings, dilations, groups=1
+):
     """Run every rule in order; return a :class:`ValidatedCall` or raise the first violation."""
     call = _Call(grad_output, input_size, weight, out_dtype, strides, paddings, dilations, groups)
     for rule_id, error, check in RULES:
@@ -444,24 +535,35 @@ def tile_violation(problem, tiling):
     return None
 
 
-def _shape_only_call(grad_output_shape, weight_shape, input_size, dtype, strides, paddings,
-                     dilations, skip=()):
+def _shape_only_call(
+    grad_output_shape, weight_shape, input_size, dtype, strides, paddings, dilations, skip=()
+):
     """The op's own rules before the tiles (T1 ... B1, less ``skip``), run on shape-only
     tensors: the helpers below refuse exactly what the op refuses, with the same rule ids."""
     from ..tensor import Tensor
+
     shapes = []
-    for name, value in (("grad_output_shape", grad_output_shape),
-                        ("weight_shape", weight_shape)):
+    for name, value in (("grad_output_shape", grad_output_shape), ("weight_shape", weight_shape)):
         ints = _int_list(value)
         if ints is None:
-            raise ConvBpTypeError("T1", f"Argument '{name}' must be a list or tuple of ints, "
-                                        f"but got {value!r}.")
+            raise ConvBpTypeError(
+                "T1", f"Argument '{name}' must be a list or tuple of ints, but got {value!r}."
+            )
         shapes.append(ints)
     if not isinstance(dtype, DataType):
-        raise ConvBpTypeError("T1", f"Argument 'dtype' must be a pypto.DataType, but got "
-                                    f"{dtype!r}.")
-    call = _Call(Tensor(shapes[0], dtype), input_size, Tensor(shapes[1], dtype), dtype, strides,
-                 paddings, dilations, 1)
+        raise ConvBpTypeError(
+            "T1", f"Argument 'dtype' must be a pypto.DataType, but got {dtype!r}."
+        )
+    call = _Call(
+        Tensor(shapes[0], dtype),
+        input_size,
+        Tensor(shapes[1], dtype),
+        dtype,
+        strides,
+        paddings,
+        dilations,
+        1,
+    )
     for rule_id, error, check in RULES:
         if rule_id == "TS0":
             break
@@ -473,12 +575,16 @@ def _shape_only_call(grad_output_shape, weight_shape, input_size, dtype, strides
     return call
 
 
-def problem_from_shapes(grad_output_shape, weight_shape, input_size, dtype, strides, paddings,
-                        dilations):
+def problem_from_shapes(
+    grad_output_shape, weight_shape, input_size, dtype, strides, paddings, dilations
+):
     """The ConvProblem of shape-only arguments (for tile suggestion and explanation), after the
     op's rules T1 ... B1."""
-    return _problem_of(_shape_only_call(grad_output_shape, weight_shape, input_size, dtype,
-                                        strides, paddings, dilations))
+    return _problem_of(
+        _shape_only_call(
+            grad_output_shape, weight_shape, input_size, dtype, strides, paddings, dilations
+        )
+    )
 
 
 def size_range_args(grad_output_shape, weight_shape, strides, paddings, dilations):
@@ -491,15 +597,28 @@ def size_range_args(grad_output_shape, weight_shape, strides, paddings, dilation
     # reported first, under their own names)
     placeholder = [dy[0] if dy else 1, w[1] if w and len(w) > 1 else 1, 1, 1]
     # fp16 and bf16 are judged alike by every rule here (both are 2 bytes)
-    c = _shape_only_call(grad_output_shape, weight_shape, placeholder, DataType.DT_FP16,
-                         strides, paddings, dilations, skip=("O1",))
+    c = _shape_only_call(
+        grad_output_shape,
+        weight_shape,
+        placeholder,
+        DataType.DT_FP16,
+        strides,
+        paddings,
+        dilations,
+        skip=("O1",),
+    )
     return c.dy_shape, c.w_shape, c.strides, c.paddings, c.dilations
 
 
 _CHECKS = {rule_id: check for rule_id, _, check in RULES}
 
-__all__ += ["size_range_args", "problem_from_shapes", "rule_message", "tile_violation",
-            "ConvBpInputError"]
+__all__ += [
+    "size_range_args",
+    "problem_from_shapes",
+    "rule_message",
+    "tile_violation",
+    "ConvBpInputError",
+]
 
 
 def check_host_arrays(problem, dy, w, dtype):
@@ -511,18 +630,31 @@ def check_host_arrays(problem, dy, w, dtype):
     """
     p = problem
     arrays = []
-    for name, array, want in (("grad_output", dy, (p.n, p.cout, p.hout, p.wout)),
-                              ("weight", w, (p.cout, p.cin, p.kh, p.kw))):
+    for name, array, want in (
+        ("grad_output", dy, (p.n, p.cout, p.hout, p.wout)),
+        ("weight", w, (p.cout, p.cin, p.kh, p.kw)),
+    ):
         if isinstance(array, np.ma.MaskedArray):
-            raise PyptoRtError(TypeError(f"{name} is a masked array: its mask would be ignored; "
-                                         "pass .filled(...) or .data"))
+            raise PyptoRtError(
+                TypeError(
+                    f"{name} is a masked array: its mask would be ignored; "
+                    "pass .filled(...) or .data"
+                )
+            )
         array = np.asarray(array)  # a base-class view of the same buffer
         if array.shape != want:
-            raise PyptoRtError(RuntimeError(f"{name} data has shape {list(array.shape)}, but the "
-                                            f"validated call needs {list(want)}"))
+            raise PyptoRtError(
+                RuntimeError(
+                    f"{name} data has shape {list(array.shape)}, but the "
+                    f"validated call needs {list(want)}"
+                )
+            )
         # any byte order, but the validated type and width
         if from_numpy_dtype(array.dtype) != dtype:
-            raise PyptoRtError(RuntimeError(f"{name} data has dtype {array.dtype}, but the "
-                                            f"validated call needs {dtype}"))
+            raise PyptoRtError(
+                RuntimeError(
+                    f"{name} data has dtype {array.dtype}, but the validated call needs {dtype}"
+                )
+            )
         arrays.append(array)
     return tuple(arrays)

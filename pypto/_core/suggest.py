@@ -6,15 +6,15 @@ hundred pixels per stride phase. Candidates are built from those preferences and
 the NPU rules (the op's own TS1-TS6 checks) all pass.
 """
 
-from .tiling import C0, Tiling, ceil_align, ceil_div
-from .rules import problem_from_shapes, tile_violation
 from ..error import ConvBpValueError, argument_errors_are_pypto_errors
 from ..pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
+from .rules import problem_from_shapes, tile_violation
+from .tiling import C0, Tiling, ceil_align, ceil_div
 
 __all__ = ["suggest_convbp_input_tile_shapes"]
 
-PIXELS_PER_PHASE = 256   # pixels of one stride phase per L1 tile
-MAX_CHANNELS = 128       # tileNL1 / tileNL0 cap
+PIXELS_PER_PHASE = 256  # pixels of one stride phase per L1 tile
+MAX_CHANNELS = 128  # tileNL1 / tileNL0 cap
 MAX_K_L0 = 128
 
 
@@ -45,8 +45,9 @@ def _candidates(p):
 
 
 @argument_errors_are_pypto_errors
-def suggest_convbp_input_tile_shapes(grad_output_shape, weight_shape, input_size, dtype, strides,
-                                     paddings, dilations):
+def suggest_convbp_input_tile_shapes(
+    grad_output_shape, weight_shape, input_size, dtype, strides, paddings, dilations
+):
     """Suggest L1/L0 tiles for a dgrad: legal on an Atlas A2/A3 NPU (rules TS1-TS6), fast here.
 
     Parameters
@@ -66,17 +67,23 @@ def suggest_convbp_input_tile_shapes(grad_output_shape, weight_shape, input_size
     PyptoError
         Bad arguments, or a kernel so large that no tiles satisfy the NPU's L1 rule (TS6).
     """
-    p = problem_from_shapes(grad_output_shape, weight_shape, input_size, dtype, strides,
-                            paddings, dilations)
+    p = problem_from_shapes(
+        grad_output_shape, weight_shape, input_size, dtype, strides, paddings, dilations
+    )
     for tiling in _candidates(p):
         violation = tile_violation(p, tiling)
         if violation is None:
-            return (ConvBpTileL1Info(tiling.ml1, tiling.kl1, tiling.nl1),
-                    ConvBpTileL0Info(tiling.ml0, tiling.kl0, tiling.nl0))
+            return (
+                ConvBpTileL1Info(tiling.ml1, tiling.kl1, tiling.nl1),
+                ConvBpTileL0Info(tiling.ml0, tiling.kl0, tiling.nl0),
+            )
     rule, message = violation  # of the smallest tiles tried: the cause no tiles fit
-    raise ConvBpValueError(rule, f"No L1/L0 tiles satisfy the NPU's rules for this problem: "
-                                 f"even the smallest, L1 {tuple(tiling[:3])} and L0 "
-                                 f"{tuple(tiling[3:])}, break {rule}: {message}")
+    raise ConvBpValueError(
+        rule,
+        f"No L1/L0 tiles satisfy the NPU's rules for this problem: "
+        f"even the smallest, L1 {tuple(tiling[:3])} and L0 "
+        f"{tuple(tiling[3:])}, break {rule}: {message}",
+    )
 
 
 def smallest_tiles(p):
@@ -84,5 +91,7 @@ def smallest_tiles(p):
     explains when no tiles are legal."""
     for tiling in _candidates(p):
         pass
-    return (ConvBpTileL1Info(tiling.ml1, tiling.kl1, tiling.nl1),
-            ConvBpTileL0Info(tiling.ml0, tiling.kl0, tiling.nl0))
+    return (
+        ConvBpTileL1Info(tiling.ml1, tiling.kl1, tiling.nl1),
+        ConvBpTileL0Info(tiling.ml0, tiling.kl0, tiling.nl0),
+    )

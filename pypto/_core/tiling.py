@@ -10,8 +10,16 @@ the same tiles.
 
 from typing import NamedTuple
 
-__all__ = ["ConvProblem", "Tiling", "BUFFER_BYTES", "C0", "MAX_L0_LOOPS", "CPU_GROUP_PIXELS",
-           "ceil_div", "ceil_align"]
+__all__ = [
+    "ConvProblem",
+    "Tiling",
+    "BUFFER_BYTES",
+    "C0",
+    "MAX_L0_LOOPS",
+    "CPU_GROUP_PIXELS",
+    "ceil_div",
+    "ceil_align",
+]
 
 C0 = 16  # channel block (32 bytes of fp16/bf16): Cin0 = Cout0 = 16
 BUFFER_BYTES = {"L0A": 65536, "L0B": 65536, "L0C": 131072, "L1": 524288, "UB": 196608}
@@ -121,8 +129,11 @@ class Tiling(NamedTuple):
 
     def l0_loop_count(self, p):
         """L0 iterations per image, as upstream counts them before warning (> MAX_L0_LOOPS)."""
-        return (ceil_div(p.gemm_n, self.nl0) * ceil_div(p.gemm_m, self.ml0)
-                * ceil_div(p.gemm_k, self.kl0))
+        return (
+            ceil_div(p.gemm_n, self.nl0)
+            * ceil_div(p.gemm_m, self.ml0)
+            * ceil_div(p.gemm_k, self.kl0)
+        )
 
     # --- what the CPU kernel runs with -------------------------------------------------------
     def kernel_tiles(self, p):
@@ -135,8 +146,15 @@ class Tiling(NamedTuple):
         rows = min(rows, p.hin)
         nl1 = min(self.nl1, p.cin)
         kl1 = min(self.kl1, p.gemm_k)
-        return (rows, cols, nl1, kl1, min(self.ml0, rows * cols), min(self.kl0, kl1),
-                min(self.nl0, nl1))
+        return (
+            rows,
+            cols,
+            nl1,
+            kl1,
+            min(self.ml0, rows * cols),
+            min(self.kl0, kl1),
+            min(self.nl0, nl1),
+        )
 
     def cpu_work_items(self, p, kernel_tiles=None):
         """Independent (image, N-L1 block, M-L1 tile) items: no more threads can be busy."""

@@ -38,14 +38,32 @@ import numpy as np
 
 from .._dtypes import DataType, dtype_name
 
-__all__ = ["STANDARDS", "SOURCES", "DEFAULT_STANDARD", "Metrics", "Verdict", "measure", "judge",
-           "grid_round", "ulp_at", "ulp_distance", "json_ready"]
+__all__ = [
+    "STANDARDS",
+    "SOURCES",
+    "DEFAULT_STANDARD",
+    "Metrics",
+    "Verdict",
+    "measure",
+    "judge",
+    "grid_round",
+    "ulp_at",
+    "ulp_distance",
+    "json_ready",
+]
 
 EPS = 1e-7  # the relative error's guard against a zero golden
 # (explicit mantissa bits, exponent of the smallest normal, exponent of the largest finite)
 _GRID = {DataType.DT_FP16: (10, -14, 15), DataType.DT_BF16: (7, -126, 127)}
-ULP_BINS = ((0, 0, "0"), (1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 16, "5-16"),
-            (17, 256, "17-256"), (257, None, ">256"))
+ULP_BINS = (
+    (0, 0, "0"),
+    (1, 1, "1"),
+    (2, 2, "2"),
+    (3, 4, "3-4"),
+    (5, 16, "5-16"),
+    (17, 256, "17-256"),
+    (257, None, ">256"),
+)
 
 
 # --- the fp16 / bf16 grids ---------------------------------------------------------------------
@@ -78,7 +96,7 @@ def grid_round(values, dtype):
     xf = np.where(finite, x, 0.0)
     q = np.ldexp(1.0, _binade(xf, dtype) - mantissa)
     r = np.rint(xf / q) * q
-    largest = (2.0 - 2.0 ** -mantissa) * 2.0 ** emax
+    largest = (2.0 - 2.0**-mantissa) * 2.0**emax
     r = np.where(np.abs(r) > largest, np.copysign(np.inf, xf), r)
     r = np.where(r == 0, np.copysign(0.0, xf), r)
     return np.where(finite, r, x)
@@ -93,8 +111,9 @@ def _ordinal(bits):
 def ulp_distance(actual, golden64, dtype, np_dtype):
     """How many representable values lie between ``actual`` and the golden rounded once."""
     rounded = grid_round(golden64, dtype).astype(np_dtype)  # exact: values are on the grid
-    return np.abs(_ordinal(np.ascontiguousarray(actual).view(np.uint16))
-                  - _ordinal(rounded.view(np.uint16)))
+    return np.abs(
+        _ordinal(np.ascontiguousarray(actual).view(np.uint16)) - _ordinal(rounded.view(np.uint16))
+    )
 
 
 # --- element errors and the metrics ------------------------------------------------------------
@@ -102,12 +121,12 @@ def ulp_distance(actual, golden64, dtype, np_dtype):
 class ElementErrors:
     """Per-element errors of one result: absolute, relative, in ulps; the non-finite masks."""
 
-    abs: np.ndarray        # |a - g|; 0 where non-finite values match, inf on a mismatch
-    rel: np.ndarray        # abs / (|g| + 1e-7), same conventions
-    ulp: np.ndarray        # abs / ulp(g)
-    distance: np.ndarray   # representable values between a and round(g); -1 where not finite
-    finite: np.ndarray     # both sides finite: the elements the metrics cover
-    mismatch: np.ndarray   # non-finite on either side, and not equal
+    abs: np.ndarray  # |a - g|; 0 where non-finite values match, inf on a mismatch
+    rel: np.ndarray  # abs / (|g| + 1e-7), same conventions
+    ulp: np.ndarray  # abs / ulp(g)
+    distance: np.ndarray  # representable values between a and round(g); -1 where not finite
+    finite: np.ndarray  # both sides finite: the elements the metrics cover
+    mismatch: np.ndarray  # non-finite on either side, and not equal
 
 
 def element_errors(actual, golden, dtype):
@@ -123,8 +142,9 @@ def element_errors(actual, golden, dtype):
     err = np.where(finite, diff, np.where(mismatch, np.inf, 0.0))
     rel = err / (np.abs(np.where(np.isfinite(g), g, 0.0)) + EPS)
     ulp = err / ulp_at(np.where(np.isfinite(g), g, 0.0), dtype)
-    distance = np.where(finite, ulp_distance(actual, np.where(finite, g, 0.0), dtype,
-                                             actual.dtype), -1)
+    distance = np.where(
+        finite, ulp_distance(actual, np.where(finite, g, 0.0), dtype, actual.dtype), -1
+    )
     return ElementErrors(err, rel, ulp, distance, finite, mismatch)
 
 
@@ -133,7 +153,7 @@ class Metrics:
     """The accuracy metrics of one result against the golden (see the module's text)."""
 
     elements: int
-    compared: int                  # both sides finite
+    compared: int  # both sides finite
     nonfinite_equal: int
     nonfinite_mismatch: int
     mare: float
@@ -141,22 +161,26 @@ class Metrics:
     rmse: float
     max_abs: float
     max_ulp: float
-    ulp_histogram: dict            # label -> count, over the compared elements
-    share_rel_below_1e3: float     # over all elements (matching non-finite pass, mismatches fail)
+    ulp_histogram: dict  # label -> count, over the compared elements
+    share_rel_below_1e3: float  # over all elements (matching non-finite pass, mismatches fail)
     share_rel_below_1e2: float
-    share_within_2026_07: float    # |a-g| <= atol + rtol |g|
-    large: dict = field(default_factory=dict)   # MARE/MERE/RMSE over |g| >= the small limit
-    small_values: int = 0          # elements with |g| < the small limit
-    small_errors: int = 0          # of those, |a-g| > 2^-16
+    share_within_2026_07: float  # |a-g| <= atol + rtol |g|
+    large: dict = field(default_factory=dict)  # MARE/MERE/RMSE over |g| >= the small limit
+    small_values: int = 0  # elements with |g| < the small limit
+    small_errors: int = 0  # of those, |a-g| > 2^-16
 
     def summary(self):
-        return (f"MARE {self.mare:.3g}, MERE {self.mere:.3g}, RMSE {self.rmse:.3g}, max abs "
-                f"{self.max_abs:.3g}, max {self.max_ulp:.3g} ulp")
+        return (
+            f"MARE {self.mare:.3g}, MERE {self.mere:.3g}, RMSE {self.rmse:.3g}, max abs "
+            f"{self.max_abs:.3g}, max {self.max_ulp:.3g} ulp"
+        )
 
     def histogram_text(self):
         total = max(self.compared, 1)
-        return ", ".join(f"{label}: {n} ({100 * n / total:.2f}%)" if n else f"{label}: 0"
-                         for label, n in self.ulp_histogram.items())
+        return ", ".join(
+            f"{label}: {n} ({100 * n / total:.2f}%)" if n else f"{label}: 0"
+            for label, n in self.ulp_histogram.items()
+        )
 
 
 def _stats(mask, errors, diff):
@@ -176,8 +200,9 @@ def measure(errors, golden, dtype):
     dist = errors.distance[fin]
     histogram = {}
     for lo, hi, label in ULP_BINS:
-        histogram[label] = int(np.count_nonzero((dist >= lo) & ((dist <= hi) if hi is not None
-                                                                  else True)))
+        histogram[label] = int(
+            np.count_nonzero((dist >= lo) & ((dist <= hi) if hi is not None else True))
+        )
     tol = SINGLE_2026_07[dtype][0]
     g_abs = np.abs(np.where(np.isfinite(golden), golden, 0.0))
     small_limit = DUAL_SMALL[dtype]
@@ -185,10 +210,13 @@ def measure(errors, golden, dtype):
     large = fin & ~small
     l_mare, l_mere, l_rmse = _stats(large, errors, diff)
     return Metrics(
-        elements=total, compared=int(fin.sum()),
+        elements=total,
+        compared=int(fin.sum()),
         nonfinite_equal=int(total - fin.sum() - errors.mismatch.sum()),
         nonfinite_mismatch=int(errors.mismatch.sum()),
-        mare=mare, mere=mere, rmse=rmse,
+        mare=mare,
+        mere=mere,
+        rmse=rmse,
         max_abs=float(diff.max()) if total else 0.0,
         max_ulp=float(np.where(fin, errors.ulp, 0.0).max()) if total else 0.0,
         ulp_histogram=histogram,
@@ -203,11 +231,11 @@ def measure(errors, golden, dtype):
 
 
 # --- the standards -----------------------------------------------------------------------------
-SINGLE_2026_04 = {DataType.DT_FP16: 2.0 ** -10, DataType.DT_BF16: 2.0 ** -7}
-SINGLE_2026_07 = {DataType.DT_FP16: (2.0 ** -9, 0.1), DataType.DT_BF16: (2.0 ** -6, 1.0)}
+SINGLE_2026_04 = {DataType.DT_FP16: 2.0**-10, DataType.DT_BF16: 2.0**-7}
+SINGLE_2026_07 = {DataType.DT_FP16: (2.0**-9, 0.1), DataType.DT_BF16: (2.0**-6, 1.0)}
 SINGLE_2026_07_SHARE = 0.99
-DUAL_SMALL = {DataType.DT_FP16: 2.0 ** -11, DataType.DT_BF16: 2.0 ** -8}
-DUAL_SMALL_ERROR = 2.0 ** -16
+DUAL_SMALL = {DataType.DT_FP16: 2.0**-11, DataType.DT_BF16: 2.0**-8}
+DUAL_SMALL_ERROR = 2.0**-16
 DUAL_SMALL_FACTOR = 2
 DUAL_LEVELS = {"L0": (10.0, 2.0, 2.0), "L1": (5.0, 1.5, 1.5), "L2": (2.0, 1.2, 1.2)}
 MSPROBE = ((1e-3, 0.999), (1e-2, 0.99))
@@ -223,15 +251,15 @@ def _pow2(v):
 class Verdict:
     """One standard's verdict: which standard and version, pass or fail, numbers, thresholds."""
 
-    standard: str          # the id, e.g. "dual-L0"
-    name: str              # e.g. "dual-benchmark (commercial)"
-    version: str           # e.g. "L0", "2026-04"
+    standard: str  # the id, e.g. "dual-L0"
+    name: str  # e.g. "dual-benchmark (commercial)"
+    version: str  # e.g. "L0", "2026-04"
     passed: bool
     numbers: dict
     thresholds: dict
-    detail: str            # the numbers against the thresholds, in words
+    detail: str  # the numbers against the thresholds, in words
     warning: str = None
-    source: str = ""       # where the thresholds come from (SOURCES)
+    source: str = ""  # where the thresholds come from (SOURCES)
 
     def __str__(self):
         word = "PASS" if self.passed else "FAIL"
@@ -247,10 +275,17 @@ class Verdict:
 
     def as_dict(self):
         """JSON-ready: every field; infinite ratios as the string "inf"."""
-        return {"standard": self.standard, "name": self.name, "version": self.version,
-                "source": self.source, "passed": self.passed, "warning": self.warning,
-                "detail": self.detail, "numbers": json_ready(self.numbers),
-                "thresholds": json_ready(self.thresholds)}
+        return {
+            "standard": self.standard,
+            "name": self.name,
+            "version": self.version,
+            "source": self.source,
+            "passed": self.passed,
+            "warning": self.warning,
+            "detail": self.detail,
+            "numbers": json_ready(self.numbers),
+            "thresholds": json_ready(self.thresholds),
+        }
 
 
 def json_ready(v):
@@ -270,25 +305,36 @@ def _mismatch_note(m):
 def _single_2026_04(m, ref, dtype):
     t = SINGLE_2026_04[dtype]
     passed = m.mere < t and m.mare < 10 * t and not m.nonfinite_mismatch
-    detail = (f"MERE {m.mere:.3g} {'<' if m.mere < t else '>='} {t:.3g} (T = {_pow2(t)}), "
-              f"MARE {m.mare:.3g} {'<' if m.mare < 10 * t else '>='} {10 * t:.3g} (10 T)"
-              + _mismatch_note(m))
-    return passed, {"mere": m.mere, "mare": m.mare,
-                    "nonfinite_mismatch": m.nonfinite_mismatch}, \
-        {"mere_below": t, "mare_below": 10 * t}, detail, None
+    detail = (
+        f"MERE {m.mere:.3g} {'<' if m.mere < t else '>='} {t:.3g} (T = {_pow2(t)}), "
+        f"MARE {m.mare:.3g} {'<' if m.mare < 10 * t else '>='} {10 * t:.3g} (10 T)"
+        + _mismatch_note(m)
+    )
+    return (
+        passed,
+        {"mere": m.mere, "mare": m.mare, "nonfinite_mismatch": m.nonfinite_mismatch},
+        {"mere_below": t, "mare_below": 10 * t},
+        detail,
+        None,
+    )
 
 
 def _single_2026_07(m, ref, dtype):
     tol, hard = SINGLE_2026_07[dtype]
     share = m.share_within_2026_07
     passed = share >= SINGLE_2026_07_SHARE and m.max_abs <= hard and not m.nonfinite_mismatch
-    detail = (f"{100 * share:.2f}% of elements within {_pow2(tol)} + {_pow2(tol)} |g| "
-              f"(need >= {100 * SINGLE_2026_07_SHARE:g}%), max abs error {m.max_abs:.3g} "
-              f"{'<=' if m.max_abs <= hard else '>'} {hard:g}" + _mismatch_note(m))
-    return passed, {"share_within": share, "max_abs": m.max_abs,
-                    "nonfinite_mismatch": m.nonfinite_mismatch}, \
-        {"atol": tol, "rtol": tol, "share_at_least": SINGLE_2026_07_SHARE, "max_abs": hard}, \
-        detail, None
+    detail = (
+        f"{100 * share:.2f}% of elements within {_pow2(tol)} + {_pow2(tol)} |g| "
+        f"(need >= {100 * SINGLE_2026_07_SHARE:g}%), max abs error {m.max_abs:.3g} "
+        f"{'<=' if m.max_abs <= hard else '>'} {hard:g}" + _mismatch_note(m)
+    )
+    return (
+        passed,
+        {"share_within": share, "max_abs": m.max_abs, "nonfinite_mismatch": m.nonfinite_mismatch},
+        {"atol": tol, "rtol": tol, "share_at_least": SINGLE_2026_07_SHARE, "max_abs": hard},
+        detail,
+        None,
+    )
 
 
 def _ratio(a, b):
@@ -305,21 +351,36 @@ def _dual(level):
         allowed = DUAL_SMALL_FACTOR * ref.small_errors
         small_ok = m.small_errors <= allowed
         passed = ok and small_ok and not m.nonfinite_mismatch
-        parts = ", ".join(f"{k.upper()} {ratios[k]:.3g} {'<=' if ratios[k] <= lim else '>'} "
-                          f"{lim:g}" for k, lim in zip(("mare", "mere", "rmse"), limits))
-        detail = (f"ratios to pypto's {dtype_name(dtype)} result: {parts}; small values "
-                  f"(|g| < {_pow2(DUAL_SMALL[dtype])}, {m.small_values}): {m.small_errors} "
-                  f"errors > {_pow2(DUAL_SMALL_ERROR)} vs pypto's {ref.small_errors} "
-                  f"(at most {allowed})" + _mismatch_note(m))
+        parts = ", ".join(
+            f"{k.upper()} {ratios[k]:.3g} {'<=' if ratios[k] <= lim else '>'} {lim:g}"
+            for k, lim in zip(("mare", "mere", "rmse"), limits)
+        )
+        detail = (
+            f"ratios to pypto's {dtype_name(dtype)} result: {parts}; small values "
+            f"(|g| < {_pow2(DUAL_SMALL[dtype])}, {m.small_values}): {m.small_errors} "
+            f"errors > {_pow2(DUAL_SMALL_ERROR)} vs pypto's {ref.small_errors} "
+            f"(at most {allowed})" + _mismatch_note(m)
+        )
         numbers = {f"{k}_ratio": v for k, v in ratios.items()}
-        numbers.update({"small_errors": m.small_errors, "reference_small_errors":
-                        ref.small_errors, "nonfinite_mismatch": m.nonfinite_mismatch,
-                        **{f"{k}": v for k, v in m.large.items()},
-                        **{f"reference_{k}": v for k, v in ref.large.items()}})
-        thresholds = {"mare_ratio": limits[0], "mere_ratio": limits[1], "rmse_ratio": limits[2],
-                      "small_limit": DUAL_SMALL[dtype], "small_error": DUAL_SMALL_ERROR,
-                      "small_errors_at_most": allowed}
+        numbers.update(
+            {
+                "small_errors": m.small_errors,
+                "reference_small_errors": ref.small_errors,
+                "nonfinite_mismatch": m.nonfinite_mismatch,
+                **{f"{k}": v for k, v in m.large.items()},
+                **{f"reference_{k}": v for k, v in ref.large.items()},
+            }
+        )
+        thresholds = {
+            "mare_ratio": limits[0],
+            "mere_ratio": limits[1],
+            "rmse_ratio": limits[2],
+            "small_limit": DUAL_SMALL[dtype],
+            "small_error": DUAL_SMALL_ERROR,
+            "small_errors_at_most": allowed,
+        }
         return passed, numbers, thresholds, detail, None
+
     return judge_level
 
 
@@ -329,14 +390,26 @@ def _msprobe(m, ref, dtype):
     passed = a2 > s2 and not m.nonfinite_mismatch
     warning = None
     if a3 <= s3:
-        warning = (f"{100 * a3:.2f}% below {r3:g} (double thousandths want > {100 * s3:g}%); "
-                   f"for {dtype_name(dtype)} only the {r2:g} form is an error")
-    detail = (f"{100 * a2:.3f}% of elements with relative error < {r2:g} "
-              f"(need > {100 * s2:g}%), {100 * a3:.3f}% < {r3:g} (want > {100 * s3:g}%)"
-              + _mismatch_note(m))
-    return passed, {"share_below_0.01": a2, "share_below_0.001": a3,
-                    "nonfinite_mismatch": m.nonfinite_mismatch}, \
-        {"share_below_0.01_above": s2, "share_below_0.001_above": s3}, detail, warning
+        warning = (
+            f"{100 * a3:.2f}% below {r3:g} (double thousandths want > {100 * s3:g}%); "
+            f"for {dtype_name(dtype)} only the {r2:g} form is an error"
+        )
+    detail = (
+        f"{100 * a2:.3f}% of elements with relative error < {r2:g} "
+        f"(need > {100 * s2:g}%), {100 * a3:.3f}% < {r3:g} (want > {100 * s3:g}%)"
+        + _mismatch_note(m)
+    )
+    return (
+        passed,
+        {
+            "share_below_0.01": a2,
+            "share_below_0.001": a3,
+            "nonfinite_mismatch": m.nonfinite_mismatch,
+        },
+        {"share_below_0.01_above": s2, "share_below_0.001_above": s3},
+        detail,
+        warning,
+    )
 
 
 # id: (name, version, judge(metrics, reference metrics, dtype))
@@ -350,22 +423,27 @@ STANDARDS = {
 }
 # Where each standard's thresholds come from, and how far they were checked (in the JSON report
 # and docs/golden.md). The dual standard carries levels, not dates, in its published form.
-_CHECKED = ("thresholds cross-checked 2026-12 against the cannbot ops-precision-standard "
-            "skill (gitcode W4termy/cannbot, ops/ops-precision-standard)")
+_CHECKED = (
+    "thresholds cross-checked 2026-12 against the cannbot ops-precision-standard "
+    "skill (gitcode W4termy/cannbot, ops/ops-precision-standard)"
+)
 SOURCES = {
     "single-2026-04": "CANN community operator accuracy standard, threshold form (MERE < T, "
-                      f"MARE < 10 T), 2026-04 revision; {_CHECKED}, reference/"
-                      "quantization_community.md",
+    f"MARE < 10 T), 2026-04 revision; {_CHECKED}, reference/"
+    "quantization_community.md",
     "single-2026-07": "CANN community operator accuracy standard, 2026-07 revision (element "
-                      "atol/rtol rule, 99% share, max-abs limit), as summarised in pypto issue "
-                      "12; not cross-checked with a published copy",
-    **{f"dual-{level}": "CANN commercial operator accuracy standard, floating-point compute, "
-                        f"dual benchmark, level {level} (ratios) and the small-value rule; "
-                        f"{_CHECKED}, reference/float_compute.md and scripts/"
-                        "small_value_check.py" for level in DUAL_LEVELS},
+    "atol/rtol rule, 99% share, max-abs limit), as summarised in pypto issue "
+    "12; not cross-checked with a published copy",
+    **{
+        f"dual-{level}": "CANN commercial operator accuracy standard, floating-point compute, "
+        f"dual benchmark, level {level} (ratios) and the small-value rule; "
+        f"{_CHECKED}, reference/float_compute.md and scripts/"
+        "small_value_check.py"
+        for level in DUAL_LEVELS
+    },
     "msprobe": "msprobe (mindstudio-probe) accuracy comparison, the double-thousandths rule "
-               "for fp16/bf16, as summarised in pypto issue 12; not cross-checked with a "
-               "published copy",
+    "for fp16/bf16, as summarised in pypto issue 12; not cross-checked with a "
+    "published copy",
 }
 DEFAULT_STANDARD = "dual-L0"
 
@@ -375,6 +453,7 @@ def judge(metrics, reference_metrics, dtype):
     verdicts = {}
     for sid, (name, version, rule) in STANDARDS.items():
         passed, numbers, thresholds, detail, warning = rule(metrics, reference_metrics, dtype)
-        verdicts[sid] = Verdict(sid, name, version, bool(passed), numbers, thresholds, detail,
-                                warning, SOURCES[sid])
+        verdicts[sid] = Verdict(
+            sid, name, version, bool(passed), numbers, thresholds, detail, warning, SOURCES[sid]
+        )
     return verdicts

@@ -16,22 +16,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._dtypes import DataType, dtype_name, numpy_dtype, parse_dtype_name
 from .._core.memory import check_host_memory
-from .reference import dgrad_gemm_col2im, gemm_col2im_bytes
-from .._core.tiling import ConvProblem, Tiling
 from .._core.rules import problem_from_shapes, rule_message, tile_violation
+from .._core.tiling import ConvProblem, Tiling
 from .._core.values import as_int
+from .._dtypes import DataType, dtype_name, numpy_dtype, parse_dtype_name
 from ..error import ConvBpValueError, FeError
 from ..pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
+from .reference import dgrad_gemm_col2im, gemm_col2im_bytes
 
-__all__ = ["Case", "make_case", "golden_dgrad", "error_bound", "pypto_dgrad", "draw_inputs",
-           "check_golden", "DISTRIBUTIONS"]
+__all__ = [
+    "Case",
+    "make_case",
+    "golden_dgrad",
+    "error_bound",
+    "pypto_dgrad",
+    "draw_inputs",
+    "check_golden",
+    "DISTRIBUTIONS",
+]
 
 DISTRIBUTIONS = ("uniform", "normal", "ints")
 DEFAULT_VEC = (16, 16, 16, 16)
-U32 = 2.0 ** -24  # fp32 unit roundoff
-U64 = 2.0 ** -53  # float64 unit roundoff
+U32 = 2.0**-24  # fp32 unit roundoff
+U64 = 2.0**-53  # float64 unit roundoff
 # check_golden: random elements, non-finite ones (at most), largest ones
 SAMPLE_RANDOM, SAMPLE_NONFINITE, SAMPLE_LARGEST = 1024, 1024, 16
 
@@ -68,21 +76,33 @@ class Case:
 
     def as_dict(self):
         """The problem and tiles as plain data: the manifest's and the JSON report's "case"."""
-        return {"dtype": self.dtype_name, "grad_output": list(self.grad_output_shape),
-                "weight": list(self.weight_shape), "input_size": list(self.input_size),
-                "strides": list(self.strides), "paddings": list(self.paddings),
-                "dilations": list(self.dilations),
-                "tiles": {"order": "M, K, N (upstream ConvBpTileL1Info / ConvBpTileL0Info)",
-                          "l1": list(self.l1), "l0": list(self.l0), "vec": list(self.vec)}}
+        return {
+            "dtype": self.dtype_name,
+            "grad_output": list(self.grad_output_shape),
+            "weight": list(self.weight_shape),
+            "input_size": list(self.input_size),
+            "strides": list(self.strides),
+            "paddings": list(self.paddings),
+            "dilations": list(self.dilations),
+            "tiles": {
+                "order": "M, K, N (upstream ConvBpTileL1Info / ConvBpTileL0Info)",
+                "l1": list(self.l1),
+                "l0": list(self.l0),
+                "vec": list(self.vec),
+            },
+        }
 
     def describe(self):
-        return (f"grad_output {list(self.grad_output_shape)} weight {list(self.weight_shape)} "
-                f"-> input_size {list(self.input_size)}, strides {list(self.strides)}, paddings "
-                f"{list(self.paddings)}, dilations {list(self.dilations)}, {self.dtype_name}")
+        return (
+            f"grad_output {list(self.grad_output_shape)} weight {list(self.weight_shape)} "
+            f"-> input_size {list(self.input_size)}, strides {list(self.strides)}, paddings "
+            f"{list(self.paddings)}, dilations {list(self.dilations)}, {self.dtype_name}"
+        )
 
     def describe_tiles(self):
-        return (f"tiles L1 (M, K, N) = {tuple(self.l1)}, L0 = {tuple(self.l0)}, "
-                f"vec = {list(self.vec)}")
+        return (
+            f"tiles L1 (M, K, N) = {tuple(self.l1)}, L0 = {tuple(self.l0)}, vec = {list(self.vec)}"
+        )
 
 
 def _tile_triple(value, name, info_type):
@@ -93,13 +113,25 @@ def _tile_triple(value, name, info_type):
     except TypeError:
         triple = None
     if triple is None or len(triple) != 3 or None in triple:
-        raise FeError(TypeError(f"{name} must be a {info_type.__name__} or 3 ints (M, K, N), "
-                                f"but got {value!r}"))
+        raise FeError(
+            TypeError(
+                f"{name} must be a {info_type.__name__} or 3 ints (M, K, N), but got {value!r}"
+            )
+        )
     return triple
 
 
-def make_case(grad_output_shape, weight_shape, input_size, dtype, strides, paddings, dilations,
-              tiles=None, vec=None):
+def make_case(
+    grad_output_shape,
+    weight_shape,
+    input_size,
+    dtype,
+    strides,
+    paddings,
+    dilations,
+    tiles=None,
+    vec=None,
+):
     """Validate a problem by the op's rules and fill in its tiles: a :class:`Case`.
 
     ``input_size`` None: the smallest valid size. ``tiles``: ``(l1, l0)`` or ``(l1, l0, vec)``,
@@ -113,14 +145,17 @@ def make_case(grad_output_shape, weight_shape, input_size, dtype, strides, paddi
     if dtype is None:
         raise FeError(ValueError("dtype must be given: 'fp16' or 'bf16'"))
     if input_size is None:
-        (hin, _), (win, _) = conv_backward_input_size_range(grad_output_shape, weight_shape,
-                                                            strides, paddings, dilations)
+        (hin, _), (win, _) = conv_backward_input_size_range(
+            grad_output_shape, weight_shape, strides, paddings, dilations
+        )
         input_size = [grad_output_shape[0], weight_shape[1], hin, win]
-    problem = problem_from_shapes(grad_output_shape, weight_shape, input_size, dtype, strides,
-                                  paddings, dilations)
+    problem = problem_from_shapes(
+        grad_output_shape, weight_shape, input_size, dtype, strides, paddings, dilations
+    )
     if tiles is None:
-        l1, l0 = suggest_convbp_input_tile_shapes(grad_output_shape, weight_shape, input_size,
-                                                  dtype, strides, paddings, dilations)
+        l1, l0 = suggest_convbp_input_tile_shapes(
+            grad_output_shape, weight_shape, input_size, dtype, strides, paddings, dilations
+        )
         tiles = (l1, l0)
     if not isinstance(tiles, (list, tuple)) or len(tiles) not in (2, 3):
         raise FeError(TypeError(f"tiles must be (l1, l0) or (l1, l0, vec), but got {tiles!r}"))
@@ -143,16 +178,28 @@ def make_case(grad_output_shape, weight_shape, input_size, dtype, strides, paddi
     if message is not None:
         raise ConvBpValueError("V1", message)
     p = problem
-    return Case((p.n, p.cout, p.hout, p.wout), (p.cout, p.cin, p.kh, p.kw),
-                (p.n, p.cin, p.hin, p.win), (p.sh, p.sw), (p.pt, p.pb, p.pl, p.pr),
-                (p.dh, p.dw), dtype, l1, l0, vec, problem, tiling)
+    return Case(
+        (p.n, p.cout, p.hout, p.wout),
+        (p.cout, p.cin, p.kh, p.kw),
+        (p.n, p.cin, p.hin, p.win),
+        (p.sh, p.sw),
+        (p.pt, p.pb, p.pl, p.pr),
+        (p.dh, p.dw),
+        dtype,
+        l1,
+        l0,
+        vec,
+        problem,
+        tiling,
+    )
 
 
 # --- memory ------------------------------------------------------------------------------------
 def _dgrad64_bytes(case):
     p = case.problem
-    return gemm_col2im_bytes(case.grad_output_shape, case.weight_shape, (p.hin, p.win),
-                             case.strides, case.dilations)
+    return gemm_col2im_bytes(
+        case.grad_output_shape, case.weight_shape, (p.hin, p.win), case.strides, case.dilations
+    )
 
 
 def golden_bytes(case):
@@ -176,8 +223,9 @@ def _dgrad64(case, dy, w, what):
     check_host_memory(_dgrad64_bytes(case), case.problem, what)
     p = case.problem
     with np.errstate(invalid="ignore", over="ignore"):  # Inf * 0 at a real tap is NaN
-        return dgrad_gemm_col2im(dy, w, (p.hin, p.win), case.strides, case.paddings,
-                                 case.dilations, dtype=np.float64)
+        return dgrad_gemm_col2im(
+            dy, w, (p.hin, p.win), case.strides, case.paddings, case.dilations, dtype=np.float64
+        )
 
 
 def golden_dgrad(case, dy, w):
@@ -193,34 +241,47 @@ def error_bound(case, dy, w, golden, rounding_ulps=1.0):
     outside it is wrong, not merely imprecise. The one definition of the bound in pypto."""
     from .accuracy import ulp_at
 
-    magnitude = _dgrad64(case, np.abs(dy.astype(np.float32)), np.abs(w.astype(np.float32)),
-                         "the float64 error bound (GEMM + col2im of |dy|, |w|)")
+    magnitude = _dgrad64(
+        case,
+        np.abs(dy.astype(np.float32)),
+        np.abs(w.astype(np.float32)),
+        "the float64 error bound (GEMM + col2im of |dy|, |w|)",
+    )
     with np.errstate(invalid="ignore"):
         return magnitude * (case.k_terms * U32) + rounding_ulps * ulp_at(
-            np.where(np.isfinite(golden), golden, 0.0), case.dtype)
+            np.where(np.isfinite(golden), golden, 0.0), case.dtype
+        )
 
 
 def pypto_dgrad(case, dy, w):
     """pypto's own result with the case's tiles, on the CPU kernel (the second benchmark)."""
     from .._core import options as _config
-    from .._kernels.dispatch import conv_backward_input_cpu
     from .._core.rules import validate_conv_backward_input
+    from .._kernels.dispatch import conv_backward_input_cpu
     from ..tensor import from_numpy
 
-    with _config.options(convbp_tile_shapes=(ConvBpTileL1Info(*case.l1),
-                                             ConvBpTileL0Info(*case.l0)),
-                         vec_tile_shapes=list(case.vec)):
-        call = validate_conv_backward_input(from_numpy(dy), list(case.input_size),
-                                            from_numpy(w), case.dtype, list(case.strides),
-                                            list(case.paddings), list(case.dilations))
+    with _config.options(
+        convbp_tile_shapes=(ConvBpTileL1Info(*case.l1), ConvBpTileL0Info(*case.l0)),
+        vec_tile_shapes=list(case.vec),
+    ):
+        call = validate_conv_backward_input(
+            from_numpy(dy),
+            list(case.input_size),
+            from_numpy(w),
+            case.dtype,
+            list(case.strides),
+            list(case.paddings),
+            list(case.dilations),
+        )
         return conv_backward_input_cpu(call, dy, w)
 
 
 def draw_inputs(case, dist, seed):
     """(dy, w) of the case's dtype: uniform in [-1, 1), standard normal, or ints in [-4, 4]."""
     if dist not in DISTRIBUTIONS:
-        raise FeError(ValueError(f"dist must be one of {', '.join(DISTRIBUTIONS)}, but got "
-                                 f"{dist!r}"))
+        raise FeError(
+            ValueError(f"dist must be one of {', '.join(DISTRIBUTIONS)}, but got {dist!r}")
+        )
     check_host_memory(inputs_bytes(case), case.problem, "the random inputs")
     rng = np.random.default_rng(seed)
     arrays = []
@@ -250,7 +311,7 @@ def _sample_positions(case, dy, w, golden, seed):
     magnitude = np.abs(flat)
     magnitude[~finite] = -1.0
     k = min(SAMPLE_LARGEST, flat.size)
-    picked.append(np.argpartition(magnitude, flat.size - k)[flat.size - k:])
+    picked.append(np.argpartition(magnitude, flat.size - k)[flat.size - k :])
     picked.append(_fed_by_nonfinite(case, dy, w, rng))
     return np.unique(np.concatenate(picked).astype(np.int64))
 
@@ -278,7 +339,7 @@ def _fed_by_nonfinite(case, dy, w, rng):
             h = np.arange(p.hout) * p.sh - p.pt + i * p.dh
             x = np.arange(p.wout) * p.sw - p.pl + j * p.dw
             h, x = h[(h >= 0) & (h < p.hin)], x[(x >= 0) & (x < p.win)]
-            if h.size and x.size:   # else this tap only ever meets the padding
+            if h.size and x.size:  # else this tap only ever meets the padding
                 found.append(((rng.integers(p.n) * p.cin + c) * p.hin + h[0]) * p.win + x[0])
     return np.array(found, dtype=np.int64)
 
@@ -293,19 +354,25 @@ def _dx_at(case, dy, w, positions):
     size = np.zeros(len(positions))
     # chunks of positions: a [chunk, Cout] product per tap stays small
     chunk = max(1, (1 << 20) // p.cout)
-    with np.errstate(invalid="ignore", over="ignore"):   # Inf * 0 at a real tap is NaN
+    with np.errstate(invalid="ignore", over="ignore"):  # Inf * 0 at a real tap is NaN
         for i in range(p.kh):
-            top = h + p.pt - i * p.dh                      # = ho * sh when tap i reaches h
+            top = h + p.pt - i * p.dh  # = ho * sh when tap i reaches h
             for j in range(p.kw):
                 left = x + p.pl - j * p.dw
-                real = ((top % p.sh == 0) & (top >= 0) & (top < p.hout * p.sh)
-                        & (left % p.sw == 0) & (left >= 0) & (left < p.wout * p.sw))
+                real = (
+                    (top % p.sh == 0)
+                    & (top >= 0)
+                    & (top < p.hout * p.sh)
+                    & (left % p.sw == 0)
+                    & (left >= 0)
+                    & (left < p.wout * p.sw)
+                )
                 for lo in range(0, len(positions), chunk):
-                    part = np.flatnonzero(real[lo:lo + chunk]) + lo
+                    part = np.flatnonzero(real[lo : lo + chunk]) + lo
                     if part.size == 0:
                         continue
                     rows = dy[n[part], :, top[part] // p.sh, left[part] // p.sw]  # [m, Cout]
-                    cols = w[:, c[part], i, j].T                                   # [m, Cout]
+                    cols = w[:, c[part], i, j].T  # [m, Cout]
                     products = rows.astype(np.float64) * cols.astype(np.float64)
                     dx[part] += products.sum(axis=1)
                     size[part] += np.abs(products).sum(axis=1)
@@ -318,8 +385,9 @@ def check_golden(case, dy, w, golden, name="the golden", seed=0):
     or edited golden would otherwise decide every verdict (a NaN golden passes a NaN result).
     Both sums lose at most K * 2^-53 * sum|dy*w| (exact products); non-finite values must be
     the same (NaN where NaN, Inf of the same sign)."""
-    check_host_memory(10 * golden.size + (1 << 24), case.problem,
-                      "the check of the golden against the inputs")
+    check_host_memory(
+        10 * golden.size + (1 << 24), case.problem, "the check of the golden against the inputs"
+    )
     flat = _sample_positions(case, dy, w, golden, seed)
     positions = np.stack(np.unravel_index(flat, golden.shape), axis=1)
     recomputed, size = _dx_at(case, dy, w, positions)
@@ -327,13 +395,19 @@ def check_golden(case, dy, w, golden, name="the golden", seed=0):
     tolerance = 2 * case.k_terms * U64 * size + 1e-300
     with np.errstate(invalid="ignore", over="ignore"):
         finite = np.isfinite(given) & np.isfinite(recomputed)
-        same = np.where(finite, np.abs(given - recomputed) <= tolerance,
-                        (np.isnan(given) & np.isnan(recomputed)) | (given == recomputed))
+        same = np.where(
+            finite,
+            np.abs(given - recomputed) <= tolerance,
+            (np.isnan(given) & np.isnan(recomputed)) | (given == recomputed),
+        )
     if not same.all():
         bad = int(np.argmin(same))
         where = tuple(int(v) for v in positions[bad])
-        raise FeError(ValueError(
-            f"{name} does not match the inputs (corrupted or edited case): at (n, c, h, w) = "
-            f"{where} it holds {float(given[bad])!r}, but dy and w give "
-            f"{float(recomputed[bad])!r}; "
-            f"{int((~same).sum())} of {len(same)} checked elements differ"))
+        raise FeError(
+            ValueError(
+                f"{name} does not match the inputs (corrupted or edited case): at (n, c, h, w) = "
+                f"{where} it holds {float(given[bad])!r}, but dy and w give "
+                f"{float(recomputed[bad])!r}; "
+                f"{int((~same).sum())} of {len(same)} checked elements differ"
+            )
+        )

@@ -27,13 +27,24 @@ import re
 
 import numpy as np
 
-from .case import check_golden, make_case
+from .._dtypes import DTYPE_NAMES
 from .._version import __version__
 from ..error import FeError
-from .._dtypes import DTYPE_NAMES
+from .case import check_golden, make_case
 
-__all__ = ["write_case", "read_case", "read_inputs", "read_result", "resolve_actual", "FORMAT",
-           "FILES", "ACTUAL", "check_path", "check_case_folder", "stale_warning"]
+__all__ = [
+    "write_case",
+    "read_case",
+    "read_inputs",
+    "read_result",
+    "resolve_actual",
+    "FORMAT",
+    "FILES",
+    "ACTUAL",
+    "check_path",
+    "check_case_folder",
+    "stale_warning",
+]
 
 FORMAT = "pypto-golden/1"
 MANIFEST = "manifest.json"
@@ -41,8 +52,10 @@ MANIFEST = "manifest.json"
 FILES = {
     "grad_output": ("input/grad_output", "dy, the kernel's input"),
     "weight": ("input/weight", "w, the kernel's input"),
-    "golden": ("output/golden", "dx in float64 from the fp16/bf16 inputs (exact products, "
-                                "float64 sums), not rounded"),
+    "golden": (
+        "output/golden",
+        "dx in float64 from the fp16/bf16 inputs (exact products, float64 sums), not rounded",
+    ),
     "pypto": ("output/pypto", "pypto's own dx: fp32 accumulation, one round-to-nearest-even"),
 }
 ACTUAL = ("output/output", "dx from the kernel under test: write it here")
@@ -59,7 +72,7 @@ def _show(value, limit=60):
         text = repr(value)
     except RecursionError:
         text = f"<a {type(value).__name__} nested too deep to show>"
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_path(value, what, folder=False):
@@ -75,8 +88,14 @@ def check_path(value, what, folder=False):
 
 def _file_entry(stem, dtype_name, shape, note):
     itemsize = np.dtype(_BIN_DTYPES[dtype_name]).itemsize
-    return {"bin": stem + ".bin", "npy": stem + ".npy", "dtype": dtype_name,
-            "shape": list(shape), "bytes": math.prod(shape) * itemsize, "note": note}
+    return {
+        "bin": stem + ".bin",
+        "npy": stem + ".npy",
+        "dtype": dtype_name,
+        "shape": list(shape),
+        "bytes": math.prod(shape) * itemsize,
+        "note": note,
+    }
 
 
 def _sha256_of_file(path):
@@ -130,8 +149,10 @@ def check_case_folder(directory, replace):
         raise _error(f"cannot write the case to {directory}: {exc}") from None
     if found and not replace:
         shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
-        raise _error(f"{directory} already holds a golden case ({shown}): pass --force to "
-                     f"replace it (which deletes its old kernel results in output/)")
+        raise _error(
+            f"{directory} already holds a golden case ({shown}): pass --force to "
+            f"replace it (which deletes its old kernel results in output/)"
+        )
 
 
 def _remove_stale(directory, keep):
@@ -140,14 +161,13 @@ def _remove_stale(directory, keep):
     removed = []
     manifest = os.path.join(directory, MANIFEST)
     if os.path.lexists(manifest):
-        os.remove(manifest)   # first: until the new one is written, no manifest at all
+        os.remove(manifest)  # first: until the new one is written, no manifest at all
     folder = os.path.join(directory, "output")
     if os.path.isdir(folder):
         for name in sorted(os.listdir(folder)):
             path = os.path.join(folder, name)
             # files and links only: a folder in output/ is the user's, not a kernel result
-            if f"output/{name}" not in keep and (os.path.islink(path)
-                                                 or not os.path.isdir(path)):
+            if f"output/{name}" not in keep and (os.path.islink(path) or not os.path.isdir(path)):
                 os.remove(path)
                 removed.append(f"output/{name}")
     return removed
@@ -159,26 +179,41 @@ def write_case(directory, case, dy, w, golden, reference, seed, dist, replace=Fa
     :func:`check_case_folder`); its old kernel results are deleted."""
     check_case_folder(directory, replace)
     dt = case.dtype_name
-    shapes = {"grad_output": case.grad_output_shape, "weight": case.weight_shape,
-              "golden": case.input_size, "pypto": case.input_size}
+    shapes = {
+        "grad_output": case.grad_output_shape,
+        "weight": case.weight_shape,
+        "golden": case.input_size,
+        "pypto": case.input_size,
+    }
     dtypes = {"grad_output": dt, "weight": dt, "golden": "float64", "pypto": dt}
-    files = {name: _file_entry(stem, dtypes[name], shapes[name], note)
-             for name, (stem, note) in FILES.items()}
+    files = {
+        name: _file_entry(stem, dtypes[name], shapes[name], note)
+        for name, (stem, note) in FILES.items()
+    }
     files["actual"] = _file_entry(ACTUAL[0], dt, case.input_size, ACTUAL[1])
     del files["actual"]["npy"]
     files["actual"]["npy_also_read"] = ACTUAL[0] + ".npy"
     manifest = {
-        "format": FORMAT, "pypto_version": __version__, "op": "conv_backward_input",
+        "format": FORMAT,
+        "pypto_version": __version__,
+        "op": "conv_backward_input",
         **case.as_dict(),
-        "seed": seed, "dist": dist, "byte_order": "little", "files": files,
+        "seed": seed,
+        "dist": dist,
+        "byte_order": "little",
+        "files": files,
     }
     written = {f"{FILES[name][0]}.{ext}" for name in FILES for ext in ("bin", "npy")}
     try:
         removed = _remove_stale(directory, written)
         for sub in ("input", "output"):
             os.makedirs(os.path.join(directory, sub), exist_ok=True)
-        for name, array in (("grad_output", dy), ("weight", w), ("golden", golden),
-                            ("pypto", reference)):
+        for name, array in (
+            ("grad_output", dy),
+            ("weight", w),
+            ("golden", golden),
+            ("pypto", reference),
+        ):
             files[name].update(_write(directory, FILES[name][0], array, dtypes[name]))
         # last, and whole or not at all: a manifest only ever describes files that are there
         temporary = os.path.join(directory, MANIFEST + ".tmp")
@@ -193,15 +228,20 @@ def write_case(directory, case, dy, w, golden, reference, seed, dist, replace=Fa
 def _json_text(manifest):
     """Indented JSON with each list of numbers on one line."""
     text = json.dumps(manifest, indent=2)
-    return re.sub(r"\[([^\[\]{}\"]*)\]", lambda m: "[" + " ".join(m.group(1).split()) + "]",
-                  text) + "\n"
+    return (
+        re.sub(r"\[([^\[\]{}\"]*)\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text)
+        + "\n"
+    )
 
 
 # --- reading -----------------------------------------------------------------------------------
 def _ints(manifest, key, length, where):
     value = manifest.get(key)
-    if (not isinstance(value, list) or len(value) != length
-            or not all(type(v) is int for v in value)):
+    if (
+        not isinstance(value, list)
+        or len(value) != length
+        or not all(type(v) is int for v in value)
+    ):
         raise _error(f"{where}: '{key}' must be a list of {length} ints, but is {_show(value)}")
     return value
 
@@ -212,21 +252,29 @@ def _relative_name(value, where):
     if not isinstance(value, str) or not value.strip() or "\0" in value:
         raise _error(f"{where} must be a file name (a string), but is {_show(value)}")
     norm = os.path.normpath(value)
-    if (os.path.isabs(value) or norm in (os.curdir, os.pardir)
-            or norm.startswith(os.pardir + os.sep)):
-        raise _error(f"{where} must be a path relative to the case folder and inside it, but "
-                     f"is {_show(value)}")
+    if (
+        os.path.isabs(value)
+        or norm in (os.curdir, os.pardir)
+        or norm.startswith(os.pardir + os.sep)
+    ):
+        raise _error(
+            f"{where} must be a path relative to the case folder and inside it, but "
+            f"is {_show(value)}"
+        )
     return value
 
 
 _HEX = re.compile(r"[0-9a-f]{64}")
 # key in a file entry: (check, what it must be)
 _ENTRY_KEYS = {
-    "bin": (None, "a file name"), "npy": (None, "a file name"),
+    "bin": (None, "a file name"),
+    "npy": (None, "a file name"),
     "npy_also_read": (None, "a file name"),
     "dtype": (lambda v: isinstance(v, str), "a string"),
-    "shape": (lambda v: isinstance(v, list) and all(type(x) is int and x >= 0 for x in v),
-              "a list of ints >= 0"),
+    "shape": (
+        lambda v: isinstance(v, list) and all(type(x) is int and x >= 0 for x in v),
+        "a list of ints >= 0",
+    ),
     "bytes": (lambda v: type(v) is int and v >= 0, "an int >= 0"),
     "note": (lambda v: isinstance(v, str), "a string"),
     "bin_sha256": (lambda v: isinstance(v, str) and _HEX.fullmatch(v), "64 hex digits"),
@@ -267,7 +315,7 @@ def _check_manifest(manifest, path):
         raise _error(f"{path}: 'files' must be an object")
     for name, entry in files.items():
         if name not in FILES and name != "actual":
-            continue   # not read: a harness's own entry
+            continue  # not read: a harness's own entry
         if not isinstance(entry, dict):
             raise _error(f"{path}: files '{name}' must be an object, but is {_show(entry)}")
         for key, (ok, what) in _ENTRY_KEYS.items():
@@ -288,19 +336,27 @@ def read_case(directory):
         with open(path) as f:
             manifest = json.load(f)
     except FileNotFoundError:
-        raise _error(f"{path} not found: is {directory} a case written by `pypto golden`?") \
-            from None
-    except RecursionError:   # JSON nested deeper than Python's parser goes
+        raise _error(
+            f"{path} not found: is {directory} a case written by `pypto golden`?"
+        ) from None
+    except RecursionError:  # JSON nested deeper than Python's parser goes
         raise _error(f"cannot read {path}: JSON nested too deep") from None
     except (OSError, ValueError) as exc:
         raise _error(f"cannot read {path}: {exc}") from None
     _check_manifest(manifest, path)
     tiles = manifest["tiles"]
     l1, l0 = _ints(tiles, "l1", 3, path + " tiles"), _ints(tiles, "l0", 3, path + " tiles")
-    case = make_case(_ints(manifest, "grad_output", 4, path), _ints(manifest, "weight", 4, path),
-                     _ints(manifest, "input_size", 4, path), manifest["dtype"],
-                     _ints(manifest, "strides", 2, path), _ints(manifest, "paddings", 4, path),
-                     _ints(manifest, "dilations", 2, path), tiles=(l1, l0), vec=tiles["vec"])
+    case = make_case(
+        _ints(manifest, "grad_output", 4, path),
+        _ints(manifest, "weight", 4, path),
+        _ints(manifest, "input_size", 4, path),
+        manifest["dtype"],
+        _ints(manifest, "strides", 2, path),
+        _ints(manifest, "paddings", 4, path),
+        _ints(manifest, "dilations", 2, path),
+        tiles=(l1, l0),
+        vec=tiles["vec"],
+    )
     return case, manifest
 
 
@@ -329,9 +385,11 @@ def read_array(path, dtype_name, shape, case, sha256=None):
         except OSError as exc:
             raise _error(f"cannot read {path}: {exc}") from None
         if found != expected:
-            raise _error(f"{path} has {found} bytes, expected {expected} ({dtype_name} "
-                         f"{list(shape)} = {math.prod(shape)} elements x {itemsize} bytes)"
-                         + (_size_hint(found, expected) if itemsize == 2 else ""))
+            raise _error(
+                f"{path} has {found} bytes, expected {expected} ({dtype_name} "
+                f"{list(shape)} = {math.prod(shape)} elements x {itemsize} bytes)"
+                + (_size_hint(found, expected) if itemsize == 2 else "")
+            )
         data = np.empty(math.prod(shape), dtype=_BIN_DTYPES[dtype_name])
         raw = memoryview(data).cast("B")
         try:
@@ -342,8 +400,10 @@ def read_array(path, dtype_name, shape, case, sha256=None):
         if got != expected:
             raise _error(f"cannot read {path}: {got} of its {expected} bytes (it changed?)")
         if sha256 is not None and hashlib.sha256(raw).hexdigest() != sha256:
-            raise _error(f"{path} does not match the sha256 manifest.json records for it: the "
-                         f"file changed after `pypto golden` wrote it (corrupted or edited case)")
+            raise _error(
+                f"{path} does not match the sha256 manifest.json records for it: the "
+                f"file changed after `pypto golden` wrote it (corrupted or edited case)"
+            )
         data = data.reshape(shape)
     data = data.astype(data.dtype.newbyteorder("="), copy=False)
     if dtype_name == "bf16":
@@ -362,16 +422,16 @@ def _npy_header(path):
             elif version == (2, 0):
                 header = fmt.read_array_header_2_0(f)
             else:
-                raise ValueError(f"format version {version[0]}.{version[1]} (1.0 and 2.0 are "
-                                 f"read)")
+                raise ValueError(f"format version {version[0]}.{version[1]} (1.0 and 2.0 are read)")
             return (*header, f.tell(), os.fstat(f.fileno()).st_size)
     except OSError as exc:
         raise _error(f"cannot read {path} as .npy: {exc}") from None
-    except Exception as exc:   # noqa: BLE001 - the header parser's errors vary by kind
+    except Exception as exc:  # noqa: BLE001 - the header parser's errors vary by kind
         # (ValueError, EOFError, SyntaxError, tokenize.TokenError, RecursionError...): each
         # means the same, not a .npy this can read
-        raise _error(f"cannot read {path} as .npy: bad header ({type(exc).__name__}: "
-                     f"{exc})") from None
+        raise _error(
+            f"cannot read {path} as .npy: bad header ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def _read_npy(path, dtype_name, shape):
@@ -392,8 +452,10 @@ def _read_npy(path, dtype_name, shape):
         raise _error(f"{path} has shape {list(found_shape)}, expected {list(shape)}")
     count = math.prod(found_shape)
     if size - offset < count * dt.itemsize:
-        raise _error(f"{path} holds {size - offset} bytes after its header, but its {dt} "
-                     f"{list(found_shape)} needs {count * dt.itemsize} (truncated?)")
+        raise _error(
+            f"{path} holds {size - offset} bytes after its header, but its {dt} "
+            f"{list(found_shape)} needs {count * dt.itemsize} (truncated?)"
+        )
     try:
         with open(path, "rb") as f:
             f.seek(offset)
@@ -401,8 +463,9 @@ def _read_npy(path, dtype_name, shape):
     except (OSError, ValueError) as exc:
         raise _error(f"cannot read {path} as .npy: {exc}") from None
     if data.size != count:
-        raise _error(f"cannot read {path} as .npy: {data.size} of its {count} elements "
-                     f"(it changed?)")
+        raise _error(
+            f"cannot read {path} as .npy: {data.size} of its {count} elements (it changed?)"
+        )
     data = data.reshape(found_shape, order="F" if fortran else "C")
     if dtype_name == "bf16":
         data = np.ascontiguousarray(data).view(f"{dt.byteorder if dt.byteorder in '<>' else '='}u2")
@@ -416,8 +479,12 @@ def read_inputs(directory, case, manifest):
     files = manifest.get("files")
     if not isinstance(files, dict):
         raise _error(f"{os.path.join(directory, MANIFEST)}: 'files' must be an object")
-    shapes = {"grad_output": case.grad_output_shape, "weight": case.weight_shape,
-              "golden": case.input_size, "pypto": case.input_size}
+    shapes = {
+        "grad_output": case.grad_output_shape,
+        "weight": case.weight_shape,
+        "golden": case.input_size,
+        "pypto": case.input_size,
+    }
     arrays = []
     for name in ("grad_output", "weight", "golden", "pypto"):
         entry = files.get(name)
@@ -425,13 +492,25 @@ def read_inputs(directory, case, manifest):
             entry = {}
         relative = entry.get("bin", FILES[name][0] + ".bin")
         dtype_name = "float64" if name == "golden" else case.dtype_name
-        arrays.append(read_array(os.path.join(directory, relative), dtype_name, shapes[name],
-                                 case, entry.get("bin_sha256")))
+        arrays.append(
+            read_array(
+                os.path.join(directory, relative),
+                dtype_name,
+                shapes[name],
+                case,
+                entry.get("bin_sha256"),
+            )
+        )
     dy, w, golden, _ = arrays
     golden_entry = files.get("golden") if isinstance(files.get("golden"), dict) else {}
     # a NaN (or edited) golden would pass a NaN result: check it against the inputs
-    check_golden(case, dy, w, golden,
-                 os.path.join(directory, golden_entry.get("bin", FILES["golden"][0] + ".bin")))
+    check_golden(
+        case,
+        dy,
+        w,
+        golden,
+        os.path.join(directory, golden_entry.get("bin", FILES["golden"][0] + ".bin")),
+    )
     return tuple(arrays)
 
 
@@ -443,8 +522,11 @@ def stale_warning(directory, path, manifest):
     for name in FILES:
         entry = files.get(name) if isinstance(files.get(name), dict) else {}
         for key in ("bin", "npy"):
-            own.add(os.path.realpath(os.path.join(directory, entry.get(key, FILES[name][0]
-                                                                        + "." + key))))
+            own.add(
+                os.path.realpath(
+                    os.path.join(directory, entry.get(key, FILES[name][0] + "." + key))
+                )
+            )
     try:
         if os.path.realpath(path) in own:
             return None
@@ -452,8 +534,10 @@ def stale_warning(directory, path, manifest):
     except OSError:
         return None
     if older:
-        return (f"warning: {path} is older than {os.path.join(directory, MANIFEST)}: is it the "
-                f"result of an earlier case?")
+        return (
+            f"warning: {path} is older than {os.path.join(directory, MANIFEST)}: is it the "
+            f"result of an earlier case?"
+        )
     return None
 
 

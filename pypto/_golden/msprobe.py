@@ -43,10 +43,10 @@ import re
 
 import numpy as np
 
-from .accuracy import json_ready
 from .._dtypes import DTYPE_NAMES, numpy_dtype
 from .._version import __version__
 from ..error import ConvBpInputError, FeError, PyptoMemoryError
+from .accuracy import json_ready
 
 __all__ = ["MsprobeReport", "judge_dump", "find_dumps", "check_report_path", "CSV_COLUMNS"]
 
@@ -55,15 +55,27 @@ CONSTRUCT_JSON = "construct.json"
 TENSOR_FOLDER = "dump_tensor_data"
 
 # API calls with conv2d's arguments: (prefix).conv2d.<n>.forward|backward
-_API = re.compile(r"^(?P<api>(?:Functional|Torch|Mint|MintFunctional)\.conv2d)\.(?P<n>\d+)\."
-                  r"(?P<dir>forward|backward)$")
+_API = re.compile(
+    r"^(?P<api>(?:Functional|Torch|Mint|MintFunctional)\.conv2d)\.(?P<n>\d+)\."
+    r"(?P<dir>forward|backward)$"
+)
 # nn.Conv2d modules, both orders msprobe has used
-_MODULE = re.compile(r"^(?P<prefix>Module\.(?P<name>.+)\.Conv2d)\.(?:(?P<dir>forward|backward)\."
-                     r"(?P<n>\d+)|(?P<n2>\d+)\.(?P<dir2>forward|backward))$")
+_MODULE = re.compile(
+    r"^(?P<prefix>Module\.(?P<name>.+)\.Conv2d)\.(?:(?P<dir>forward|backward)\."
+    r"(?P<n>\d+)|(?P<n2>\d+)\.(?P<dir2>forward|backward))$"
+)
 
 _TORCH_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
-_MINDSPORE_OPS_ARGS = ("input", "weight", "bias", "stride", "pad_mode", "padding", "dilation",
-                       "groups")
+_MINDSPORE_OPS_ARGS = (
+    "input",
+    "weight",
+    "bias",
+    "stride",
+    "pad_mode",
+    "padding",
+    "dilation",
+    "groups",
+)
 _DEFAULTS = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1, "pad_mode": "valid"}
 
 
@@ -76,25 +88,31 @@ def find_dumps(path):
     """Every dump.json at or below ``path`` (a dump.json itself, or any folder above one),
     sorted; a PyptoError when there is none."""
     if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
-        raise _error(f"the msprobe dump is {path!r}: give a folder holding dump.json (the "
-                     f"dump_path, a step or a rank folder)", TypeError if not isinstance(
-                         path, (str, os.PathLike)) else ValueError)
+        raise _error(
+            f"the msprobe dump is {path!r}: give a folder holding dump.json (the "
+            f"dump_path, a step or a rank folder)",
+            TypeError if not isinstance(path, (str, os.PathLike)) else ValueError,
+        )
     path = os.fspath(path)
     if os.path.isfile(path):
         if os.path.basename(path) != DUMP_JSON:
-            raise _error(f"{path} is not an msprobe dump.json: give the folder holding "
-                         f"dump.json (the dump_path, a step or a rank folder)")
+            raise _error(
+                f"{path} is not an msprobe dump.json: give the folder holding "
+                f"dump.json (the dump_path, a step or a rank folder)"
+            )
         return [path]
     if not os.path.isdir(path):
         raise _error(f"the msprobe dump {path} does not exist")
     found = []
     for folder, subfolders, files in os.walk(path):
-        subfolders[:] = sorted(d for d in subfolders if d != TENSOR_FOLDER)   # no tensors read
+        subfolders[:] = sorted(d for d in subfolders if d != TENSOR_FOLDER)  # no tensors read
         if DUMP_JSON in files:
             found.append(os.path.join(folder, DUMP_JSON))
     if not found:
-        raise _error(f"no {DUMP_JSON} in {path} or below: give an msprobe dump folder (the "
-                     f"dump_path, a step or a rank folder)")
+        raise _error(
+            f"no {DUMP_JSON} in {path} or below: give an msprobe dump folder (the "
+            f"dump_path, a step or a rank folder)"
+        )
     return sorted(found)
 
 
@@ -109,14 +127,17 @@ def _read_json(path, what):
 def _load_dump(path):
     dump = _read_json(path, "the msprobe dump")
     if not isinstance(dump, dict) or not isinstance(dump.get("data"), dict):
-        raise _error(f"{path} is no msprobe dump.json: it has no \"data\" object of API calls")
+        raise _error(f'{path} is no msprobe dump.json: it has no "data" object of API calls')
     task = dump.get("task")
-    if task is not None and task != "tensor":   # older dumps have no header: files tell
-        holds = ("statistics (Max, Min, Mean, Norm) only" if task == "statistics"
-                 else "no tensor files")
-        raise _error(f"{path} is an msprobe dump of task {task!r}, which holds {holds}: dump "
-                     f"again with task \"tensor\" (level \"L1\" or \"mix\") to judge its "
-                     f"conv2d backward calls")
+    if task is not None and task != "tensor":  # older dumps have no header: files tell
+        holds = (
+            "statistics (Max, Min, Mean, Norm) only" if task == "statistics" else "no tensor files"
+        )
+        raise _error(
+            f"{path} is an msprobe dump of task {task!r}, which holds {holds}: dump "
+            f'again with task "tensor" (level "L1" or "mix") to judge its '
+            f"conv2d backward calls"
+        )
     return dump
 
 
@@ -171,8 +192,11 @@ def _pair(value, what):
         value = None
     if isinstance(value, int):
         return [value, value]
-    if isinstance(value, list) and len(value) in (1, 2) and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if (
+        isinstance(value, list)
+        and len(value) in (1, 2)
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
         return list(value) * (2 // len(value))
     raise _Skip(f"{what} {value!r} is not an int or a pair of ints")
 
@@ -183,15 +207,22 @@ def _paddings(value, pad_mode=None):
     if pad_mode is not None and pad_mode != "pad":
         if pad_mode == "valid":
             return [0, 0, 0, 0]
-        raise _Skip(f"pad_mode {pad_mode!r}: only 'pad' and 'valid' are judged (the dump does "
-                    f"not record the padding 'same' chose)")
+        raise _Skip(
+            f"pad_mode {pad_mode!r}: only 'pad' and 'valid' are judged (the dump does "
+            f"not record the padding 'same' chose)"
+        )
     if isinstance(value, str):
-        if value == "valid":   # torch: no padding
+        if value == "valid":  # torch: no padding
             return [0, 0, 0, 0]
-        raise _Skip(f"string padding {value!r}: the dump does not record the padding it chose "
-                    f"(possibly asymmetric); only numeric padding and 'valid' are judged")
-    if isinstance(value, list) and len(value) == 4 and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise _Skip(
+            f"string padding {value!r}: the dump does not record the padding it chose "
+            f"(possibly asymmetric); only numeric padding and 'valid' are judged"
+        )
+    if (
+        isinstance(value, list)
+        and len(value) == 4
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
         top, bottom, left, right = value
         if top != bottom or left != right:
             raise _Skip(f"asymmetric padding {value} (top, bottom, left, right): not judged")
@@ -202,8 +233,11 @@ def _paddings(value, pad_mode=None):
 
 def _conv_params(record, api, framework):
     """(strides, paddings, dilations, groups) of a conv2d forward record."""
-    names = _MINDSPORE_OPS_ARGS if (framework == "mindspore" and api == "Functional.conv2d") \
+    names = (
+        _MINDSPORE_OPS_ARGS
+        if (framework == "mindspore" and api == "Functional.conv2d")
         else _TORCH_ARGS
+    )
     pad_mode = _argument(record, names, "pad_mode") if "pad_mode" in names else None
     strides = _pair(_argument(record, names, "stride"), "stride")
     paddings = _paddings(_argument(record, names, "padding"), pad_mode)
@@ -215,21 +249,31 @@ def _conv_params(record, api, framework):
 
 
 def _dtype_name(tensor):
-    """"fp16" / "bf16" for a tensor record's dtype, else the dtype as recorded."""
+    """ "fp16" / "bf16" for a tensor record's dtype, else the dtype as recorded."""
     raw = str(tensor.get("dtype"))
     name = raw.lower()
     for prefix in ("torch.", "mindspore.", "numpy."):
         if name.startswith(prefix):
-            name = name[len(prefix):]
-    return {"float16": "fp16", "half": "fp16", "fp16": "fp16", "bfloat16": "bf16",
-            "bf16": "bf16", "float32": "fp32", "float": "fp32", "float64": "fp64",
-            "double": "fp64"}.get(name, raw)
+            name = name[len(prefix) :]
+    return {
+        "float16": "fp16",
+        "half": "fp16",
+        "fp16": "fp16",
+        "bfloat16": "bf16",
+        "bf16": "bf16",
+        "float32": "fp32",
+        "float": "fp32",
+        "float64": "fp64",
+        "double": "fp64",
+    }.get(name, raw)
 
 
 def _shape(tensor):
     shape = tensor.get("shape")
-    if not (isinstance(shape, list) and all(isinstance(v, int) and not isinstance(v, bool)
-                                            for v in shape)):
+    if not (
+        isinstance(shape, list)
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in shape)
+    ):
         raise _error(f"a tensor record holds no valid shape: {json.dumps(tensor)[:200]}")
     return shape
 
@@ -239,14 +283,19 @@ class _Call:
     """One conv2d backward entry: its tensors' records and conv parameters, or why not."""
 
     def __init__(self, dump_json, label, api, forward, order):
-        self.dump_json, self.label, self.api, self.forward, self.order = \
-            dump_json, label, api, forward, order
+        self.dump_json, self.label, self.api, self.forward, self.order = (
+            dump_json,
+            label,
+            api,
+            forward,
+            order,
+        )
         self.parameters_from = None
         self.skip = None
         self.dtype = None
-        self.tensors = {}           # name -> record: grad_output, weight, grad_input
-        self.params = None          # (strides, paddings, dilations, groups)
-        self.files = {}             # name -> path, once the call is to be judged
+        self.tensors = {}  # name -> record: grad_output, weight, grad_input
+        self.params = None  # (strides, paddings, dilations, groups)
+        self.files = {}  # name -> path, once the call is to be judged
         self.case = None
 
     def shape(self, name):
@@ -269,7 +318,7 @@ def _calls_of(dump_json, dump, label):
     children = {}
     for child, parent in construct.items():
         children.setdefault(parent, []).append(child)
-    modules = {}   # (prefix, index) -> {direction: name}
+    modules = {}  # (prefix, index) -> {direction: name}
     for name in data:
         m = _MODULE.match(name)
         if m:
@@ -280,8 +329,13 @@ def _calls_of(dump_json, dump, label):
         m = _API.match(name)
         if m and m.group("dir") == "backward":
             forward = f"{m.group('api')}.{m.group('n')}.forward"
-            call = _Call(dump_json, label, name, forward if forward in data else None,
-                         order.get(forward, len(data) + order[name]))
+            call = _Call(
+                dump_json,
+                label,
+                name,
+                forward if forward in data else None,
+                order.get(forward, len(data) + order[name]),
+            )
             _api_call(call, data, m.group("api"), framework)
             calls.append(call)
             continue
@@ -289,8 +343,9 @@ def _calls_of(dump_json, dump, label):
         if m and _module_key(m)[1] == "backward":
             prefix, _, index = _module_key(m)
             forward = modules.get((prefix, index), {}).get("forward")
-            call = _Call(dump_json, label, name, forward,
-                         order.get(forward, len(data) + order[name]))
+            call = _Call(
+                dump_json, label, name, forward, order.get(forward, len(data) + order[name])
+            )
             _module_call(call, data, framework, children)
             calls.append(call)
     calls.sort(key=lambda c: c.order)
@@ -313,8 +368,7 @@ def _check_dtypes(call):
     names = {k: _dtype_name(v) for k, v in call.tensors.items()}
     kinds = set(names.values())
     if len(kinds) != 1:
-        raise _Skip("mixed dtypes (autocast?): " + ", ".join(f"{k} {v}"
-                                                            for k, v in names.items()))
+        raise _Skip("mixed dtypes (autocast?): " + ", ".join(f"{k} {v}" for k, v in names.items()))
     kind = kinds.pop()
     call.dtype = kind
     if kind not in DTYPE_NAMES:
@@ -324,11 +378,16 @@ def _check_dtypes(call):
 def _api_call(call, data, api, framework):
     try:
         if call.forward is None:
-            raise _Skip(f"no {api}.*.forward entry for it in the dump (scope, list or "
-                        f"data_mode left it out): weight, stride and padding are unknown")
+            raise _Skip(
+                f"no {api}.*.forward entry for it in the dump (scope, list or "
+                f"data_mode left it out): weight, stride and padding are unknown"
+            )
         forward = data[call.forward]
-        names = _MINDSPORE_OPS_ARGS if (framework == "mindspore" and api == "Functional.conv2d") \
+        names = (
+            _MINDSPORE_OPS_ARGS
+            if (framework == "mindspore" and api == "Functional.conv2d")
             else _TORCH_ARGS
+        )
         weight = _argument(forward, names, "weight")
         if not _is_tensor(weight):
             raise _Skip("the forward entry holds no weight tensor")
@@ -345,33 +404,49 @@ def _module_call(call, data, framework, children):
         if call.forward is None:
             raise _Skip("no forward entry of this module call in the dump: its weight is unknown")
         forward = data[call.forward]
-        convs = [c for c in children.get(call.forward, ())
-                 if _API.match(c) and _API.match(c).group("dir") == "forward" and c in data]
+        convs = [
+            c
+            for c in children.get(call.forward, ())
+            if _API.match(c) and _API.match(c).group("dir") == "forward" and c in data
+        ]
         if not convs:
-            raise _Skip("a Module entry records no stride, padding, dilation or groups, and "
-                        "the dump holds no conv2d call inside it (level L0): dump with level "
-                        "\"mix\" to judge Module entries")
+            raise _Skip(
+                "a Module entry records no stride, padding, dilation or groups, and "
+                "the dump holds no conv2d call inside it (level L0): dump with level "
+                '"mix" to judge Module entries'
+            )
         if len(convs) > 1:
-            raise _Skip(f"the module made {len(convs)} conv2d calls ({', '.join(convs)}): "
-                        f"which one its gradient belongs to is not known")
+            raise _Skip(
+                f"the module made {len(convs)} conv2d calls ({', '.join(convs)}): "
+                f"which one its gradient belongs to is not known"
+            )
         inner = data[convs[0]]
         api = _API.match(convs[0]).group("api")
         call.parameters_from = convs[0]
-        names = _MINDSPORE_OPS_ARGS if (framework == "mindspore" and api == "Functional.conv2d") \
+        names = (
+            _MINDSPORE_OPS_ARGS
+            if (framework == "mindspore" and api == "Functional.conv2d")
             else _TORCH_ARGS
-        weight = ((forward.get("parameters") or {}).get("weight")
-                  or _argument(inner, names, "weight"))
+        )
+        weight = (forward.get("parameters") or {}).get("weight") or _argument(
+            inner, names, "weight"
+        )
         if not _is_tensor(weight):
             raise _Skip("neither the module nor its conv2d call holds a weight tensor")
         call.tensors["weight"] = weight
         _backward_tensors(call, data[call.api])
         module_input = _value((forward.get("input_args") or [None])[0])
         conv_input = _argument(inner, names, "input")
-        if _is_tensor(module_input) and _is_tensor(conv_input) and \
-                _shape(module_input) != _shape(conv_input):
-            raise _Skip(f"the module pads its input {_shape(module_input)} to "
-                        f"{_shape(conv_input)} before conv2d (padding_mode): its grad_input "
-                        f"is no conv2d dgrad")
+        if (
+            _is_tensor(module_input)
+            and _is_tensor(conv_input)
+            and _shape(module_input) != _shape(conv_input)
+        ):
+            raise _Skip(
+                f"the module pads its input {_shape(module_input)} to "
+                f"{_shape(conv_input)} before conv2d (padding_mode): its grad_input "
+                f"is no conv2d dgrad"
+            )
         call.params = _conv_params(inner, api, framework)
         _finish(call)
     except _Skip as why:
@@ -387,8 +462,15 @@ def _finish(call):
     if groups != 1:
         raise _Skip(f"groups {groups}: pypto's conv_backward_input has no groups")
     try:
-        call.case = make_case(call.shape("grad_output"), call.shape("weight"),
-                              call.shape("grad_input"), call.dtype, strides, paddings, dilations)
+        call.case = make_case(
+            call.shape("grad_output"),
+            call.shape("weight"),
+            call.shape("grad_input"),
+            call.dtype,
+            strides,
+            paddings,
+            dilations,
+        )
     except ConvBpInputError as exc:
         raise _Skip(f"the op refuses it: {exc}") from None
 
@@ -397,15 +479,19 @@ def _finish(call):
 def _tensor_path(call, record, dump):
     name = record.get("data_name")
     if not isinstance(name, str) or not name:
-        raise _error(f"{call.dump_json}: {call.api} has a tensor without a file (no "
-                     f"\"data_name\"): was the dump made with task \"tensor\"?")
+        raise _error(
+            f"{call.dump_json}: {call.api} has a tensor without a file (no "
+            f'"data_name"): was the dump made with task "tensor"?'
+        )
     if name != os.path.basename(name) or name in (".", ".."):
-        raise _error(f"{call.dump_json}: {call.api} names the tensor file {name!r}, which is "
-                     f"not a plain file name")
+        raise _error(
+            f"{call.dump_json}: {call.api} names the tensor file {name!r}, which is "
+            f"not a plain file name"
+        )
     folder = os.path.join(os.path.dirname(call.dump_json), TENSOR_FOLDER)
     there = dump.get("dump_data_dir")
     if not os.path.isdir(folder) and isinstance(there, str) and os.path.isdir(there):
-        folder = there   # dump.json alone, its tensors where msprobe wrote them
+        folder = there  # dump.json alone, its tensors where msprobe wrote them
     return os.path.join(folder, name)
 
 
@@ -417,19 +503,23 @@ def _read_tensor(path, record, dtype_name, what):
         try:
             import torch
         except ImportError:
-            raise _error(f"reading {path} needs PyTorch (torch.load), which is not installed: "
-                         f"pip install torch", RuntimeError) from None
+            raise _error(
+                f"reading {path} needs PyTorch (torch.load), which is not installed: "
+                f"pip install torch",
+                RuntimeError,
+            ) from None
         try:
             value = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:   # pickle, zip and torch errors alike
-            raise _error(f"cannot read {what} from {path}: {type(exc).__name__}: {exc}") \
-                from None
+        except Exception as exc:  # pickle, zip and torch errors alike
+            raise _error(f"cannot read {what} from {path}: {type(exc).__name__}: {exc}") from None
         if not isinstance(value, torch.Tensor):
             raise _error(f"{path} ({what}) holds a {type(value).__name__}, not a tensor")
         found = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(value.dtype, str(value.dtype))
         if found != dtype_name:
-            raise _error(f"{path} ({what}) holds {value.dtype} data, but dump.json says "
-                         f"{record.get('dtype')}")
+            raise _error(
+                f"{path} ({what}) holds {value.dtype} data, but dump.json says "
+                f"{record.get('dtype')}"
+            )
         value = value.detach().cpu().contiguous()
         if value.dtype == torch.bfloat16:
             array = value.view(torch.int16).numpy().view(np_dtype)
@@ -442,21 +532,26 @@ def _read_tensor(path, record, dtype_name, what):
             raise _error(f"cannot read {what} from {path}: {exc}") from None
         if array.dtype == np_dtype:
             pass
-        elif array.dtype.kind == "f":   # MindSpore writes bf16 as float32: exactly, or not at all
+        elif array.dtype.kind == "f":  # MindSpore writes bf16 as float32: exactly, or not at all
             converted = array.astype(np_dtype)
             back = converted.astype(array.dtype)
             if not np.array_equal(back, array, equal_nan=True):
-                raise _error(f"{path} ({what}) holds {array.dtype} values that are not all "
-                             f"{dtype_name} values, but dump.json says {record.get('dtype')}")
+                raise _error(
+                    f"{path} ({what}) holds {array.dtype} values that are not all "
+                    f"{dtype_name} values, but dump.json says {record.get('dtype')}"
+                )
             array = converted
         else:
-            raise _error(f"{path} ({what}) holds {array.dtype} data, but dump.json says "
-                         f"{record.get('dtype')}")
+            raise _error(
+                f"{path} ({what}) holds {array.dtype} data, but dump.json says "
+                f"{record.get('dtype')}"
+            )
     else:
         raise _error(f"{path} ({what}): unknown tensor file type (msprobe writes .pt and .npy)")
     if list(array.shape) != list(shape):
-        raise _error(f"{path} ({what}) has shape {list(array.shape)}, but dump.json says "
-                     f"{list(shape)}")
+        raise _error(
+            f"{path} ({what}) has shape {list(array.shape)}, but dump.json says {list(shape)}"
+        )
     return np.ascontiguousarray(array)
 
 
@@ -470,36 +565,83 @@ def _row(call, standard):
         except FeError:
             shapes[name] = None
     dtype = call.dtype
-    if dtype is None and call.tensors:   # skipped before the dtype check
+    if dtype is None and call.tensors:  # skipped before the dtype check
         kinds = sorted({_dtype_name(t) for t in call.tensors.values()})
         dtype = kinds[0] if len(kinds) == 1 else "mixed (" + ", ".join(kinds) + ")"
-    return {"dump": call.label, "api": call.api, "forward": call.forward,
-            "parameters_from": call.parameters_from, "status": "skipped",
-            "reason": call.skip, "dtype": dtype, **shapes, "strides": strides,
-            "paddings": paddings, "dilations": dilations, "groups": groups,
-            "standard": standard, "passed": None, "verdicts": {}, "max_ulp": None,
-            "outside_bound": None, "elements": None, "failing_tasks": [], "tiles": None}
+    return {
+        "dump": call.label,
+        "api": call.api,
+        "forward": call.forward,
+        "parameters_from": call.parameters_from,
+        "status": "skipped",
+        "reason": call.skip,
+        "dtype": dtype,
+        **shapes,
+        "strides": strides,
+        "paddings": paddings,
+        "dilations": dilations,
+        "groups": groups,
+        "standard": standard,
+        "passed": None,
+        "verdicts": {},
+        "max_ulp": None,
+        "outside_bound": None,
+        "elements": None,
+        "failing_tasks": [],
+        "tiles": None,
+    }
 
 
 def _judged_row(row, result):
     loc = result.localisation
     row.update(
-        status="pass" if result.passed else "fail", passed=bool(result.passed),
+        status="pass" if result.passed else "fail",
+        passed=bool(result.passed),
         verdicts={sid: v.as_dict() for sid, v in result.verdicts.items()},
-        max_ulp=json_ready(float(result.metrics.max_ulp)), outside_bound=loc.outside_count,
+        max_ulp=json_ready(float(result.metrics.max_ulp)),
+        outside_bound=loc.outside_count,
         elements=int(result.golden.size),
-        failing_tasks=[{"image": n, "channel_block": b, "m_tile": m, "outside": o,
-                        "elements": e, "max_ulp": json_ready(u),
-                        "where": f"image {n}, {loc.block_name(b)}, {loc.tile_name(m)}"}
-                       for n, b, m, o, e, u in loc.failing_tasks()],
-        tiles={"l1": list(result.case.l1), "l0": list(result.case.l0),
-               "grid": loc.as_dict(0)["grid"]})
+        failing_tasks=[
+            {
+                "image": n,
+                "channel_block": b,
+                "m_tile": m,
+                "outside": o,
+                "elements": e,
+                "max_ulp": json_ready(u),
+                "where": f"image {n}, {loc.block_name(b)}, {loc.tile_name(m)}",
+            }
+            for n, b, m, o, e, u in loc.failing_tasks()
+        ],
+        tiles={
+            "l1": list(result.case.l1),
+            "l0": list(result.case.l0),
+            "grid": loc.as_dict(0)["grid"],
+        },
+    )
     return row
 
 
-CSV_COLUMNS = ("dump", "api", "status", "reason", "dtype", "grad_output", "weight", "grad_input",
-               "strides", "paddings", "dilations", "groups", "standard", "passed", "max_ulp",
-               "outside_bound", "elements", "failing_tasks")
+CSV_COLUMNS = (
+    "dump",
+    "api",
+    "status",
+    "reason",
+    "dtype",
+    "grad_output",
+    "weight",
+    "grad_input",
+    "strides",
+    "paddings",
+    "dilations",
+    "groups",
+    "standard",
+    "passed",
+    "max_ulp",
+    "outside_bound",
+    "elements",
+    "failing_tasks",
+)
 
 
 def _cell(value):
@@ -560,9 +702,11 @@ class MsprobeReport:
         if self.judged == 0:
             word = "nothing judged"
         chosen = "every standard" if self.standard == "all" else self.standard
-        return (f"summary: {len(self.rows)} conv2d backward call(s) in {len(self.dumps)} "
-                f"{DUMP_JSON}: {self.judged - self.failed} passed, {self.failed} failed, "
-                f"{self.skipped} skipped ({chosen}); verdict {word}")
+        return (
+            f"summary: {len(self.rows)} conv2d backward call(s) in {len(self.dumps)} "
+            f"{DUMP_JSON}: {self.judged - self.failed} passed, {self.failed} failed, "
+            f"{self.skipped} skipped ({chosen}); verdict {word}"
+        )
 
     def line(self, row):
         where = f"{row['dump']}: " if len(self.dumps) > 1 else ""
@@ -571,19 +715,24 @@ class MsprobeReport:
         if row["status"] == "skipped":
             shapes = ""
             if row["grad_output"] and row["weight"] and row["grad_input"]:
-                shapes = (f" {row['dtype']} dy {row['grad_output']} w {row['weight']} -> "
-                          f"dx {row['grad_input']}")
+                shapes = (
+                    f" {row['dtype']} dy {row['grad_output']} w {row['weight']} -> "
+                    f"dx {row['grad_input']}"
+                )
             return f"{text}{shapes}: {row['reason']}"
-        text += (f" {row['dtype']} dy {row['grad_output']} w {row['weight']} -> dx "
-                 f"{row['grad_input']}, strides {row['strides']}, paddings {row['paddings']}, "
-                 f"dilations {row['dilations']}: max {_num(row['max_ulp'])} ulp, "
-                 f"{row['outside_bound']} of {row['elements']} outside the bound; ")
+        text += (
+            f" {row['dtype']} dy {row['grad_output']} w {row['weight']} -> dx "
+            f"{row['grad_input']}, strides {row['strides']}, paddings {row['paddings']}, "
+            f"dilations {row['dilations']}: max {_num(row['max_ulp'])} ulp, "
+            f"{row['outside_bound']} of {row['elements']} outside the bound; "
+        )
         failing = [sid for sid, v in row["verdicts"].items() if not v["passed"]]
         text += ("fails " + ", ".join(failing)) if failing else "every standard passes"
         tasks = row["failing_tasks"]
         if tasks:
-            shown = "; ".join(f"{t['where']} ({t['outside']} of {t['elements']})"
-                              for t in tasks[:3])
+            shown = "; ".join(
+                f"{t['where']} ({t['outside']} of {t['elements']})" for t in tasks[:3]
+            )
             more = f"; and {len(tasks) - 3} more" if len(tasks) > 3 else ""
             text += f"; failing task(s): {shown}{more}"
         return text
@@ -597,17 +746,24 @@ class MsprobeReport:
 
     def as_dict(self):
         """The whole table as plain data (``pypto compare --msprobe ... --json``)."""
-        return {"pypto_version": __version__, "msprobe_dump": str(self.path),
-                "dump_files": [str(p) for p in self.dumps], "standard": self.standard,
-                "passed": self.passed,
-                "summary": {"calls": len(self.rows), "judged": self.judged,
-                            "passed": self.judged - self.failed, "failed": self.failed,
-                            "skipped": self.skipped},
-                "calls": self.rows}
+        return {
+            "pypto_version": __version__,
+            "msprobe_dump": str(self.path),
+            "dump_files": [str(p) for p in self.dumps],
+            "standard": self.standard,
+            "passed": self.passed,
+            "summary": {
+                "calls": len(self.rows),
+                "judged": self.judged,
+                "passed": self.judged - self.failed,
+                "failed": self.failed,
+                "skipped": self.skipped,
+            },
+            "calls": self.rows,
+        }
 
     def write_json(self, path):
-        _write(path, "JSON", lambda f: (json.dump(self.as_dict(), f, indent=1),
-                                        f.write("\n")))
+        _write(path, "JSON", lambda f: (json.dump(self.as_dict(), f, indent=1), f.write("\n")))
 
     def csv_columns(self):
         sids = []
@@ -615,6 +771,7 @@ class MsprobeReport:
             sids += [s for s in row["verdicts"] if s not in sids]
         if not sids:
             from .accuracy import STANDARDS
+
             sids = list(STANDARDS)
         return list(CSV_COLUMNS) + [c for s in sids for c in (s, f"{s} detail")]
 
@@ -628,15 +785,25 @@ class MsprobeReport:
             writer.writerow(columns)
             for row in self.rows:
                 cells = [_cell(row[c]) for c in CSV_COLUMNS[:-1]]
-                cells.append("; ".join(f"{t['where']}: {t['outside']} of {t['elements']} "
-                                       f"outside, max {_num(t['max_ulp'])} ulp"
-                                       for t in row["failing_tasks"]))
-                for sid in columns[len(CSV_COLUMNS)::2]:
+                cells.append(
+                    "; ".join(
+                        f"{t['where']}: {t['outside']} of {t['elements']} "
+                        f"outside, max {_num(t['max_ulp'])} ulp"
+                        for t in row["failing_tasks"]
+                    )
+                )
+                for sid in columns[len(CSV_COLUMNS) :: 2]:
                     v = row["verdicts"].get(sid)
-                    cells += ["", ""] if v is None else [
-                        "pass" if v["passed"] else "FAIL",
-                        v["detail"] + (f"; warning: {v['warning']}" if v["warning"] else "")]
+                    cells += (
+                        ["", ""]
+                        if v is None
+                        else [
+                            "pass" if v["passed"] else "FAIL",
+                            v["detail"] + (f"; warning: {v['warning']}" if v["warning"] else ""),
+                        ]
+                    )
                 writer.writerow(cells)
+
         _write(path, "CSV", write, newline="")
 
 
@@ -652,8 +819,9 @@ def check_report_path(path, what):
         raise _error(f"cannot write the {what} report {path}: it is a folder", OSError)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise _error(f"cannot write the {what} report {path}: {folder} is not a writable "
-                     f"folder", OSError)
+        raise _error(
+            f"cannot write the {what} report {path}: {folder} is not a writable folder", OSError
+        )
 
 
 def _write(path, what, body, newline=None):
@@ -665,7 +833,7 @@ def _write(path, what, body, newline=None):
 
 
 # --- the whole dump ----------------------------------------------------------------------------
-MAX_LISTED = 5   # missing files named in the error before "and N more"
+MAX_LISTED = 5  # missing files named in the error before "and N more"
 
 
 def judge_dump(path, standard):
@@ -684,10 +852,12 @@ def judge_dump(path, standard):
         label = os.path.relpath(os.path.dirname(dump_json), root).replace(os.sep, "/")
         calls += _calls_of(dump_json, dump, label)
     if not calls:
-        raise _error(f"no conv2d backward call in {path} ({len(dumps)} {DUMP_JSON} read): "
-                     f"msprobe records one as Functional.conv2d.<n>.backward (level L1 or mix) "
-                     f"or Module.<name>.Conv2d.backward.<n> (level L0 or mix); was a backward "
-                     f"pass dumped?")
+        raise _error(
+            f"no conv2d backward call in {path} ({len(dumps)} {DUMP_JSON} read): "
+            f"msprobe records one as Functional.conv2d.<n>.backward (level L1 or mix) "
+            f"or Module.<name>.Conv2d.backward.<n> (level L0 or mix); was a backward "
+            f"pass dumped?"
+        )
     # every file the judged calls need, before any work
     missing = []
     for call in calls:
@@ -700,23 +870,35 @@ def judge_dump(path, standard):
                 missing.append(f"{file} ({call.api} {name})")
     if missing:
         more = f" and {len(missing) - MAX_LISTED} more" if len(missing) > MAX_LISTED else ""
-        raise _error(f"{len(missing)} tensor file(s) that dump.json names are missing: "
-                     f"{', '.join(missing[:MAX_LISTED])}{more}")
+        raise _error(
+            f"{len(missing)} tensor file(s) that dump.json names are missing: "
+            f"{', '.join(missing[:MAX_LISTED])}{more}"
+        )
     rows = []
     for call in calls:
         row = _row(call, standard)
         rows.append(row)
         if call.skip is not None:
             continue
-        arrays = {name: _read_tensor(call.files[name], call.tensors[name], call.dtype,
-                                     f"{call.api} {name}")
-                  for name in ("grad_output", "weight", "grad_input")}
+        arrays = {
+            name: _read_tensor(
+                call.files[name], call.tensors[name], call.dtype, f"{call.api} {name}"
+            )
+            for name in ("grad_output", "weight", "grad_input")
+        }
         case = call.case
         try:
-            result = testing.compare(arrays["grad_input"], arrays["grad_output"],
-                                     arrays["weight"], list(case.input_size), case.strides,
-                                     case.paddings, case.dilations, dtype=call.dtype,
-                                     standard=standard)
+            result = testing.compare(
+                arrays["grad_input"],
+                arrays["grad_output"],
+                arrays["weight"],
+                list(case.input_size),
+                case.strides,
+                case.paddings,
+                case.dilations,
+                dtype=call.dtype,
+                standard=standard,
+            )
         except PyptoMemoryError as exc:
             row["reason"] = f"too large for this host's memory: {exc}"
             continue

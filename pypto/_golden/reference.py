@@ -27,7 +27,7 @@ def dgrad_gemm_col2im(dy, w, input_hw, strides, paddings, dilations, dtype=np.fl
     # The padded frame must hold every tap of every dy pixel and the whole cropped result.
     hp = max(pt + hin, (hout - 1) * sh + (kh - 1) * dh + 1)
     wp = max(pl + win, (wout - 1) * sw + (kw - 1) * dw + 1)
-    w_t = w.reshape(cout, cin * kh * kw).T                       # [Cin*Kh*Kw, Cout]
+    w_t = w.reshape(cout, cin * kh * kw).T  # [Cin*Kh*Kw, Cout]
     dx = np.zeros((n, cin, hin, win), dtype=dtype)
     frame = np.empty((cin, hp, wp), dtype=dtype)
     for img in range(n):
@@ -35,9 +35,12 @@ def dgrad_gemm_col2im(dy, w, input_hw, strides, paddings, dilations, dtype=np.fl
         frame.fill(0)
         for i in range(kh):
             for j in range(kw):
-                frame[:, i * dh:i * dh + (hout - 1) * sh + 1:sh,
-                      j * dw:j * dw + (wout - 1) * sw + 1:sw] += cols[:, i, j]
-        dx[img] = frame[:, pt:pt + hin, pl:pl + win]
+                frame[
+                    :,
+                    i * dh : i * dh + (hout - 1) * sh + 1 : sh,
+                    j * dw : j * dw + (wout - 1) * sw + 1 : sw,
+                ] += cols[:, i, j]
+        dx[img] = frame[:, pt : pt + hin, pl : pl + win]
     return dx
 
 
@@ -49,6 +52,11 @@ def gemm_col2im_bytes(dy_shape, w_shape, input_hw, strides, dilations, itemsize=
     hin, win = input_hw
     hp = hin + (hout - 1) * strides[0] + (kh - 1) * dilations[0] + 1
     wp = win + (wout - 1) * strides[1] + (kw - 1) * dilations[1] + 1
-    elements = (n * cout * hout * wout + cout * cin * kh * kw + n * cin * hin * win
-                + cin * hp * wp + cin * kh * kw * hout * wout)
+    elements = (
+        n * cout * hout * wout
+        + cout * cin * kh * kw
+        + n * cin * hin * win
+        + cin * hp * wp
+        + cin * kh * kw * hout * wout
+    )
     return elements * itemsize

@@ -9,8 +9,18 @@ The contract the op uses: ``conv_backward_input_cpu(call, dy, w)``; also ``kerne
 ``openmp_enabled()``, ``release_kernel_buffers()`` and ``measure_peak_gflops()``.
 """
 
-from .dispatch import (conv_backward_input_cpu, kernel_info, measure_peak_gflops,
-                       openmp_enabled, release_kernel_buffers)
+from .dispatch import (
+    conv_backward_input_cpu,
+    kernel_info,
+    measure_peak_gflops,
+    openmp_enabled,
+    release_kernel_buffers,
+)
 
-__all__ = ["conv_backward_input_cpu", "kernel_info", "measure_peak_gflops", "openmp_enabled",
-           "release_kernel_buffers"]
+__all__ = [
+    "conv_backward_input_cpu",
+    "kernel_info",
+    "measure_peak_gflops",
+    "openmp_enabled",
+    "release_kernel_buffers",
+]

@@ -20,15 +20,22 @@ import warnings
 import numpy as np
 
 from .._core import options as _config
-from .._dtypes import DataType, numpy_dtype
-from . import levels
 from .._core.memory import address_space_room, check_host_memory
 from .._core.nonfinite import non_finite_mask, with_real_taps_only
 from .._core.rules import check_host_arrays
+from .._dtypes import DataType, numpy_dtype
 from ..error import PyptoRtError
+from . import levels
 
-__all__ = ["conv_backward_input_cpu", "openmp_enabled", "kernel_info", "measure_peak_gflops",
-           "load_level", "release_kernel_buffers", "ISA_LEVELS"]
+__all__ = [
+    "conv_backward_input_cpu",
+    "openmp_enabled",
+    "kernel_info",
+    "measure_peak_gflops",
+    "load_level",
+    "release_kernel_buffers",
+    "ISA_LEVELS",
+]
 
 ISA_LEVELS = levels.LEVEL_NAMES
 _KERNEL_DTYPE = {DataType.DT_FP16: 0, DataType.DT_BF16: 1}
@@ -43,16 +50,21 @@ def _import_features():
             f"pypto's CPU kernel is not built in {here}: this looks like the source tree, "
             "imported because it is the current folder. Install with `pip install .` and run "
             "from another folder (or use the `pypto` command), or build in place with "
-            "`pip install -e .`.") from None
+            "`pip install -e .`."
+        ) from None
     return features.cpu_features()
 
 
 CPU_FEATURES = _import_features()
 # Built: the module file exists (find_spec locates it without running any of its code).
-BUILT_LEVELS = tuple(level for level in ISA_LEVELS
-                     if importlib.util.find_spec(f"pypto._kernels.kernel.dgrad_{level}") is not None)
-CPU_LEVELS = tuple(level for level in ISA_LEVELS
-                   if not levels.missing_features(level, CPU_FEATURES))
+BUILT_LEVELS = tuple(
+    level
+    for level in ISA_LEVELS
+    if importlib.util.find_spec(f"pypto._kernels.kernel.dgrad_{level}") is not None
+)
+CPU_LEVELS = tuple(
+    level for level in ISA_LEVELS if not levels.missing_features(level, CPU_FEATURES)
+)
 
 
 def _why_not(level):
@@ -70,17 +82,20 @@ def _choose(requested):
     if not requested:
         level = [lv for lv in ISA_LEVELS if _why_not(lv) is None][-1]
         here = [lv.name for lv in levels.levels_for(platform.machine())]
-        above = here[here.index(level) + 1:]
+        above = here[here.index(level) + 1 :]
         return level, "the best level built and supported by this CPU" + (
-            f"; {above[0]}: {_why_not(above[0])}" if above else "")
+            f"; {above[0]}: {_why_not(above[0])}" if above else ""
+        )
     if requested not in ISA_LEVELS:
-        raise PyptoRtError(ValueError(
-            f"PYPTO_CPU_ISA={requested!r}: expected one of {ISA_LEVELS}"))
+        raise PyptoRtError(ValueError(f"PYPTO_CPU_ISA={requested!r}: expected one of {ISA_LEVELS}"))
     why_not = _why_not(requested)
     if why_not:
-        raise PyptoRtError(RuntimeError(
-            f"PYPTO_CPU_ISA={requested!r} cannot be used here: {why_not}; levels built and "
-            f"supported by this CPU are {[lv for lv in ISA_LEVELS if _why_not(lv) is None]}"))
+        raise PyptoRtError(
+            RuntimeError(
+                f"PYPTO_CPU_ISA={requested!r} cannot be used here: {why_not}; levels built and "
+                f"supported by this CPU are {[lv for lv in ISA_LEVELS if _why_not(lv) is None]}"
+            )
+        )
     return requested, f"PYPTO_CPU_ISA={requested}"
 
 
@@ -132,8 +147,9 @@ def _after_fork_in_child():
     _lock = threading.Lock()  # the parent's is held (by the fork itself, see _before_fork)
 
 
-os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
-                    after_in_child=_after_fork_in_child)
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)
 
 
 def _threads_that_start(wanted):
@@ -162,8 +178,11 @@ def _threads_that_start(wanted):
         # join() returns before the OS thread has exited and given back its stack: wait for
         # that, or OpenMP's threads would meet the probe's still in the address space
         deadline = time.monotonic() + 2.0
-        while tasks_before is not None and _task_count() > tasks_before \
-                and time.monotonic() < deadline:
+        while (
+            tasks_before is not None
+            and _task_count() > tasks_before
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.001)
     return len(started) + 1
 
@@ -213,22 +232,34 @@ def _usable_threads(wanted, shared_bytes, per_thread_bytes):
         return 1
     room = address_space_room()
     if room is not None and wanted > 1:
-        fit = 1 + max(0, room - _ADDRESS_SLACK - shared_bytes - per_thread_bytes) \
-            // (per_thread_bytes + _thread_stack_bytes())
+        fit = 1 + max(0, room - _ADDRESS_SLACK - shared_bytes - per_thread_bytes) // (
+            per_thread_bytes + _thread_stack_bytes()
+        )
         if fit < wanted:
-            warnings.warn(f"pypto: the address-space limit (ulimit -v) leaves room for {fit} of "
-                          f"the {wanted} threads asked for; running on {fit}", RuntimeWarning,
-                          stacklevel=4)
+            warnings.warn(
+                f"pypto: the address-space limit (ulimit -v) leaves room for {fit} of "
+                f"the {wanted} threads asked for; running on {fit}",
+                RuntimeWarning,
+                stacklevel=4,
+            )
             wanted = fit
     if wanted > _most_threads_run:
         with _lock:
             can = _threads_that_start(wanted)
             if can < wanted:
                 stack = _omp_stack_request()
-                warnings.warn(f"pypto: only {can} of the {wanted} threads asked for could be "
-                              f"started" + (f" with the {stack}-byte stacks OMP_STACKSIZE / "
-                                            "GOMP_STACKSIZE ask for" if stack else "")
-                              + f"; running on {can}", RuntimeWarning, stacklevel=4)
+                warnings.warn(
+                    f"pypto: only {can} of the {wanted} threads asked for could be "
+                    f"started"
+                    + (
+                        f" with the {stack}-byte stacks OMP_STACKSIZE / GOMP_STACKSIZE ask for"
+                        if stack
+                        else ""
+                    )
+                    + f"; running on {can}",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
             wanted = can
             _most_threads_run = max(_most_threads_run, wanted)
     return wanted
@@ -243,10 +274,17 @@ def kernel_info():
     """The kernel in use: ISA level and why, register block (MR x NR), OpenMP, bf16 dot product;
     the levels built and the levels this CPU supports; the CPU features read."""
     kernel = _kernel()
-    return {"isa": kernel.ISA, "reason": _chosen[1], "mr": kernel.MR, "nr": kernel.NR,
-            "openmp": kernel.openmp_enabled(), "bf16_dot": kernel.HAS_BF16_DOT,
-            "cpu_levels": list(CPU_LEVELS), "built_levels": list(BUILT_LEVELS),
-            "cpu_features": sorted(name for name, on in CPU_FEATURES.items() if on)}
+    return {
+        "isa": kernel.ISA,
+        "reason": _chosen[1],
+        "mr": kernel.MR,
+        "nr": kernel.NR,
+        "openmp": kernel.openmp_enabled(),
+        "bf16_dot": kernel.HAS_BF16_DOT,
+        "cpu_levels": list(CPU_LEVELS),
+        "built_levels": list(BUILT_LEVELS),
+        "cpu_features": sorted(name for name, on in CPU_FEATURES.items() if on),
+    }
 
 
 def measure_peak_gflops(threads, kind="madd", seconds=0.3):
@@ -267,8 +305,9 @@ def measure_peak_gflops(threads, kind="madd", seconds=0.3):
         if took >= seconds / 3 or iterations >= 1 << 40:
             break
         iterations = int(iterations * min(64.0, max(2.0, seconds / 3 / max(took, 1e-9))))
-    runs = [flops / took] + [f / t for f, t in (kernel.peak_flops(kind, threads, iterations)
-                                                for _ in range(2))]
+    runs = [flops / took] + [
+        f / t for f, t in (kernel.peak_flops(kind, threads, iterations) for _ in range(2))
+    ]
     return max(runs) / 1e9
 
 
@@ -317,25 +356,43 @@ def conv_backward_input_cpu(call, dy, w):
     # The kernel's own plan sizes its buffers (weight panels, tile scratch); per thread they are
     # largest with one thread, where image groups are largest.
     kernel = _kernel()
-    shapes = ((p.n, p.cout, p.hout, p.wout), (p.cout, p.cin, p.kh, p.kw),
-              (p.n, p.cin, p.hin, p.win))
+    shapes = (
+        (p.n, p.cout, p.hout, p.wout),
+        (p.cout, p.cin, p.kh, p.kw),
+        (p.n, p.cin, p.hin, p.win),
+    )
     attrs = (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw)
-    shared, per_thread, _ = kernel.buffer_bytes(*shapes, _KERNEL_DTYPE[call.dtype], attrs,
-                                                kernel_tiles, 1)
-    threads = _usable_threads(min(_config.get_num_threads(),
-                                  call.tiling.cpu_work_items(p, kernel_tiles)),
-                              output + shared + per_thread + copies, per_thread)
-    shared, per_thread, used = kernel.buffer_bytes(*shapes, _KERNEL_DTYPE[call.dtype], attrs,
-                                                   kernel_tiles, threads)
+    shared, per_thread, _ = kernel.buffer_bytes(
+        *shapes, _KERNEL_DTYPE[call.dtype], attrs, kernel_tiles, 1
+    )
+    threads = _usable_threads(
+        min(_config.get_num_threads(), call.tiling.cpu_work_items(p, kernel_tiles)),
+        output + shared + per_thread + copies,
+        per_thread,
+    )
+    shared, per_thread, used = kernel.buffer_bytes(
+        *shapes, _KERNEL_DTYPE[call.dtype], attrs, kernel_tiles, threads
+    )
     # before any copy or allocation
-    check_host_memory(output + shared + used * per_thread + copies, p,
-                      "weight panels, tile scratch and input copies")
+    check_host_memory(
+        output + shared + used * per_thread + copies,
+        p,
+        "weight panels, tile scratch and input copies",
+    )
     out = np.empty((p.n, p.cin, p.hin, p.win), dtype=np_dtype)
-    path = kernel.dgrad(_bits(dy, np_dtype), _bits(w, np_dtype), out.view(np.uint16),
-                        _KERNEL_DTYPE[call.dtype], attrs, kernel_tiles,
-                        _vec_chunks(call.vec_tile, p), threads)
+    path = kernel.dgrad(
+        _bits(dy, np_dtype),
+        _bits(w, np_dtype),
+        out.view(np.uint16),
+        _KERNEL_DTYPE[call.dtype],
+        attrs,
+        kernel_tiles,
+        _vec_chunks(call.vec_tile, p),
+        threads,
+    )
     if path == "non_finite":  # the kernel's scan of the weight found Inf/NaN; nothing written
         del out  # the recomputation makes its own: not two outputs at once
-        return with_real_taps_only(conv_backward_input_cpu, call, dy, w,
-                                   non_finite_mask(w, call.dtype))
+        return with_real_taps_only(
+            conv_backward_input_cpu, call, dy, w, non_finite_mask(w, call.dtype)
+        )
     return out

@@ -18,18 +18,28 @@ IsaLevel = namedtuple("IsaLevel", "name flags requires arch")
 
 # x86-64-v2: what -march=x86-64-v3 assumes beneath AVX.
 _X86_64_V2 = ("cx16", "lahf_lm", "popcnt", "sse3", "ssse3", "sse4_1", "sse4_2")
-_X86_64_V3 = _X86_64_V2 + ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "lzcnt", "movbe",
-                           "osxsave", "os_avx")
-_X86_64_V4 = _X86_64_V3 + ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl",
-                           "os_avx512")
+_X86_64_V3 = _X86_64_V2 + (
+    "avx",
+    "avx2",
+    "bmi1",
+    "bmi2",
+    "f16c",
+    "fma",
+    "lzcnt",
+    "movbe",
+    "osxsave",
+    "os_avx",
+)
+_X86_64_V4 = _X86_64_V3 + ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "os_avx512")
 
 # Best last. "baseline" is the architecture's default target: SSE2 on x86-64, NEON on AArch64.
 LEVELS = (
     IsaLevel("baseline", (), (), "any"),
     IsaLevel("avx2", ("-march=x86-64-v3",), _X86_64_V3, "x86_64"),
     IsaLevel("avx512", ("-march=x86-64-v4",), _X86_64_V4, "x86_64"),
-    IsaLevel("avx512_bf16", ("-march=x86-64-v4", "-mavx512bf16"), _X86_64_V4 + ("avx512_bf16",),
-             "x86_64"),
+    IsaLevel(
+        "avx512_bf16", ("-march=x86-64-v4", "-mavx512bf16"), _X86_64_V4 + ("avx512_bf16",), "x86_64"
+    ),
 )
 
 LEVEL_NAMES = tuple(level.name for level in LEVELS)

@@ -67,8 +67,10 @@ def open_library(path, library, message_source=None):
         try:
             function = getattr(handle, name)
         except AttributeError:
-            raise NpuUnavailableError(f"{path} has no symbol {name} (a CANN too old for pypto, or "
-                                      "a library built from other sources)") from None
+            raise NpuUnavailableError(
+                f"{path} has no symbol {name} (a CANN too old for pypto, or "
+                "a library built from other sources)"
+            ) from None
         function.restype, function.argtypes = restype, argtypes
         functions[name] = function
     if message_source is not None:

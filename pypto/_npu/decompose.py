@@ -30,8 +30,15 @@ import numpy as np
 
 from .._core.tiling import C0, ConvProblem, Tiling, ceil_div
 
-__all__ = ["AxisPiece", "Piece", "whole_axis", "stride_phases", "dilation_phases",
-           "decompositions", "piece_tiling"]
+__all__ = [
+    "AxisPiece",
+    "Piece",
+    "whole_axis",
+    "stride_phases",
+    "dilation_phases",
+    "decompositions",
+    "piece_tiling",
+]
 
 
 @dataclass(frozen=True)
@@ -71,16 +78,19 @@ class AxisPiece:
         return self.size_out + (self.groups - 1) * self.group_shift
 
     def dx_slice(self):
-        return slice(self.dx_start, self.dx_start + (self.size_in - 1) * self.dx_step + 1,
-                     self.dx_step)
+        return slice(
+            self.dx_start, self.dx_start + (self.size_in - 1) * self.dx_step + 1, self.dx_step
+        )
 
     def dy_slice(self):
-        return slice(self.dy_start, self.dy_start + (self.size_out - 1) * self.dy_step + 1,
-                     self.dy_step)
+        return slice(
+            self.dy_start, self.dy_start + (self.size_out - 1) * self.dy_step + 1, self.dy_step
+        )
 
     def tap_slice(self):
-        return slice(self.tap_start, self.tap_start + (self.kernel - 1) * self.tap_step + 1,
-                     self.tap_step)
+        return slice(
+            self.tap_start, self.tap_start + (self.kernel - 1) * self.tap_step + 1, self.tap_step
+        )
 
 
 def whole_axis(size_in, size_out, kernel, stride, pad, dilation):
@@ -106,11 +116,20 @@ def stride_phases(a):
         t0 = _first_solution(r + a.pad, d, s)  # first tap with t*d = r + p (mod s)
         if t0 is None or t0 >= a.kernel:
             continue
-        pieces.append(replace(
-            a, dx_start=a.dx_start + r * a.dx_step, dx_step=a.dx_step * s,
-            size_in=ceil_div(a.size_in - r, s), tap_start=a.tap_start + t0 * a.tap_step,
-            tap_step=a.tap_step * step, kernel=ceil_div(a.kernel - t0, step), stride=1,
-            pad=(a.pad + r - t0 * d) // s, dilation=d * step // s))
+        pieces.append(
+            replace(
+                a,
+                dx_start=a.dx_start + r * a.dx_step,
+                dx_step=a.dx_step * s,
+                size_in=ceil_div(a.size_in - r, s),
+                tap_start=a.tap_start + t0 * a.tap_step,
+                tap_step=a.tap_step * step,
+                kernel=ceil_div(a.kernel - t0, step),
+                stride=1,
+                pad=(a.pad + r - t0 * d) // s,
+                dilation=d * step // s,
+            )
+        )
     return pieces
 
 
@@ -126,11 +145,20 @@ def dilation_phases(a):
         j0 = _first_solution(r + a.pad, s, d)  # first dy index with j*s = r + p (mod d)
         if j0 is None or j0 >= a.size_out:
             continue
-        pieces.append(replace(
-            a, dx_start=a.dx_start + r * a.dx_step, dx_step=a.dx_step * d,
-            size_in=ceil_div(a.size_in - r, d), dy_start=a.dy_start + j0 * a.dy_step,
-            dy_step=a.dy_step * step, size_out=ceil_div(a.size_out - j0, step),
-            stride=s * step // d, pad=(r + a.pad - j0 * s) // d, dilation=1))
+        pieces.append(
+            replace(
+                a,
+                dx_start=a.dx_start + r * a.dx_step,
+                dx_step=a.dx_step * d,
+                size_in=ceil_div(a.size_in - r, d),
+                dy_start=a.dy_start + j0 * a.dy_step,
+                dy_step=a.dy_step * step,
+                size_out=ceil_div(a.size_out - j0, step),
+                stride=s * step // d,
+                pad=(r + a.pad - j0 * s) // d,
+                dilation=1,
+            )
+        )
     return pieces
 
 
@@ -151,10 +179,26 @@ class Piece:
 
     def problem(self, p):
         r, c = self.rows, self.cols
-        return ConvProblem(p.n, p.cin, p.cout * self.groups, r.size_in, c.size_in,
-                           r.folded_size_out, c.folded_size_out, r.folded_kernel,
-                           c.folded_kernel, r.stride, c.stride, r.pad, r.pad, c.pad, c.pad,
-                           r.dilation, c.dilation, p.dtype_size)
+        return ConvProblem(
+            p.n,
+            p.cin,
+            p.cout * self.groups,
+            r.size_in,
+            c.size_in,
+            r.folded_size_out,
+            c.folded_size_out,
+            r.folded_kernel,
+            c.folded_kernel,
+            r.stride,
+            c.stride,
+            r.pad,
+            r.pad,
+            c.pad,
+            c.pad,
+            r.dilation,
+            c.dilation,
+            p.dtype_size,
+        )
 
     def dx_index(self):
         return (Ellipsis, self.rows.dx_slice(), self.cols.dx_slice())
@@ -172,7 +216,7 @@ class Piece:
             for gw in range(c.groups):
                 first = (gh * c.groups + gw) * cout
                 top, left = gh * r.group_shift, gw * c.group_shift
-                out[:, first:first + cout, top:top + hout, left:left + wout] = picked
+                out[:, first : first + cout, top : top + hout, left : left + wout] = picked
         return out
 
     def weight(self, w):
@@ -187,8 +231,8 @@ class Piece:
         for gh in range(r.groups):
             for gw in range(c.groups):
                 first = (gh * c.groups + gw) * cout
-                part = picked[:, :, gh * kh:(gh + 1) * kh, gw * kw:(gw + 1) * kw]
-                out[first:first + cout, :, :part.shape[2], :part.shape[3]] = part
+                part = picked[:, :, gh * kh : (gh + 1) * kh, gw * kw : (gw + 1) * kw]
+                out[first : first + cout, :, : part.shape[2], : part.shape[3]] = part
         return out
 
 

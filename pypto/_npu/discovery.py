@@ -35,8 +35,11 @@ _DAVINCI = re.compile(r"^davinci\d+$")
 def device_nodes():
     """Names of the ``davinci<N>`` nodes (one per NPU); control nodes are not counted."""
     try:
-        return sorted(name for name in os.listdir(os.environ.get(DEV_DIR_ENV) or "/dev")
-                      if _DAVINCI.match(name))
+        return sorted(
+            name
+            for name in os.listdir(os.environ.get(DEV_DIR_ENV) or "/dev")
+            if _DAVINCI.match(name)
+        )
     except OSError:
         return []
 
@@ -71,7 +74,8 @@ def find_acl_library():
             looked.append(f"{candidate} ({source})")
     raise NpuUnavailableError(
         f"{ACL_LIBRARY} not found; source CANN's set_env.sh or set ASCEND_HOME_PATH. Looked in: "
-        + ", ".join(looked))
+        + ", ".join(looked)
+    )
 
 
 def find_kernel_library():
@@ -87,4 +91,5 @@ def find_kernel_library():
     raise NpuUnavailableError(
         f"the NPU kernel library is not built ({PACKAGED_KERNEL} is missing): reinstall pypto on "
         "the Atlas host after sourcing CANN's set_env.sh, or run "
-        f"'python -m pypto._npu.kernel.build', or set {KERNEL_LIB_ENV}")
+        f"'python -m pypto._npu.kernel.build', or set {KERNEL_LIB_ENV}"
+    )

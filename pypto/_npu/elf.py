@@ -27,8 +27,22 @@ def elf_problem(path):
             header = f.read(_HEADER.size)
             if len(header) < _HEADER.size:
                 return f"it is {size} bytes, shorter than an ELF header"
-            (ident, e_type, e_machine, _, _, e_phoff, e_shoff, _, _, e_phentsize, e_phnum,
-             e_shentsize, e_shnum, _) = _HEADER.unpack(header)
+            (
+                ident,
+                e_type,
+                e_machine,
+                _,
+                _,
+                e_phoff,
+                e_shoff,
+                _,
+                _,
+                e_phentsize,
+                e_phnum,
+                e_shentsize,
+                e_shnum,
+                _,
+            ) = _HEADER.unpack(header)
             if ident[:4] != b"\x7fELF":
                 return "it is not an ELF file"
             if e_phoff > size:
@@ -52,8 +66,11 @@ def elf_problem(path):
         return f"it is truncated: its section headers end past its {size} bytes"
     for i in range(e_phnum):
         p_type, _, p_offset, _, _, p_filesz, _, _ = _PROGRAM_HEADER.unpack_from(
-            table, i * e_phentsize)
+            table, i * e_phentsize
+        )
         if p_type in (_PT_LOAD, _PT_DYNAMIC) and p_offset + p_filesz > size:
-            return (f"it is truncated: a segment ends at byte {p_offset + p_filesz}, past its "
-                    f"{size} bytes")
+            return (
+                f"it is truncated: a segment ends at byte {p_offset + p_filesz}, past its "
+                f"{size} bytes"
+            )
     return None

@@ -9,9 +9,18 @@ resources, 5xxxxx internal (kernel faults reported at synchronize are 507xxx).
 
 from ..error import PyptoRtError
 
-__all__ = ["NpuError", "NpuUnavailableError", "NpuUnsupportedError", "AclError", "AclUsageError",
-           "AclResourceError", "AclInternalError", "KernelNotRunError", "ACL_ERROR_NAMES",
-           "acl_error"]
+__all__ = [
+    "NpuError",
+    "NpuUnavailableError",
+    "NpuUnsupportedError",
+    "AclError",
+    "AclUsageError",
+    "AclResourceError",
+    "AclInternalError",
+    "KernelNotRunError",
+    "ACL_ERROR_NAMES",
+    "acl_error",
+]
 
 ACL_SUCCESS = 0
 ACL_ERROR_REPEAT_INITIALIZE = 100002

@@ -9,9 +9,20 @@ import ctypes
 
 from ..error import PyptoRtError
 
-__all__ = ["ConvDxApiTiling", "ConvDxLaunch", "filled", "API_U32_FIELDS", "MAGIC", "DONE_SLOT_BYTES",
-           "MAX_BLOCKS", "FP16", "BF16", "B2_BASEK_LT_HKWK",
-           "B2_BASEK_GE_HKWK", "B2_HKWK_EQ_ONE"]
+__all__ = [
+    "ConvDxApiTiling",
+    "ConvDxLaunch",
+    "filled",
+    "API_U32_FIELDS",
+    "MAGIC",
+    "DONE_SLOT_BYTES",
+    "MAX_BLOCKS",
+    "FP16",
+    "BF16",
+    "B2_BASEK_LT_HKWK",
+    "B2_BASEK_GE_HKWK",
+    "B2_HKWK_EQ_ONE",
+]
 
 MAGIC = 0x50434458
 API_TILING_BYTES = 280
@@ -25,24 +36,80 @@ B2_BASEK_LT_HKWK, B2_BASEK_GE_HKWK, B2_HKWK_EQ_ONE = 0, 1, 2
 
 # TConv3DBackpropInputTiling's 60 uint32 fields, in CANN's order.
 API_U32_FIELDS = (
-    "batch", "cin", "cout", "cout1", "cin1", "cout1G", "cin1G", "c0", "c0Bits", "dout", "ho",
-    "wo", "di", "hi", "wi", "dk", "hk", "wk", "group", "strideD", "strideH", "strideW",
-    "padFront", "padBack", "padUp", "padDown", "padLeft", "padRight", "backpropPadTail",
-    "backpropPadUp", "backpropPadDown", "backpropPadLeft", "backpropPadRight", "dilationD",
-    "dilationH", "dilationW", "al0Pbuffer", "bl0Pbuffer", "cl0Pbuffer", "al1Pbuffer",
-    "bl1Pbuffer", "singleCoreGroup", "singleCoreCout", "singleCoreCout1", "singleCoreCin1",
-    "singleCoreDin", "singleCoreHo", "baseM", "baseK", "baseN", "baseD", "baseBatch",
-    "baseGroup", "stepM", "stepN", "stepKa", "stepKb", "stepBatch", "stepGroup", "iterateOrder",
+    "batch",
+    "cin",
+    "cout",
+    "cout1",
+    "cin1",
+    "cout1G",
+    "cin1G",
+    "c0",
+    "c0Bits",
+    "dout",
+    "ho",
+    "wo",
+    "di",
+    "hi",
+    "wi",
+    "dk",
+    "hk",
+    "wk",
+    "group",
+    "strideD",
+    "strideH",
+    "strideW",
+    "padFront",
+    "padBack",
+    "padUp",
+    "padDown",
+    "padLeft",
+    "padRight",
+    "backpropPadTail",
+    "backpropPadUp",
+    "backpropPadDown",
+    "backpropPadLeft",
+    "backpropPadRight",
+    "dilationD",
+    "dilationH",
+    "dilationW",
+    "al0Pbuffer",
+    "bl0Pbuffer",
+    "cl0Pbuffer",
+    "al1Pbuffer",
+    "bl1Pbuffer",
+    "singleCoreGroup",
+    "singleCoreCout",
+    "singleCoreCout1",
+    "singleCoreCin1",
+    "singleCoreDin",
+    "singleCoreHo",
+    "baseM",
+    "baseK",
+    "baseN",
+    "baseD",
+    "baseBatch",
+    "baseGroup",
+    "stepM",
+    "stepN",
+    "stepKa",
+    "stepKb",
+    "stepBatch",
+    "stepGroup",
+    "iterateOrder",
 )
 
 
 class ConvDxApiTiling(ctypes.Structure):
     """What the Conv3DBackpropInput API reads (CANN's TConv3DBackpropInputTiling, 280 bytes)."""
 
-    _fields_ = ([(name, ctypes.c_uint32) for name in API_U32_FIELDS]
-                + [("hf32Flag", ctypes.c_int32), ("initOutputFlag", ctypes.c_int32),
-                   ("reserved", ctypes.c_int32), ("singleCoreBatch", ctypes.c_uint64),
-                   ("singleCoreM", ctypes.c_uint64), ("singleCoreCin", ctypes.c_uint64)])
+    _fields_ = [(name, ctypes.c_uint32) for name in API_U32_FIELDS] + [
+        ("hf32Flag", ctypes.c_int32),
+        ("initOutputFlag", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("singleCoreBatch", ctypes.c_uint64),
+        ("singleCoreM", ctypes.c_uint64),
+        ("singleCoreCin", ctypes.c_uint64),
+    ]
 
 
 class ConvDxLaunch(ctypes.Structure):
@@ -65,9 +132,11 @@ class ConvDxLaunch(ctypes.Structure):
     ]
 
 
-_RANGES = {ctypes.c_uint32: (0, (1 << 32) - 1, "uint32"),
-           ctypes.c_int32: (-(1 << 31), (1 << 31) - 1, "int32"),
-           ctypes.c_uint64: (0, (1 << 64) - 1, "uint64")}
+_RANGES = {
+    ctypes.c_uint32: (0, (1 << 32) - 1, "uint32"),
+    ctypes.c_int32: (-(1 << 31), (1 << 31) - 1, "int32"),
+    ctypes.c_uint64: (0, (1 << 64) - 1, "uint64"),
+}
 
 
 def filled(struct_type, **values):
@@ -77,14 +146,19 @@ def filled(struct_type, **values):
     for name, value in values.items():
         bounds = _RANGES.get(types[name])
         if bounds is not None and not bounds[0] <= value <= bounds[1]:
-            raise PyptoRtError(OverflowError(
-                f"internal error: {struct_type.__name__}.{name} = {value} does not fit its "
-                f"{bounds[2]} field"))
+            raise PyptoRtError(
+                OverflowError(
+                    f"internal error: {struct_type.__name__}.{name} = {value} does not fit its "
+                    f"{bounds[2]} field"
+                )
+            )
     return struct_type(**values)
 
 
 # The header static_asserts the same sizes; a drift here must not reach a launch.
 _SIZES = (ctypes.sizeof(ConvDxApiTiling), ctypes.sizeof(ConvDxLaunch))
 if _SIZES != (API_TILING_BYTES, LAUNCH_BYTES):
-    raise ImportError(f"ctypes launch struct sizes {_SIZES} differ from pypto_conv_dx_tiling.h's "
-                      f"{(API_TILING_BYTES, LAUNCH_BYTES)}")
+    raise ImportError(
+        f"ctypes launch struct sizes {_SIZES} differ from pypto_conv_dx_tiling.h's "
+        f"{(API_TILING_BYTES, LAUNCH_BYTES)}"
+    )

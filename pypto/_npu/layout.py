@@ -31,7 +31,8 @@ def dy_to_nc1hwc0(dy, rows, cols):
     src_w, dst_w = _copy_range(cols.first, cols.count, wout)
     window[:, :cout, dst_h, dst_w] = dy[:, :, src_h, src_w]
     return np.ascontiguousarray(
-        window.reshape(n, cout1, C0, rows.count, cols.count).transpose(0, 1, 3, 4, 2))
+        window.reshape(n, cout1, C0, rows.count, cols.count).transpose(0, 1, 3, 4, 2)
+    )
 
 
 def weight_to_fractal_z(w):
@@ -41,7 +42,8 @@ def weight_to_fractal_z(w):
     padded = np.zeros((cout1 * C0, cin1 * C0, kh, kw), dtype=w.dtype)
     padded[:cout, :cin] = w
     return np.ascontiguousarray(
-        padded.reshape(cout1, C0, cin1, C0, kh, kw).transpose(2, 4, 5, 0, 1, 3))
+        padded.reshape(cout1, C0, cin1, C0, kh, kw).transpose(2, 4, 5, 0, 1, 3)
+    )
 
 
 def nc1hwc0_to_nchw(x5, channels):

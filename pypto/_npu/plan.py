@@ -31,8 +31,8 @@ import functools
 from dataclasses import dataclass
 from typing import Optional
 
-from .._dtypes import DataType
 from .._core.tiling import BUFFER_BYTES, C0, ConvProblem, ceil_align, ceil_div
+from .._dtypes import DataType
 from .decompose import Piece, decompositions, piece_tiling
 from .errors import NpuUnsupportedError
 from .launch_struct import (
@@ -48,12 +48,20 @@ from .launch_struct import (
     filled,
 )
 
-__all__ = ["AxisWindow", "Blocks", "Stripe", "LaunchPlan", "PlannedPiece", "CallPlan",
-           "axis_window", "plan_launches"]
+__all__ = [
+    "AxisWindow",
+    "Blocks",
+    "Stripe",
+    "LaunchPlan",
+    "PlannedPiece",
+    "CallPlan",
+    "axis_window",
+    "plan_launches",
+]
 
-MAX_BACKPROP_PAD = 255           # load3d's padding limit
+MAX_BACKPROP_PAD = 255  # load3d's padding limit
 L1_API_BYTES = BUFFER_BYTES["L1"] - 128  # TOTAL_L1_SIZE on dav-c220: the framework keeps 128 B
-MAX_U16 = 65535                  # DataCopy strides and counts are 16-bit
+MAX_U16 = 65535  # DataCopy strides and counts are 16-bit
 DTYPE_CODES = {DataType.DT_FP16: FP16, DataType.DT_BF16: BF16}
 
 
@@ -61,12 +69,12 @@ DTYPE_CODES = {DataType.DT_FP16: FP16, DataType.DT_BF16: BF16}
 class AxisWindow:
     """The dy range a launch reads along one axis, for dx indices [start, start + size)."""
 
-    start: int       # first dx index
-    size: int        # dx extent
-    first: int       # first dy index read (negative: a zero halo before dy)
-    count: int       # dy indices read (past the end: a zero halo after dy)
+    start: int  # first dx index
+    size: int  # dx extent
+    first: int  # first dy index read (negative: a zero halo before dy)
+    count: int  # dy indices read (past the end: a zero halo after dy)
     pad_before: int  # backprop padding of the stride-dilated window: [0, min(reach, 255)], or
-                     # [0, stride - 1] when that is larger
+    # [0, stride - 1] when that is larger
     pad_after: int
 
 
@@ -79,7 +87,7 @@ def axis_window(start, stop, size_out, kernel, stride, pad, dilation):
     """
     reach = (kernel - 1) * dilation
     lowest = ceil_div(start + pad - reach, stride)  # first dy index reaching dx >= start
-    highest = (stop - 1 + pad) // stride             # last dy index landing before stop
+    highest = (stop - 1 + pad) // stride  # last dy index landing before stop
     first, last = max(lowest, 0), min(highest, size_out - 1)
     if first > last:
         return None
@@ -92,8 +100,14 @@ def axis_window(start, stop, size_out, kernel, stride, pad, dilation):
     cap = min(MAX_BACKPROP_PAD, reach)
     first = max(lowest, min(first, (cap - before) // stride))
     last = min(highest, max(last, ceil_div(stop - 1 + pad - cap, stride)))
-    return AxisWindow(start, stop - start, first, last - first + 1, before + first * stride,
-                      stop - 1 + pad - last * stride)
+    return AxisWindow(
+        start,
+        stop - start,
+        first,
+        last - first + 1,
+        before + first * stride,
+        stop - 1 + pad - last * stride,
+    )
 
 
 def unreached_window(start, stop):
@@ -143,17 +157,29 @@ class LaunchPlan:
 
     def batch_chunks(self, batch):
         """(batchStart, batchCount) of each launch of a stripe."""
-        return [(s, min(self.images_per_launch, batch - s))
-                for s in range(0, batch, self.images_per_launch)]
+        return [
+            (s, min(self.images_per_launch, batch - s))
+            for s in range(0, batch, self.images_per_launch)
+        ]
 
     def launch(self, stripe, batch_start, batch_count, slot, token):
         """The kernel's launch struct: this plan's task grid, one batch chunk, one done slot."""
         return filled(
             ConvDxLaunch,
-            magic=MAGIC, dtype=self.dtype_code, loadB2Mode=stripe.load_b2_mode,
-            batchStart=batch_start, batchCount=batch_count, mTasks=self.m_tasks,
-            nTasks=self.n_tasks, rowsPerTask=self.rows_per_task, cinPerTask=self.cin_per_task,
-            doneSlot=slot, doneToken=token, reserved=0, api=stripe.api)
+            magic=MAGIC,
+            dtype=self.dtype_code,
+            loadB2Mode=stripe.load_b2_mode,
+            batchStart=batch_start,
+            batchCount=batch_count,
+            mTasks=self.m_tasks,
+            nTasks=self.n_tasks,
+            rowsPerTask=self.rows_per_task,
+            cinPerTask=self.cin_per_task,
+            doneSlot=slot,
+            doneToken=token,
+            reserved=0,
+            api=stripe.api,
+        )
 
 
 # --- the API's buffer use ---------------------------------------------------------------------
@@ -190,8 +216,11 @@ def _user_blocks(p, t):
     """The user's tiles as API blocks, before any fitting."""
     taps16 = C0 * p.taps
     kl1 = min(t.kl1, ceil_div(p.cout, C0) * taps16)  # both whole multiples of Kh*Kw*16 (TS3)
-    base_k = max(b for b in range(C0, min(t.kl0, kl1) + 1, C0)
-                 if kl1 % b == 0 and (taps16 % b == 0 or b % taps16 == 0))
+    base_k = max(
+        b
+        for b in range(C0, min(t.kl0, kl1) + 1, C0)
+        if kl1 % b == 0 and (taps16 % b == 0 or b % taps16 == 0)
+    )
     return Blocks(t.ml0, base_k, t.nl0, kl1 // base_k, kl1 // base_k, 2, 2)
 
 
@@ -226,30 +255,81 @@ def _stripe_widths(win):
 # --- the launch struct's API part, filled in one place ---------------------------------------
 def _api_tiling(p, rows, cols, b, rows_per_task, cin_per_task, init_output):
     reach_h, reach_w = (p.kh - 1) * p.dh, (p.kw - 1) * p.dw
-    l0ab_double = (b.base_m * b.base_k * p.dtype_size <= BUFFER_BYTES["L0A"] // 2
-                   and b.base_k * b.base_n * p.dtype_size <= BUFFER_BYTES["L0B"] // 2)
+    l0ab_double = (
+        b.base_m * b.base_k * p.dtype_size <= BUFFER_BYTES["L0A"] // 2
+        and b.base_k * b.base_n * p.dtype_size <= BUFFER_BYTES["L0B"] // 2
+    )
     cout1, cin1 = ceil_div(p.cout, C0), ceil_div(p.cin, C0)
     return filled(
         ConvDxApiTiling,
-        batch=p.n, cin=p.cin, cout=p.cout, cout1=cout1, cin1=cin1, cout1G=cout1, cin1G=cin1,
-        c0=C0, c0Bits=C0.bit_length() - 1, dout=1, ho=rows.count, wo=cols.count, di=1,
-        hi=p.hin, wi=cols.size, dk=1, hk=p.kh, wk=p.kw, group=1, strideD=1, strideH=p.sh,
-        strideW=p.sw, padFront=0, padBack=0,
+        batch=p.n,
+        cin=p.cin,
+        cout=p.cout,
+        cout1=cout1,
+        cin1=cin1,
+        cout1G=cout1,
+        cin1G=cin1,
+        c0=C0,
+        c0Bits=C0.bit_length() - 1,
+        dout=1,
+        ho=rows.count,
+        wo=cols.count,
+        di=1,
+        hi=p.hin,
+        wi=cols.size,
+        dk=1,
+        hk=p.kh,
+        wk=p.kw,
+        group=1,
+        strideD=1,
+        strideH=p.sh,
+        strideW=p.sw,
+        padFront=0,
+        padBack=0,
         # The forward padding of this window; informational (the kernel reads the backprop pads).
-        padUp=max(0, reach_h - rows.pad_before), padDown=max(0, reach_h - rows.pad_after),
-        padLeft=max(0, reach_w - cols.pad_before), padRight=max(0, reach_w - cols.pad_after),
-        backpropPadTail=0, backpropPadUp=rows.pad_before, backpropPadDown=rows.pad_after,
-        backpropPadLeft=cols.pad_before, backpropPadRight=cols.pad_after,
-        dilationD=1, dilationH=p.dh, dilationW=p.dw,
-        al0Pbuffer=2 if l0ab_double else 1, bl0Pbuffer=2 if l0ab_double else 1,
+        padUp=max(0, reach_h - rows.pad_before),
+        padDown=max(0, reach_h - rows.pad_after),
+        padLeft=max(0, reach_w - cols.pad_before),
+        padRight=max(0, reach_w - cols.pad_after),
+        backpropPadTail=0,
+        backpropPadUp=rows.pad_before,
+        backpropPadDown=rows.pad_after,
+        backpropPadLeft=cols.pad_before,
+        backpropPadRight=cols.pad_after,
+        dilationD=1,
+        dilationH=p.dh,
+        dilationW=p.dw,
+        al0Pbuffer=2 if l0ab_double else 1,
+        bl0Pbuffer=2 if l0ab_double else 1,
         cl0Pbuffer=2 if b.base_m * b.base_n * 4 <= BUFFER_BYTES["L0C"] // 2 else 1,
-        al1Pbuffer=b.al1, bl1Pbuffer=b.bl1, singleCoreGroup=1, singleCoreCout=cout1 * C0,
-        singleCoreCout1=cout1, singleCoreCin1=cin_per_task // C0, singleCoreDin=1,
-        singleCoreHo=rows_per_task, baseM=b.base_m, baseK=b.base_k, baseN=b.base_n, baseD=1,
-        baseBatch=1, baseGroup=1, stepM=1, stepN=1, stepKa=b.step_ka, stepKb=b.step_kb,
-        stepBatch=1, stepGroup=1, iterateOrder=1,  # ORDER_N: channels outer, pixels inner
-        hf32Flag=0, initOutputFlag=int(init_output), reserved=0, singleCoreBatch=1,
-        singleCoreM=rows_per_task * cols.size, singleCoreCin=cin_per_task)
+        al1Pbuffer=b.al1,
+        bl1Pbuffer=b.bl1,
+        singleCoreGroup=1,
+        singleCoreCout=cout1 * C0,
+        singleCoreCout1=cout1,
+        singleCoreCin1=cin_per_task // C0,
+        singleCoreDin=1,
+        singleCoreHo=rows_per_task,
+        baseM=b.base_m,
+        baseK=b.base_k,
+        baseN=b.base_n,
+        baseD=1,
+        baseBatch=1,
+        baseGroup=1,
+        stepM=1,
+        stepN=1,
+        stepKa=b.step_ka,
+        stepKb=b.step_kb,
+        stepBatch=1,
+        stepGroup=1,
+        iterateOrder=1,  # ORDER_N: channels outer, pixels inner
+        hf32Flag=0,
+        initOutputFlag=int(init_output),
+        reserved=0,
+        singleCoreBatch=1,
+        singleCoreM=rows_per_task * cols.size,
+        singleCoreCin=cin_per_task,
+    )
 
 
 def _load_b2_mode(p, base_k):
@@ -276,8 +356,13 @@ def task_grid(p, t):
 def _task_grid(p, t):
     """task_grid and images_per_launch."""
     rows_per_task, cin_per_task, m_tasks, n_tasks = task_grid(p, t)
-    return (rows_per_task, cin_per_task, m_tasks, n_tasks,
-            min(p.n, MAX_BLOCKS // (m_tasks * n_tasks)))
+    return (
+        rows_per_task,
+        cin_per_task,
+        m_tasks,
+        n_tasks,
+        min(p.n, MAX_BLOCKS // (m_tasks * n_tasks)),
+    )
 
 
 def _stripes(p, rows, start, rows_per_task, cin_per_task, init_output):
@@ -315,13 +400,26 @@ def _plan(p, t, dtype):
     # stride 1 the window's pads are at most the reach: every M block loads dy rows.
     init_output = p.sh > 1
     skips_blocks = rows is not None and (
-        (m_tasks - 1) * rows_per_task - rows.pad_before > (rows.count - 1) * p.sh)
-    stripes = () if rows is None else _stripes(p, rows, _user_blocks(p, t), rows_per_task,
-                                                cin_per_task, init_output)
+        (m_tasks - 1) * rows_per_task - rows.pad_before > (rows.count - 1) * p.sh
+    )
+    stripes = (
+        ()
+        if rows is None
+        else _stripes(p, rows, _user_blocks(p, t), rows_per_task, cin_per_task, init_output)
+    )
     if stripes is None:
         return None
-    return LaunchPlan(DTYPE_CODES[dtype], rows, stripes, rows_per_task, cin_per_task, m_tasks,
-                      n_tasks, images_per_launch, zero_output=init_output or skips_blocks)
+    return LaunchPlan(
+        DTYPE_CODES[dtype],
+        rows,
+        stripes,
+        rows_per_task,
+        cin_per_task,
+        m_tasks,
+        n_tasks,
+        images_per_launch,
+        zero_output=init_output or skips_blocks,
+    )
 
 
 @dataclass(frozen=True)
@@ -347,8 +445,9 @@ class PlannedPiece:
         cout16, cin16 = ceil_align(p.cout, C0), ceil_align(p.cin, C0)
         dy = max((cout16 * self.launches.rows.count * s.cols.count for s in self.runs), default=0)
         dx = max((cin16 * p.hin * s.cols.size for s in self.runs), default=0)
-        return tuple(elements * p.dtype_size for elements in
-                     (cin16 * cout16 * p.taps, p.n * dy, p.n * dx))
+        return tuple(
+            elements * p.dtype_size for elements in (cin16 * cout16 * p.taps, p.n * dy, p.n * dx)
+        )
 
     def host_bytes(self):
         """Host memory this piece's re-layout needs at its peak (``_conv._run_piece``): each
@@ -396,7 +495,8 @@ def _call_plan(p, t, dtype):
         f"no launch of AscendC's Conv3DBackpropInput fits this problem (kernel {p.kh}x{p.kw}, "
         f"dilation {p.dh}x{p.dw}, stride {p.sh}x{p.sw}, dy {p.hout}x{p.wout}), not even after "
         f"splitting it into stride and dilation phases and folding its taps: every dy window "
-        f"needs more than the {L1_API_BYTES} bytes of L1 the API has; compute it on the CPU")
+        f"needs more than the {L1_API_BYTES} bytes of L1 the API has; compute it on the CPU"
+    )
 
 
 def plan_launches(call):

@@ -8,11 +8,11 @@ import secrets
 
 import numpy as np
 
-from .._dtypes import numpy_dtype
 from .._core.memory import check_host_memory
 from .._core.nonfinite import non_finite_mask, with_real_taps_only
 from .._core.rules import check_host_arrays
 from .._core.tiling import C0, ceil_div
+from .._dtypes import numpy_dtype
 from . import runtime as _runtime
 from .errors import KernelNotRunError
 from .launch_struct import DONE_SLOT_BYTES
@@ -29,14 +29,16 @@ def _check_done(device, done_slots, first, stop, token):
     """Every launch in slots [first, stop) must have left ``token``: a launch wrapper returns 0
     without launching when its device binary did not register, and synchronize then succeeds."""
     flags = device.download(done_slots + first * DONE_SLOT_BYTES, (stop - first) * DONE_SLOT_BYTES)
-    missing = [first + i for i, flag in enumerate(flags.view(np.uint32)[::_FLAG_STRIDE])
-               if flag != token]
+    missing = [
+        first + i for i, flag in enumerate(flags.view(np.uint32)[::_FLAG_STRIDE]) if flag != token
+    ]
     if missing:
         raise KernelNotRunError(
             LAUNCH_SYMBOL,
             f"launch(es) {missing} synchronized cleanly but left no completion mark. The library's "
             "device binary was probably not registered (built for another SoC or CANN version): "
-            "rebuild it with 'python -m pypto._npu.kernel.build' on this host")
+            "rebuild it with 'python -m pypto._npu.kernel.build' on this host",
+        )
 
 
 def _run_piece(device, buffers, planned, dy, w, out, first_slot, token):
@@ -56,13 +58,19 @@ def _run_piece(device, buffers, planned, dy, w, out, first_slot, token):
             device.zero(dx_device, dx_bytes)
         stripe_slot = slot
         for batch_start, batch_count in chunks:
-            device.launch(batch_count * plan.blocks_per_image, dy_device, weight, dx_device,
-                          workspace, plan.launch(stripe, batch_start, batch_count, slot, token))
+            device.launch(
+                batch_count * plan.blocks_per_image,
+                dy_device,
+                weight,
+                dx_device,
+                workspace,
+                plan.launch(stripe, batch_start, batch_count, slot, token),
+            )
             slot += 1
         device.synchronize()
         _check_done(device, workspace, stripe_slot, slot, token)
         dx = device.download(dx_device, dx_bytes).view(dtype).reshape(dx_shape)
-        out[..., cols.start:cols.start + cols.size] = nc1hwc0_to_nchw(dx, p.cin)
+        out[..., cols.start : cols.start + cols.size] = nc1hwc0_to_nchw(dx, p.cin)
     return slot
 
 
@@ -76,10 +84,14 @@ def conv_backward_input_npu(call, dy, w):
     dy, w = check_host_arrays(p, dy, w, call.dtype)
     dtype = numpy_dtype(call.dtype)
     plan = plan_launches(call)
-    copies = sum(a.size * p.dtype_size for a in (dy, w)
-                 if not (a.dtype == dtype and a.flags.c_contiguous))
-    check_host_memory(plan.host_bytes(p) + copies, p,  # before any copy or allocation
-                      "dy, weight and dx in the NPU's layouts, and input copies")
+    copies = sum(
+        a.size * p.dtype_size for a in (dy, w) if not (a.dtype == dtype and a.flags.c_contiguous)
+    )
+    check_host_memory(
+        plan.host_bytes(p) + copies,
+        p,  # before any copy or allocation
+        "dy, weight and dx in the NPU's layouts, and input copies",
+    )
     non_finite = non_finite_mask(w, call.dtype)
     if non_finite is not None:
         return with_real_taps_only(conv_backward_input_npu, call, dy, w, non_finite)
@@ -102,8 +114,16 @@ def conv_backward_input_npu(call, dy, w):
         slot = 0
         for planned in pieces:
             piece = planned.piece
-            slot = _run_piece(device, buffers, planned, piece.dy(dy), piece.weight(w),
-                              out[piece.dx_index()], slot, token)
+            slot = _run_piece(
+                device,
+                buffers,
+                planned,
+                piece.dy(dy),
+                piece.weight(w),
+                out[piece.dx_index()],
+                slot,
+                token,
+            )
 
     runtime.call(on_device)
     return out

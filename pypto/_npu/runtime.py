@@ -101,8 +101,18 @@ OTHER_ACL_USERS = ("torch_npu", "mindspore", "acl", "npu_bridge", "tbe")
 class Runtime:
     """ACL initialised, our device, context and stream, and the loaded kernel library."""
 
-    def __init__(self, acl, kernel, context, stream, owns_init, worker=None, acl_path=None,
-                 kernel_path=None, soc=""):
+    def __init__(
+        self,
+        acl,
+        kernel,
+        context,
+        stream,
+        owns_init,
+        worker=None,
+        acl_path=None,
+        kernel_path=None,
+        soc="",
+    ):
         self.acl, self.kernel = acl, kernel
         self.context, self.stream = context, stream
         self.owns_init = owns_init  # False when another framework ran aclInit: never finalise
@@ -114,8 +124,10 @@ class Runtime:
 
     def unusable_reason(self):
         if os.getpid() != self.pid:
-            return (f"pypto's NPU runtime was initialised in process {self.pid} and cannot be used "
-                    f"in the forked child {os.getpid()}: start workers with the 'spawn' method")
+            return (
+                f"pypto's NPU runtime was initialised in process {self.pid} and cannot be used "
+                f"in the forked child {os.getpid()}: start workers with the 'spawn' method"
+            )
         if self.closed:
             return "pypto's NPU runtime was shut down at interpreter exit"
         return None
@@ -154,13 +166,16 @@ class Runtime:
             return
         with self._lock:
             self.closed = True
-            acl, steps = self.acl, [
-                lambda: acl.aclrtSetCurrentContext(self.context),
-                lambda: acl.aclrtSynchronizeStream(self.stream),
-                lambda: acl.aclrtDestroyStream(self.stream),
-                lambda: acl.aclrtDestroyContext(self.context),
-                lambda: acl.aclrtResetDevice(DEVICE_ID),
-            ]
+            acl, steps = (
+                self.acl,
+                [
+                    lambda: acl.aclrtSetCurrentContext(self.context),
+                    lambda: acl.aclrtSynchronizeStream(self.stream),
+                    lambda: acl.aclrtDestroyStream(self.stream),
+                    lambda: acl.aclrtDestroyContext(self.context),
+                    lambda: acl.aclrtResetDevice(DEVICE_ID),
+                ],
+            )
             if self.owns_init and not any(name in sys.modules for name in OTHER_ACL_USERS):
                 steps.append(acl.aclFinalize)
 
@@ -204,27 +219,34 @@ class Session:
         array = np.ascontiguousarray(array)
         room = self._sizes[pointer]
         if array.nbytes > room:
-            raise PyptoRtError(RuntimeError(f"internal error: {array.nbytes} bytes do not fit "
-                                            f"the {room}-byte device buffer"))
-        ret = self._acl.aclrtMemcpy(pointer, room, array.ctypes.data, array.nbytes,
-                                    ACL_MEMCPY_HOST_TO_DEVICE)
+            raise PyptoRtError(
+                RuntimeError(
+                    f"internal error: {array.nbytes} bytes do not fit the {room}-byte device buffer"
+                )
+            )
+        ret = self._acl.aclrtMemcpy(
+            pointer, room, array.ctypes.data, array.nbytes, ACL_MEMCPY_HOST_TO_DEVICE
+        )
         self._acl.check(ret, "aclrtMemcpy")
 
     def download(self, pointer, nbytes):
         host = np.empty(nbytes, dtype=np.uint8)
-        ret = self._acl.aclrtMemcpy(host.ctypes.data, nbytes, pointer, nbytes,
-                                    ACL_MEMCPY_DEVICE_TO_HOST)
+        ret = self._acl.aclrtMemcpy(
+            host.ctypes.data, nbytes, pointer, nbytes, ACL_MEMCPY_DEVICE_TO_HOST
+        )
         self._acl.check(ret, "aclrtMemcpy")
         return host
 
     def zero(self, pointer, nbytes):
         """Zero device memory, in stream order (before the launches that follow)."""
-        self._acl.check(self._acl.aclrtMemsetAsync(pointer, nbytes, 0, nbytes, self._stream),
-                        "aclrtMemsetAsync")
+        self._acl.check(
+            self._acl.aclrtMemsetAsync(pointer, nbytes, 0, nbytes, self._stream), "aclrtMemsetAsync"
+        )
 
     def launch(self, blocks, dy, weight, dx, workspace, launch):
-        ret = getattr(self._kernel, LAUNCH_SYMBOL)(blocks, self._stream, dy, weight, dx, workspace,
-                                                   ctypes.byref(launch))
+        ret = getattr(self._kernel, LAUNCH_SYMBOL)(
+            blocks, self._stream, dy, weight, dx, workspace, ctypes.byref(launch)
+        )
         if ret != ACL_SUCCESS:
             raise acl_error(ret, LAUNCH_SYMBOL, self._acl.recent_message())
 
@@ -280,8 +302,10 @@ def _bring_up_here(acl_path, kernel_path, worker):
         count = ctypes.c_uint32(0)
         acl.check(acl.aclrtGetDeviceCount(ctypes.byref(count)), "aclrtGetDeviceCount")
         if count.value == 0:
-            raise NpuUnavailableError("AscendCL sees no NPU (aclrtGetDeviceCount = 0; check "
-                                      "ASCEND_RT_VISIBLE_DEVICES and the driver)")
+            raise NpuUnavailableError(
+                "AscendCL sees no NPU (aclrtGetDeviceCount = 0; check "
+                "ASCEND_RT_VISIBLE_DEVICES and the driver)"
+            )
         acl.check(acl.aclrtSetDevice(DEVICE_ID), "aclrtSetDevice")
         undo.append(lambda: acl.aclrtResetDevice(DEVICE_ID))
         context = ctypes.c_void_p()
@@ -292,8 +316,10 @@ def _bring_up_here(acl_path, kernel_path, worker):
         undo.append(lambda: acl.aclrtDestroyStream(stream))
         soc = (acl.aclrtGetSocName() or b"").decode(errors="replace")
         if not soc.startswith(SUPPORTED_SOC_PREFIXES):
-            raise NpuUnavailableError(f"the NPU is {soc or 'of unknown SoC'}; pypto's kernel runs "
-                                      "on Atlas A2/A3 (Ascend910B*, Ascend910_93*) only")
+            raise NpuUnavailableError(
+                f"the NPU is {soc or 'of unknown SoC'}; pypto's kernel runs "
+                "on Atlas A2/A3 (Ascend910B*, Ascend910_93*) only"
+            )
         kernel = open_library(kernel_path, "kernel", message_source=acl)
     except BaseException:
         for step in reversed(undo):
@@ -312,8 +338,11 @@ def get():
                 try:
                     _runtime = _bring_up()
                 except Exception as exc:  # remembered: bring-up is tried once per process
-                    _failure = (exc.text if isinstance(exc, NpuError)
-                                else f"NPU bring-up failed: {type(exc).__name__}: {exc}")
+                    _failure = (
+                        exc.text
+                        if isinstance(exc, NpuError)
+                        else f"NPU bring-up failed: {type(exc).__name__}: {exc}"
+                    )
     if _failure is not None:
         raise NpuUnavailableError(_failure)
     return _runtime

@@ -24,8 +24,15 @@ import numpy as np
 from .._version import __version__
 from .errors import NpuError, NpuUnavailableError
 
-__all__ = ["verdict", "known_verdict", "run_self_check", "cached_verdict", "cache_path", "SELF_CHECK_PROBLEMS",
-           "CACHE_DIR_ENV"]
+__all__ = [
+    "verdict",
+    "known_verdict",
+    "run_self_check",
+    "cached_verdict",
+    "cache_path",
+    "SELF_CHECK_PROBLEMS",
+    "CACHE_DIR_ENV",
+]
 
 CACHE_DIR_ENV = "PYPTO_CACHE_DIR"
 SELF_CHECK_VERSION = 1  # bump when the problems change: older verdicts no longer count
@@ -33,33 +40,143 @@ SELF_CHECK_VERSION = 1  # bump when the problems change: older verdicts no longe
 # name, dtype, dy shape, weight shape, input size, strides, paddings, dilations, tiles (None:
 # suggested; else L1 (M, K, N) and L0 (M, K, N)), data ("ints", or a non-finite pattern)
 SELF_CHECK_PROBLEMS = (
-    ("spec example", "fp16", [1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], [1, 1],
-     [1, 1, 1, 1], [1, 1], ((16, 144, 16), (16, 16, 16)), "ints"),
-    ("spec example", "bf16", [1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], [1, 1],
-     [1, 1, 1, 1], [1, 1], ((16, 144, 16), (16, 16, 16)), "ints"),
+    (
+        "spec example",
+        "fp16",
+        [1, 16, 5, 32],
+        [16, 16, 3, 3],
+        [1, 16, 5, 32],
+        [1, 1],
+        [1, 1, 1, 1],
+        [1, 1],
+        ((16, 144, 16), (16, 16, 16)),
+        "ints",
+    ),
+    (
+        "spec example",
+        "bf16",
+        [1, 16, 5, 32],
+        [16, 16, 3, 3],
+        [1, 16, 5, 32],
+        [1, 1],
+        [1, 1, 1, 1],
+        [1, 1],
+        ((16, 144, 16), (16, 16, 16)),
+        "ints",
+    ),
     # stride 2: dx positions no tap reaches, so the kernel initialises its output
-    ("stride 2", "fp16", [2, 20, 7, 9], [20, 13, 3, 3], [2, 13, 14, 18], [2, 2], [1, 1, 1, 1],
-     [1, 1], ((18, 144, 16), (16, 48, 16)), "ints"),
-    ("dilation 2", "bf16", [1, 32, 10, 12], [32, 24, 3, 3], [1, 24, 10, 12], [1, 1],
-     [2, 2, 2, 2], [2, 2], None, "ints"),
-    ("7x7 stem, stride 2", "bf16", [1, 64, 16, 16], [64, 3, 7, 7], [1, 3, 32, 32], [2, 2],
-     [3, 3, 3, 3], [1, 1], None, "ints"),
+    (
+        "stride 2",
+        "fp16",
+        [2, 20, 7, 9],
+        [20, 13, 3, 3],
+        [2, 13, 14, 18],
+        [2, 2],
+        [1, 1, 1, 1],
+        [1, 1],
+        ((18, 144, 16), (16, 48, 16)),
+        "ints",
+    ),
+    (
+        "dilation 2",
+        "bf16",
+        [1, 32, 10, 12],
+        [32, 24, 3, 3],
+        [1, 24, 10, 12],
+        [1, 1],
+        [2, 2, 2, 2],
+        [2, 2],
+        None,
+        "ints",
+    ),
+    (
+        "7x7 stem, stride 2",
+        "bf16",
+        [1, 64, 16, 16],
+        [64, 3, 7, 7],
+        [1, 3, 32, 32],
+        [2, 2],
+        [3, 3, 3, 3],
+        [1, 1],
+        None,
+        "ints",
+    ),
     # stride 9 x dilation 7 on a 9x9 kernel: no single launch holds it; stride and dilation
     # phases, each its own launches
-    ("decomposed (stride and dilation phases)", "fp16", [1, 16, 4, 4], [16, 16, 9, 9],
-     [1, 16, 80, 80], [9, 9], [4, 4, 4, 4], [7, 7], None, "ints"),
+    (
+        "decomposed (stride and dilation phases)",
+        "fp16",
+        [1, 16, 4, 4],
+        [16, 16, 9, 9],
+        [1, 16, 80, 80],
+        [9, 9],
+        [4, 4, 4, 4],
+        [7, 7],
+        None,
+        "ints",
+    ),
     # one row per task: 2 images x 64 rows x 2 channel blocks, several times any AI core count
-    ("many tasks", "fp16", [2, 16, 64, 64], [16, 32, 3, 3], [2, 32, 64, 64], [1, 1],
-     [1, 1, 1, 1], [1, 1], ((64, 144, 32), (64, 16, 16)), "ints"),
-    ("Inf and NaN in dy", "fp16", [1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], [1, 1],
-     [1, 1, 1, 1], [1, 1], ((16, 144, 16), (16, 16, 16)), "inf_nan_dy"),
-    ("Inf and NaN in dy", "bf16", [1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], [1, 1],
-     [1, 1, 1, 1], [1, 1], ((16, 144, 16), (16, 16, 16)), "inf_nan_dy"),
-    ("Inf in the weight", "fp16", [1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], [1, 1],
-     [1, 1, 1, 1], [1, 1], ((16, 144, 16), (16, 16, 16)), "inf_weight"),
+    (
+        "many tasks",
+        "fp16",
+        [2, 16, 64, 64],
+        [16, 32, 3, 3],
+        [2, 32, 64, 64],
+        [1, 1],
+        [1, 1, 1, 1],
+        [1, 1],
+        ((64, 144, 32), (64, 16, 16)),
+        "ints",
+    ),
+    (
+        "Inf and NaN in dy",
+        "fp16",
+        [1, 16, 5, 32],
+        [16, 16, 3, 3],
+        [1, 16, 5, 32],
+        [1, 1],
+        [1, 1, 1, 1],
+        [1, 1],
+        ((16, 144, 16), (16, 16, 16)),
+        "inf_nan_dy",
+    ),
+    (
+        "Inf and NaN in dy",
+        "bf16",
+        [1, 16, 5, 32],
+        [16, 16, 3, 3],
+        [1, 16, 5, 32],
+        [1, 1],
+        [1, 1, 1, 1],
+        [1, 1],
+        ((16, 144, 16), (16, 16, 16)),
+        "inf_nan_dy",
+    ),
+    (
+        "Inf in the weight",
+        "fp16",
+        [1, 16, 5, 32],
+        [16, 16, 3, 3],
+        [1, 16, 5, 32],
+        [1, 1],
+        [1, 1, 1, 1],
+        [1, 1],
+        ((16, 144, 16), (16, 16, 16)),
+        "inf_weight",
+    ),
     # sums beyond 65504 must become Inf (a saturating move-out would give 65504)
-    ("fp16 overflow", "fp16", [1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], [1, 1],
-     [1, 1, 1, 1], [1, 1], ((16, 144, 16), (16, 16, 16)), "overflow"),
+    (
+        "fp16 overflow",
+        "fp16",
+        [1, 16, 5, 32],
+        [16, 16, 3, 3],
+        [1, 16, 5, 32],
+        [1, 1],
+        [1, 1, 1, 1],
+        [1, 1],
+        ((16, 144, 16), (16, 16, 16)),
+        "overflow",
+    ),
 )
 
 
@@ -86,9 +203,9 @@ def _arrays(problem, seed):
 def _call(problem):
     """The validated call of one self-check problem, under its own tiles."""
     from .._core import options as _config
-    from .._dtypes import DataType
-    from .._core.suggest import suggest_convbp_input_tile_shapes
     from .._core.rules import validate_conv_backward_input
+    from .._core.suggest import suggest_convbp_input_tile_shapes
+    from .._dtypes import DataType
     from ..pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
     from ..tensor import Tensor
 
@@ -99,8 +216,9 @@ def _call(problem):
     else:
         l1, l0 = ConvBpTileL1Info(*tiles[0]), ConvBpTileL0Info(*tiles[1])
     with _config._scope({"convbp_tile_shapes": (l1, l0), "vec_tile_shapes": [16, 16, 16, 16]}):
-        return validate_conv_backward_input(Tensor(dy_shape, dt), size, Tensor(w_shape, dt), dt,
-                                            strides, pads, dils)
+        return validate_conv_backward_input(
+            Tensor(dy_shape, dt), size, Tensor(w_shape, dt), dt, strides, pads, dils
+        )
 
 
 def _difference(npu, cpu):
@@ -115,9 +233,11 @@ def _difference(npu, cpu):
     with np.errstate(invalid="ignore"):
         finite = differ & np.isfinite(x) & np.isfinite(y)
         worst = float(np.abs(x - y)[finite].max()) if finite.any() else float("nan")
-    return (f"{int(differ.sum())} of {differ.size} elements differ from the CPU's; first at "
-            f"{list(first)}: NPU {x[first]!r}, CPU {y[first]!r}; largest finite difference "
-            f"{worst:g}")
+    return (
+        f"{int(differ.sum())} of {differ.size} elements differ from the CPU's; first at "
+        f"{list(first)}: NPU {x[first]!r}, CPU {y[first]!r}; largest finite difference "
+        f"{worst:g}"
+    )
 
 
 def run_self_check(npu_compute):
@@ -139,11 +259,16 @@ def run_self_check(npu_compute):
             detail = f"the NPU call failed: {exc.text}"
         results.append({"problem": name, "passed": detail is None, "detail": detail})
     failed = [r for r in results if not r["passed"]]
-    return {"passed": not failed, "problems": results, "kernel_verdict": planned,
-            "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "summary": ("passed all %d problems" % len(results)) if not failed else
-            f"failed {len(failed)} of {len(results)} problems; first: {failed[0]['problem']}: "
-            f"{failed[0]['detail']}"}
+    return {
+        "passed": not failed,
+        "problems": results,
+        "kernel_verdict": planned,
+        "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "summary": ("passed all %d problems" % len(results))
+        if not failed
+        else f"failed {len(failed)} of {len(results)} problems; first: {failed[0]['problem']}: "
+        f"{failed[0]['detail']}",
+    }
 
 
 # --- the cache --------------------------------------------------------------------------------
@@ -151,8 +276,8 @@ def cache_path():
     """Where verdicts are kept: ``PYPTO_CACHE_DIR``, else ``$XDG_CACHE_HOME/pypto``, else
     ``~/.cache/pypto``; the file ``npu-self-check.json``."""
     base = os.environ.get(CACHE_DIR_ENV) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "pypto")
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "pypto"
+    )
     return Path(base) / "npu-self-check.json"
 
 
@@ -167,10 +292,14 @@ def _file_digest(path):
 def _key(runtime):
     """What a verdict holds for: this kernel build, this AscendCL (the CANN version), this SoC
     and device, this pypto and this set of problems."""
-    return {"kernel_sha256": _file_digest(runtime.kernel_path),
-            "acl_sha256": _file_digest(runtime.acl_path), "soc": runtime.soc,
-            "visible_devices": os.environ.get("ASCEND_RT_VISIBLE_DEVICES", ""),
-            "pypto": __version__, "self_check": SELF_CHECK_VERSION}
+    return {
+        "kernel_sha256": _file_digest(runtime.kernel_path),
+        "acl_sha256": _file_digest(runtime.acl_path),
+        "soc": runtime.soc,
+        "visible_devices": os.environ.get("ASCEND_RT_VISIBLE_DEVICES", ""),
+        "pypto": __version__,
+        "self_check": SELF_CHECK_VERSION,
+    }
 
 
 def _key_text(key):
@@ -198,15 +327,17 @@ def _store(key_text, record):
         temporary.write_text(json.dumps(stored, indent=1, sort_keys=True))
         os.replace(temporary, path)
     except OSError as exc:
-        warnings.warn(f"pypto: the NPU self-check's verdict could not be cached in {path}: {exc}",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"pypto: the NPU self-check's verdict could not be cached in {path}: {exc}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def cached_verdict(runtime):
     """The stored verdict for this runtime's combination, or None."""
     record = _load().get(_key_text(_key(runtime)))
-    return record if isinstance(record, dict) and isinstance(record.get("passed"), bool) \
-        else None
+    return record if isinstance(record, dict) and isinstance(record.get("passed"), bool) else None
 
 
 _lock = threading.Lock()

@@ -26,11 +26,11 @@ import numpy as np
 import pypto
 from pypto import pypto_impl
 from pypto._core.options import MAX_THREADS
-from pypto._kernels.dispatch import kernel_info, measure_peak_gflops
-from pypto._dtypes import DTYPE_NAMES, numpy_dtype
-from pypto._golden.reference import dgrad_gemm_col2im
 from pypto._core.shapes import forward_out_size
 from pypto._core.tiling import ConvProblem
+from pypto._dtypes import DTYPE_NAMES, numpy_dtype
+from pypto._golden.reference import dgrad_gemm_col2im
+from pypto._kernels.dispatch import kernel_info, measure_peak_gflops
 
 # name: (N, Cin, Cout, Hin, Win, Kh, Kw, stride, pad, dilation)
 CASES = {
@@ -48,7 +48,6 @@ CASES = {
 SPEC_TILES = ((16, 144, 16), (16, 16, 16))
 
 
-
 class Case:
     """One benchmark problem with its data and every runner."""
 
@@ -57,8 +56,9 @@ class Case:
         hout = forward_out_size(hin, kh, s, p, p, d)
         wout = forward_out_size(win, kw, s, p, p, d)
         self.name, self.dtype = name, dtype
-        self.problem = ConvProblem(n, cin, cout, hin, win, hout, wout, kh, kw, s, s, p, p, p, p,
-                                   d, d)
+        self.problem = ConvProblem(
+            n, cin, cout, hin, win, hout, wout, kh, kw, s, s, p, p, p, p, d, d
+        )
         np_dtype = numpy_dtype(dtype)
         self.dy = rng.uniform(-1, 1, (n, cout, hout, wout)).astype(np_dtype)
         self.w = rng.uniform(-1, 1, (cout, cin, kh, kw)).astype(np_dtype)
@@ -75,6 +75,7 @@ class Case:
         def with_tiles():
             with pypto.options(convbp_tile_shapes=(l1, l0), vec_tile_shapes=[1, 16, 1, 64]):
                 return run()
+
         return with_tiles
 
     def torch_runner(self, torch, compute_dtype, out_dtype):
@@ -85,14 +86,28 @@ class Case:
         w = torch.from_numpy(bits[1].view(np.int16)).view(storage)
         x = torch.empty(self.input_size, dtype=compute_dtype)
         if compute_dtype == storage:
+
             def run():
                 return torch.ops.aten.convolution_backward(
-                    dy, x, w, None, s, p, d, False, [0, 0], 1, [True, False, False])[0]
+                    dy, x, w, None, s, p, d, False, [0, 0], 1, [True, False, False]
+                )[0]
         else:
+
             def run():  # upcast, compute, round the result back to the storage type
                 return torch.ops.aten.convolution_backward(
-                    dy.to(compute_dtype), x, w.to(compute_dtype), None, s, p, d, False, [0, 0], 1,
-                    [True, False, False])[0].to(out_dtype)
+                    dy.to(compute_dtype),
+                    x,
+                    w.to(compute_dtype),
+                    None,
+                    s,
+                    p,
+                    d,
+                    False,
+                    [0, 0],
+                    1,
+                    [True, False, False],
+                )[0].to(out_dtype)
+
         return run
 
     def numpy_runner(self):
@@ -101,6 +116,7 @@ class Case:
 
         def run():
             return dgrad_gemm_col2im(dy32, w32, hw, *self.attrs, dtype=np.float32)
+
         return run
 
 
@@ -133,6 +149,7 @@ def _set_threads(torch, n):
         torch.set_num_threads(n)
     try:  # NumPy's BLAS threads can only be changed at run time through threadpoolctl
         from threadpoolctl import threadpool_limits
+
         threadpool_limits(n)
     except ImportError:
         pass  # the NumPy peer then uses OpenBLAS's own thread count at every setting
@@ -166,25 +183,33 @@ def _machine():
 
 # torch's CPU kernels (oneDNN, MKL) pick their own ISA: with pypto forced to a lower level
 # (PYPTO_CPU_ISA), cap them to the same one, or the comparison is of two different machines.
-_TORCH_ISA_CAPS = {"avx2": ("AVX2", "AVX2"), "avx512": ("AVX512_CORE", "AVX512"),
-                   "baseline": ("SSE41", "SSE4_2")}
+_TORCH_ISA_CAPS = {
+    "avx2": ("AVX2", "AVX2"),
+    "avx512": ("AVX512_CORE", "AVX512"),
+    "baseline": ("SSE41", "SSE4_2"),
+}
 
 
 def _cap_torch_to_level(level):
     """Set ONEDNN_MAX_CPU_ISA / MKL_ENABLE_INSTRUCTIONS for a forced level (before torch is
     imported; a caller's own settings win); returns what was done, or None."""
     # the caps are x86 ISA names; on AArch64 there is one level and nothing to cap
-    if (level not in _TORCH_ISA_CAPS or not os.environ.get("PYPTO_CPU_ISA")
-            or platform.machine() not in ("x86_64", "AMD64")):
+    if (
+        level not in _TORCH_ISA_CAPS
+        or not os.environ.get("PYPTO_CPU_ISA")
+        or platform.machine() not in ("x86_64", "AMD64")
+    ):
         return None
     if "torch" in sys.modules:
         return f"torch was imported before the benchmark: not capped to pypto's level {level}"
     onednn, mkl = _TORCH_ISA_CAPS[level]
     os.environ.setdefault("ONEDNN_MAX_CPU_ISA", onednn)
     os.environ.setdefault("MKL_ENABLE_INSTRUCTIONS", mkl)
-    return (f"torch capped to pypto's level {level}: ONEDNN_MAX_CPU_ISA="
-            f"{os.environ['ONEDNN_MAX_CPU_ISA']}, MKL_ENABLE_INSTRUCTIONS="
-            f"{os.environ['MKL_ENABLE_INSTRUCTIONS']}")
+    return (
+        f"torch capped to pypto's level {level}: ONEDNN_MAX_CPU_ISA="
+        f"{os.environ['ONEDNN_MAX_CPU_ISA']}, MKL_ENABLE_INSTRUCTIONS="
+        f"{os.environ['MKL_ENABLE_INSTRUCTIONS']}"
+    )
 
 
 def _numpy_blas_note():
@@ -193,14 +218,18 @@ def _numpy_blas_note():
     core = os.environ.get("OPENBLAS_CORETYPE")
     if core:
         return f"numpy's OpenBLAS: OPENBLAS_CORETYPE={core}"
-    return ("numpy's OpenBLAS: not capped (its best kernel for this CPU; start with "
-            "OPENBLAS_CORETYPE=Haswell to hold it to AVX2)")
+    return (
+        "numpy's OpenBLAS: not capped (its best kernel for this CPU; start with "
+        "OPENBLAS_CORETYPE=Haswell to hold it to AVX2)"
+    )
 
 
 def measure_peaks(thread_counts):
     """{threads: {"fp32": GFLOP/s, "bf16_dot": GFLOP/s or None}} of the level in use."""
-    return {t: {"fp32": measure_peak_gflops(t), "bf16_dot": measure_peak_gflops(t, "bf16_dot")}
-            for t in thread_counts}
+    return {
+        t: {"fp32": measure_peak_gflops(t), "bf16_dot": measure_peak_gflops(t, "bf16_dot")}
+        for t in thread_counts
+    }
 
 
 def _remeasure_peaks(peaks, rows):
@@ -212,10 +241,15 @@ def _remeasure_peaks(peaks, rows):
         for kind, value in again[t].items():
             if value is not None and value > peak[kind]:
                 peak[kind] = value
-        dot = (f"; bf16 dot {again[t]['bf16_dot']:.0f}, kept {peak['bf16_dot']:.0f}"
-               if peak["bf16_dot"] else "")
-        print(f"peak of {t} thread(s) measured again after the cases: fp32 multiply-add "
-              f"{again[t]['fp32']:.0f} GFLOP/s, kept {peak['fp32']:.0f}{dot}")
+        dot = (
+            f"; bf16 dot {again[t]['bf16_dot']:.0f}, kept {peak['bf16_dot']:.0f}"
+            if peak["bf16_dot"]
+            else ""
+        )
+        print(
+            f"peak of {t} thread(s) measured again after the cases: fp32 multiply-add "
+            f"{again[t]['fp32']:.0f} GFLOP/s, kept {peak['fp32']:.0f}{dot}"
+        )
     for row in rows:
         row["peak_gflops"], row["peak_kind"] = _peak_for(peaks, row["dtype"], row["threads"])
         row["peak_pct"] = 100 * row["gflops"] / row["peak_gflops"]
@@ -245,16 +279,22 @@ def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_nu
         print(torch_cap)
     if with_numpy:
         print(_numpy_blas_note())
-    print(f"pypto {pypto.__version__}: ISA {info['isa']} ({info['reason']}; micro-kernel "
-          f"{info['mr']}x{info['nr']}, bf16 dot product {'yes' if info['bf16_dot'] else 'no'}), "
-          f"OpenMP {'on' if info['openmp'] else 'off'}; torch {torch.__version__ if torch else '-'}")
+    print(
+        f"pypto {pypto.__version__}: ISA {info['isa']} ({info['reason']}; micro-kernel "
+        f"{info['mr']}x{info['nr']}, bf16 dot product {'yes' if info['bf16_dot'] else 'no'}), "
+        f"OpenMP {'on' if info['openmp'] else 'off'}; torch {torch.__version__ if torch else '-'}"
+    )
     peaks = measure_peaks(thread_counts)
     for t, peak in peaks.items():
         dot = f", bf16 dot {peak['bf16_dot']:.0f}" if peak["bf16_dot"] else ""
-        print(f"measured peak of level {info['isa']} on {t} thread(s): fp32 multiply-add "
-              f"{peak['fp32']:.0f}{dot} GFLOP/s")
-    header = (f"{'case':<5}{'dtype':<6}{'thr':>4}  {'peer':<18}{'ms':>10}{'GFLOP/s':>10}"
-              f"{'peer/pypto':>11}{'%peak':>7}")
+        print(
+            f"measured peak of level {info['isa']} on {t} thread(s): fp32 multiply-add "
+            f"{peak['fp32']:.0f}{dot} GFLOP/s"
+        )
+    header = (
+        f"{'case':<5}{'dtype':<6}{'thr':>4}  {'peer':<18}{'ms':>10}{'GFLOP/s':>10}"
+        f"{'peer/pypto':>11}{'%peak':>7}"
+    )
     print(header)
     print("-" * len(header))
     rng = np.random.default_rng(0)
@@ -265,19 +305,27 @@ def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_nu
             case = Case(name, CASES[name], dtype, rng)
             p = case.problem
             tiles = pypto.suggest_convbp_input_tile_shapes(
-                [p.n, p.cout, p.hout, p.wout], [p.cout, p.cin, p.kh, p.kw], case.input_size,
-                dtype, *case.attrs)
+                [p.n, p.cout, p.hout, p.wout],
+                [p.cout, p.cin, p.kh, p.kw],
+                case.input_size,
+                dtype,
+                *case.attrs,
+            )
             runners = {"pypto": case.pypto_runner(tiles)}
             if name == "a":
                 runners["pypto spec tiles"] = case.pypto_runner(
-                    (pypto_impl.ConvBpTileL1Info(*SPEC_TILES[0]),
-                     pypto_impl.ConvBpTileL0Info(*SPEC_TILES[1])))
+                    (
+                        pypto_impl.ConvBpTileL1Info(*SPEC_TILES[0]),
+                        pypto_impl.ConvBpTileL0Info(*SPEC_TILES[1]),
+                    )
+                )
             dtype_name = "bf16" if dtype == pypto.DT_BF16 else "fp16"
             if torch is not None:
                 storage = torch.bfloat16 if dtype == pypto.DT_BF16 else torch.float16
                 runners[f"torch {dtype_name}"] = case.torch_runner(torch, storage, storage)
-                runners[f"torch {dtype_name} upcast"] = case.torch_runner(torch, torch.float32,
-                                                                          storage)
+                runners[f"torch {dtype_name} upcast"] = case.torch_runner(
+                    torch, torch.float32, storage
+                )
             if with_numpy:
                 runners["numpy fp32"] = case.numpy_runner()
             for threads in thread_counts:
@@ -286,19 +334,29 @@ def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_nu
                 _set_threads(torch, threads)
                 medians = _median_times(runners, rounds, budget_s)
                 if torch is not None:  # what a user would pick: the faster torch path
-                    medians["torch best"] = min(medians[f"torch {dtype_name}"],
-                                                medians[f"torch {dtype_name} upcast"])
+                    medians["torch best"] = min(
+                        medians[f"torch {dtype_name}"], medians[f"torch {dtype_name} upcast"]
+                    )
                 peak, peak_kind = _peak_for(peaks, dtype_name, threads)
                 for peer, seconds in medians.items():
                     gflops = p.flops / seconds / 1e9
-                    row = {"case": name, "dtype": dtype_name,
-                           "threads": threads, "peer": peer, "ms": seconds * 1e3,
-                           "gflops": gflops, "ratio": seconds / medians["pypto"],
-                           "peak_gflops": peak, "peak_kind": peak_kind,
-                           "peak_pct": 100 * gflops / peak}
+                    row = {
+                        "case": name,
+                        "dtype": dtype_name,
+                        "threads": threads,
+                        "peer": peer,
+                        "ms": seconds * 1e3,
+                        "gflops": gflops,
+                        "ratio": seconds / medians["pypto"],
+                        "peak_gflops": peak,
+                        "peak_kind": peak_kind,
+                        "peak_pct": 100 * gflops / peak,
+                    }
                     rows.append(row)
-                    print(f"{name:<5}{row['dtype']:<6}{threads:>4}  {peer:<18}{row['ms']:>10.3f}"
-                          f"{gflops:>10.1f}{row['ratio']:>11.2f}{row['peak_pct']:>7.1f}")
+                    print(
+                        f"{name:<5}{row['dtype']:<6}{threads:>4}  {peer:<18}{row['ms']:>10.3f}"
+                        f"{gflops:>10.1f}{row['ratio']:>11.2f}{row['peak_pct']:>7.1f}"
+                    )
                 sys.stdout.flush()
     pypto.set_num_threads(None)
     _remeasure_peaks(peaks, rows)
@@ -337,16 +395,20 @@ def summarize(rows):
 
 def small_call_overhead(torch=None, calls=2000):
     """Case a in a hot loop: the whole call, the kernel alone, and torch fp32's call (µs)."""
-    from pypto._kernels import dispatch as _cpu
     from pypto._core.rules import validate_conv_backward_input
+    from pypto._kernels import dispatch as _cpu
 
     case = Case("a", CASES["a"], pypto.DT_FP16, np.random.default_rng(0))
     p = case.problem
     dy, w = pypto.from_numpy(case.dy), pypto.from_numpy(case.w)
     args = (dy, case.input_size, w, pypto.DT_FP16, *case.attrs)
     tiles = pypto.suggest_convbp_input_tile_shapes(
-        [p.n, p.cout, p.hout, p.wout], [p.cout, p.cin, p.kh, p.kw], case.input_size,
-        pypto.DT_FP16, *case.attrs)
+        [p.n, p.cout, p.hout, p.wout],
+        [p.cout, p.cin, p.kh, p.kw],
+        case.input_size,
+        pypto.DT_FP16,
+        *case.attrs,
+    )
     out = np.empty(case.input_size, np.uint16)
 
     def best_us(fn):
@@ -364,19 +426,33 @@ def small_call_overhead(torch=None, calls=2000):
         call = validate_conv_backward_input(*args)
         kernel_tiles = call.tiling.kernel_tiles(p)
         full = best_us(lambda: pypto.conv_backward_input(*args))
-        kernel = best_us(lambda: _cpu._kernel().dgrad(
-            case.dy.view(np.uint16), case.w.view(np.uint16), out, 0,
-            (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw), kernel_tiles, (16, 16), 1))
-    print(f"\nsmall call (case a, fp16, 1 thread, hot loop): {full:.1f} us per call; kernel "
-          f"{kernel:.1f} us; Python-side overhead (validation, dispatch, allocation) "
-          f"{full - kernel:.1f} us")
+        kernel = best_us(
+            lambda: _cpu._kernel().dgrad(
+                case.dy.view(np.uint16),
+                case.w.view(np.uint16),
+                out,
+                0,
+                (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw),
+                kernel_tiles,
+                (16, 16),
+                1,
+            )
+        )
+    print(
+        f"\nsmall call (case a, fp16, 1 thread, hot loop): {full:.1f} us per call; kernel "
+        f"{kernel:.1f} us; Python-side overhead (validation, dispatch, allocation) "
+        f"{full - kernel:.1f} us"
+    )
     if torch is not None:
         torch.set_num_threads(1)
         tdy = torch.from_numpy(case.dy.astype(np.float32))
         tw = torch.from_numpy(case.w.astype(np.float32))
         x = torch.empty(case.input_size)
-        t = best_us(lambda: torch.ops.aten.convolution_backward(
-            tdy, x, tw, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, False, False]))
+        t = best_us(
+            lambda: torch.ops.aten.convolution_backward(
+                tdy, x, tw, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, False, False]
+            )
+        )
         print(f"torch fp32 call: {t:.1f} us; pypto / torch fp32 = {full / t:.2f}")
 
 
@@ -396,8 +472,12 @@ def peak_memory(name="j", dtype=pypto.DT_BF16):
     case = Case(name, CASES[name], dtype, np.random.default_rng(0))
     p = case.problem
     tiles = pypto.suggest_convbp_input_tile_shapes(
-        [p.n, p.cout, p.hout, p.wout], [p.cout, p.cin, p.kh, p.kw], case.input_size, dtype,
-        *case.attrs)
+        [p.n, p.cout, p.hout, p.wout],
+        [p.cout, p.cin, p.kh, p.kw],
+        case.input_size,
+        dtype,
+        *case.attrs,
+    )
     run = case.pypto_runner(tiles)
     out_bytes = p.n * p.cin * p.hin * p.win * 2
     peak, done = [0], threading.Event()
@@ -415,10 +495,12 @@ def peak_memory(name="j", dtype=pypto.DT_BF16):
     sampler.join()
     del result
     mib = 1 << 20
-    print(f"case {name}: inputs {(case.dy.nbytes + case.w.nbytes) / mib:.1f} MiB, output "
-          f"{out_bytes / mib:.1f} MiB; resident memory grew by at most "
-          f"{(peak[0] - before) / mib:.1f} MiB during the call (output, weight panels, per-thread "
-          f"tile scratch); a full im2col would be {p.n * p.gemm_k * p.hin * p.win * 4 / mib:.0f} MiB")
+    print(
+        f"case {name}: inputs {(case.dy.nbytes + case.w.nbytes) / mib:.1f} MiB, output "
+        f"{out_bytes / mib:.1f} MiB; resident memory grew by at most "
+        f"{(peak[0] - before) / mib:.1f} MiB during the call (output, weight panels, per-thread "
+        f"tile scratch); a full im2col would be {p.n * p.gemm_k * p.hin * p.win * 4 / mib:.0f} MiB"
+    )
 
 
 def write_json(path, rows, peaks, argv):
@@ -427,13 +509,29 @@ def write_json(path, rows, peaks, argv):
     import json
 
     info = kernel_info()
-    machine = {"cpu": _cpu_model(), "cpus": os.cpu_count(), "arch": platform.machine(),
-               "level": info["isa"], "level_reason": info["reason"],
-               "cpu_features": info["cpu_features"], "numpy_blas": _numpy_blas_note()}
+    machine = {
+        "cpu": _cpu_model(),
+        "cpus": os.cpu_count(),
+        "arch": platform.machine(),
+        "level": info["isa"],
+        "level_reason": info["reason"],
+        "cpu_features": info["cpu_features"],
+        "numpy_blas": _numpy_blas_note(),
+    }
     with open(path, "w") as f:
-        json.dump({"machine": machine, "pypto": pypto.__version__, "kernel": info,
-                   "peak_gflops": {str(t): v for t, v in peaks.items()}, "command": argv,
-                   "cases": CASES, "rows": rows}, f, indent=1)
+        json.dump(
+            {
+                "machine": machine,
+                "pypto": pypto.__version__,
+                "kernel": info,
+                "peak_gflops": {str(t): v for t, v in peaks.items()},
+                "command": argv,
+                "cases": CASES,
+                "rows": rows,
+            },
+            f,
+            indent=1,
+        )
     print(f"results written to {path}")
 
 
@@ -444,8 +542,10 @@ def write_plot(path, rows):
 
     path, fmt = check_plot_path(path)  # a PyptoError when matplotlib is missing
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     panels = sorted({(r["dtype"], r["threads"]) for r in rows})
     fig, axes = plt.subplots(len(panels), 1, figsize=(12, 3.6 * len(panels)), squeeze=False)
     info = kernel_info()
@@ -455,17 +555,38 @@ def write_plot(path, rows):
         peers = ["pypto"] + sorted({r["peer"] for r in sel} - {"pypto"})
         width = 0.8 / len(peers)
         # pypto alone in red; peers in colours that never repeat it
-        palette = iter(["tab:blue", "tab:green", "tab:orange", "tab:purple", "tab:gray",
-                        "tab:brown", "tab:olive", "tab:cyan"])
+        palette = iter(
+            [
+                "tab:blue",
+                "tab:green",
+                "tab:orange",
+                "tab:purple",
+                "tab:gray",
+                "tab:brown",
+                "tab:olive",
+                "tab:cyan",
+            ]
+        )
         for i, peer in enumerate(peers):
             values = {r["case"]: r["gflops"] for r in sel if r["peer"] == peer}
             xs = [c + (i - (len(peers) - 1) / 2) * width for c in range(len(cases))]
-            ax.bar(xs, [values.get(c, 0) for c in cases], width, label=peer,
-                   color="tab:red" if peer == "pypto" else next(palette))
+            ax.bar(
+                xs,
+                [values.get(c, 0) for c in cases],
+                width,
+                label=peer,
+                color="tab:red" if peer == "pypto" else next(palette),
+            )
         peak, kind = sel[0]["peak_gflops"], sel[0]["peak_kind"]  # measured on this machine
         ax.axhline(peak, color="black", linestyle="--", linewidth=1)
-        ax.text(len(cases) - 0.5, peak, f"measured peak {peak:.0f} ({kind}, {info['isa']})",
-                ha="right", va="bottom", fontsize=8)
+        ax.text(
+            len(cases) - 0.5,
+            peak,
+            f"measured peak {peak:.0f} ({kind}, {info['isa']})",
+            ha="right",
+            va="bottom",
+            fontsize=8,
+        )
         ax.set_xticks(range(len(cases)))
         ax.set_xticklabels(cases)
         ax.set_ylabel("GFLOP/s")
@@ -480,15 +601,18 @@ def write_plot(path, rows):
 # --- the command line: every value is checked before any case runs -----------------------------
 def _names(known, what):
     """argparse type: comma-separated names out of ``known``, in order, each once."""
+
     def parse(text):
         names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
         unknown = [n for n in names if n not in known]
         if unknown:
-            raise argparse.ArgumentTypeError(f"unknown {what}(s) {', '.join(unknown)}; known: "
-                                             f"{', '.join(known)}")
+            raise argparse.ArgumentTypeError(
+                f"unknown {what}(s) {', '.join(unknown)}; known: {', '.join(known)}"
+            )
         if not names:
             raise argparse.ArgumentTypeError(f"no {what} in {text!r}; known: {', '.join(known)}")
         return names
+
     return parse
 
 
@@ -499,11 +623,13 @@ def _thread_counts(text):
         try:
             count = int(part)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") \
-                from None
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated ints, got {text!r}"
+            ) from None
         if not 1 <= count <= MAX_THREADS:
-            raise argparse.ArgumentTypeError(f"a thread count must be in [1, {MAX_THREADS}], "
-                                             f"not {count}")
+            raise argparse.ArgumentTypeError(
+                f"a thread count must be in [1, {MAX_THREADS}], not {count}"
+            )
         counts.append(count)
     return list(dict.fromkeys(counts))
 
@@ -544,6 +670,7 @@ def _plot_path_error(path):
     """Why the plot could not be written to ``path`` (no matplotlib, a format it cannot
     write, no such folder), or None."""
     from pypto._golden.localise import check_plot_path
+
     try:
         check_plot_path(path)
     except pypto.PyptoError as exc:
@@ -553,27 +680,47 @@ def _plot_path_error(path):
 
 def parse_args(argv=None):
     """The checked arguments; a bad one is argparse's usage error (exit 2) before any work."""
-    parser = argparse.ArgumentParser(prog="python -m pypto.bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--cases", type=_names(list(CASES), "case"),
-                        default="a,b,c,d,e,f,g,h,i,j",
-                        help="comma-separated case names (default: all)")
+    parser = argparse.ArgumentParser(
+        prog="python -m pypto.bench", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--cases",
+        type=_names(list(CASES), "case"),
+        default="a,b,c,d,e,f,g,h,i,j",
+        help="comma-separated case names (default: all)",
+    )
     parser.add_argument("--dtypes", type=_names(sorted(DTYPE_NAMES), "dtype"), default="bf16,fp16")
-    parser.add_argument("--threads", type=_thread_counts, default="1,2",
-                        help=f"comma-separated thread counts, each in [1, {MAX_THREADS}]")
-    parser.add_argument("--rounds", type=_positive_int, default=15,
-                        help="timed calls per runner (>= 1)")
-    parser.add_argument("--budget", type=_seconds, default=6.0,
-                        help="seconds after which a slow runner stops repeating (>= 0; it "
-                             "still makes 3 timed calls)")
+    parser.add_argument(
+        "--threads",
+        type=_thread_counts,
+        default="1,2",
+        help=f"comma-separated thread counts, each in [1, {MAX_THREADS}]",
+    )
+    parser.add_argument(
+        "--rounds", type=_positive_int, default=15, help="timed calls per runner (>= 1)"
+    )
+    parser.add_argument(
+        "--budget",
+        type=_seconds,
+        default=6.0,
+        help="seconds after which a slow runner stops repeating (>= 0; it "
+        "still makes 3 timed calls)",
+    )
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
-    parser.add_argument("--plot", metavar="PATH",
-                        help="write a plot, PNG or the format of PATH's extension (needs "
-                             "matplotlib)")
-    parser.add_argument("--memory", action="store_true",
-                        help="only report the peak memory of one call on case j")
-    parser.add_argument("--quick", action="store_true",
-                        help="a run under a minute: cases a, c, f at one thread, 3 rounds")
+    parser.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="write a plot, PNG or the format of PATH's extension (needs matplotlib)",
+    )
+    parser.add_argument(
+        "--memory", action="store_true", help="only report the peak memory of one call on case j"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a run under a minute: cases a, c, f at one thread, 3 rounds",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.cases, args.threads, args.rounds, args.budget = ["a", "c", "f"], [1], 3, 0.5
@@ -592,8 +739,14 @@ def main(argv=None):
         peak_memory()
         return 0
     cases = args.cases
-    rows, peaks = run(cases, [DTYPE_NAMES[d] for d in args.dtypes], args.threads, args.rounds,
-                      args.budget, with_torch=not args.no_torch)
+    rows, peaks = run(
+        cases,
+        [DTYPE_NAMES[d] for d in args.dtypes],
+        args.threads,
+        args.rounds,
+        args.budget,
+        with_torch=not args.no_torch,
+    )
     summarize(rows)
     summarize_peak_shares(rows)
     # the paths were checked before the run; what fails now (a full disk, a folder removed
@@ -620,4 +773,3 @@ def main(argv=None):
                 pass
         small_call_overhead(torch, calls=200 if args.quick else 2000)
     return status
-

@@ -31,11 +31,18 @@ def _as_tensor(value, name):
 def _check_annotation(name, tensor, annotation):
     want = annotation.shape
     if len(want) != tensor.dim or any(w not in (-1, g) for w, g in zip(want, tensor.shape)):
-        raise FeError(ValueError(f"argument '{name}' has shape {tensor.shape}, but the kernel "
-                                 f"declares {want}"))
+        raise FeError(
+            ValueError(
+                f"argument '{name}' has shape {tensor.shape}, but the kernel declares {want}"
+            )
+        )
     if tensor.dtype != annotation.dtype:
-        raise FeError(ValueError(f"argument '{name}' has dtype {tensor.dtype}, but the kernel "
-                                 f"declares {annotation.dtype}"))
+        raise FeError(
+            ValueError(
+                f"argument '{name}' has dtype {tensor.dtype}, but the kernel "
+                f"declares {annotation.dtype}"
+            )
+        )
 
 
 class JitFunction:
@@ -61,26 +68,45 @@ class JitFunction:
             if isinstance(annotation, Tensor):
                 value = _as_tensor(value, name)
                 if not isinstance(value, Tensor):
-                    raise FeError(TypeError(f"argument '{name}' must be a tensor (pypto.Tensor, "
-                                            f"numpy.ndarray or torch.Tensor), got {type(value).__name__}"))
+                    raise FeError(
+                        TypeError(
+                            f"argument '{name}' must be a tensor (pypto.Tensor, "
+                            f"numpy.ndarray or torch.Tensor), got {type(value).__name__}"
+                        )
+                    )
                 _check_annotation(name, value, annotation)
                 bound.arguments[name] = value
         with _config._scope():
             return self.func(*bound.args, **bound.kwargs)
 
 
-def jit(func=None, *, host_options=None, codegen_options=None, pass_options=None,
-        runtime_options=None, verify_options=None, debug_options=None, new_ir=True,
-        create_new_logical_tensor=False):
+def jit(
+    func=None,
+    *,
+    host_options=None,
+    codegen_options=None,
+    pass_options=None,
+    runtime_options=None,
+    verify_options=None,
+    debug_options=None,
+    new_ir=True,
+    create_new_logical_tensor=False,
+):
     """Decorator for kernel functions, bare (``@jit``) or with upstream's options (``@jit(...)``).
 
     The options are accepted for compatibility and kept on the wrapper (``.options``); on the
     CPU they change nothing.
     """
-    options = dict(host_options=host_options, codegen_options=codegen_options,
-                   pass_options=pass_options, runtime_options=runtime_options,
-                   verify_options=verify_options, debug_options=debug_options, new_ir=new_ir,
-                   create_new_logical_tensor=create_new_logical_tensor)
+    options = dict(
+        host_options=host_options,
+        codegen_options=codegen_options,
+        pass_options=pass_options,
+        runtime_options=runtime_options,
+        verify_options=verify_options,
+        debug_options=debug_options,
+        new_ir=new_ir,
+        create_new_logical_tensor=create_new_logical_tensor,
+    )
     if func is None:
         return lambda f: JitFunction(f, options)
     return JitFunction(func, options)

@@ -5,13 +5,18 @@ import subprocess
 import sys
 
 import pytest
+
 from support.slowdown import limit
 
 
 def test_bench_quick_runs():
-    done = subprocess.run([sys.executable, "-m", "pypto.bench", "--quick"], capture_output=True,
-                          text=True, timeout=limit(600),
-                          cwd=pathlib.Path(__file__).resolve().parent)
+    done = subprocess.run(
+        [sys.executable, "-m", "pypto.bench", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=limit(600),
+        cwd=pathlib.Path(__file__).resolve().parent,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert any(line.startswith("a    bf16") and "pypto" in line for line in lines)
@@ -19,9 +24,13 @@ def test_bench_quick_runs():
 
 
 def test_bench_prints_the_measured_peak_of_the_level_in_use():
-    done = subprocess.run([sys.executable, "-m", "pypto.bench", "--quick", "--cases", "a",
-                           "--no-torch"], capture_output=True, text=True, timeout=limit(300),
-                          cwd=pathlib.Path(__file__).resolve().parent)
+    done = subprocess.run(
+        [sys.executable, "-m", "pypto.bench", "--quick", "--cases", "a", "--no-torch"],
+        capture_output=True,
+        text=True,
+        timeout=limit(300),
+        cwd=pathlib.Path(__file__).resolve().parent,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "measured peak of level" in done.stdout and "PEAK_PER_CORE" not in done.stdout
 
@@ -30,6 +39,7 @@ def test_peak_loops_count_their_flops_at_every_level_this_cpu_runs():
     """The flop count the benchmark divides by: 12 chains x the level's fp32 lanes x 2 per step
     (x 2 again for the bf16 dot product's pairs); the timing itself asserts nothing."""
     from pypto._kernels import dispatch as _cpu
+
     lanes = {"baseline": 4, "avx2": 8, "avx512": 16, "avx512_bf16": 16}
     runnable = [level for level in _cpu.CPU_LEVELS if level in _cpu.BUILT_LEVELS]
     assert runnable
@@ -42,7 +52,8 @@ def test_peak_loops_count_their_flops_at_every_level_this_cpu_runs():
     peak = _cpu.measure_peak_gflops(1, seconds=0.03)
     assert peak > 0
     assert (_cpu.measure_peak_gflops(1, "bf16_dot", seconds=0.03) is None) == (
-        not _cpu.kernel_info()["bf16_dot"])
+        not _cpu.kernel_info()["bf16_dot"]
+    )
     for bad in (0, 2.0, "2", _cpu._config.MAX_THREADS + 1):
         with pytest.raises(ValueError):
             _cpu.measure_peak_gflops(bad)
@@ -55,14 +66,33 @@ def test_the_peak_kept_is_the_higher_of_two_measurements(monkeypatch, capsys):
     measurements before and after the cases, and every row's share uses it."""
     from pypto import bench
 
-    monkeypatch.setattr(bench, "measure_peaks",
-                        lambda threads: {1: {"fp32": 100.0, "bf16_dot": None},
-                                         2: {"fp32": 150.0, "bf16_dot": None}})
+    monkeypatch.setattr(
+        bench,
+        "measure_peaks",
+        lambda threads: {
+            1: {"fp32": 100.0, "bf16_dot": None},
+            2: {"fp32": 150.0, "bf16_dot": None},
+        },
+    )
     peaks = {1: {"fp32": 80.0, "bf16_dot": None}, 2: {"fp32": 190.0, "bf16_dot": None}}
-    rows = [{"dtype": "bf16", "threads": 1, "gflops": 50.0, "peak_gflops": 80.0,
-             "peak_kind": "fp32 multiply-add", "peak_pct": 62.5},
-            {"dtype": "fp16", "threads": 2, "gflops": 95.0, "peak_gflops": 190.0,
-             "peak_kind": "fp32 multiply-add", "peak_pct": 50.0}]
+    rows = [
+        {
+            "dtype": "bf16",
+            "threads": 1,
+            "gflops": 50.0,
+            "peak_gflops": 80.0,
+            "peak_kind": "fp32 multiply-add",
+            "peak_pct": 62.5,
+        },
+        {
+            "dtype": "fp16",
+            "threads": 2,
+            "gflops": 95.0,
+            "peak_gflops": 190.0,
+            "peak_kind": "fp32 multiply-add",
+            "peak_pct": 50.0,
+        },
+    ]
     bench._remeasure_peaks(peaks, rows)
     assert peaks[1]["fp32"] == 100.0 and peaks[2]["fp32"] == 190.0
     assert [r["peak_gflops"] for r in rows] == [100.0, 190.0]
@@ -72,31 +102,37 @@ def test_the_peak_kept_is_the_higher_of_two_measurements(monkeypatch, capsys):
 
 # --- the command line: a bad value is a usage error before any case runs -----------------------
 
-@pytest.mark.parametrize("argv, text", [
-    (["--dtypes", "fp32"], "unknown dtype(s) fp32"),
-    (["--dtypes", ","], "no dtype"),
-    (["--cases", "a,z"], "unknown case(s) z"),
-    (["--threads", "abc"], "expected comma-separated ints"),
-    (["--threads", "1,,2"], "expected comma-separated ints"),
-    (["--threads", "0"], "a thread count must be in [1, 1024], not 0"),
-    (["--threads", "1025"], "not 1025"),
-    (["--rounds", "0"], "argument --rounds: expected an int >= 1"),
-    (["--rounds", "-3"], "argument --rounds: expected an int >= 1"),
-    (["--rounds", "2.5"], "argument --rounds: expected an int >= 1"),
-    (["--budget", "nan"], "argument --budget: expected a number of seconds >= 0"),
-    (["--budget", "-1"], "argument --budget: expected a number of seconds >= 0"),
-    (["--budget", "inf"], "argument --budget: expected a number of seconds >= 0"),
-    (["--json", "/nonexistent/r.json"], "--json: cannot write /nonexistent/r.json"),
-    (["--json", ""], "--json: '' is no file name"),
-    (["--json", "."], "--json: . is a folder"),
-    (["--plot", "r.jpg2"], "--plot: "),
-    (["--plot", ""], "--plot: "),
-    (["--plot", "/nonexistent/r.png"], "--plot: "),
-    (["--plot", "."], "--plot: "),
-    (["--quick", "--json", "/nonexistent/r.json"], "--json: cannot write"),
-], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
-def test_bad_arguments_are_usage_errors_before_any_case_runs(argv, text, monkeypatch, capsys,
-                                                             tmp_path):
+
+@pytest.mark.parametrize(
+    "argv, text",
+    [
+        (["--dtypes", "fp32"], "unknown dtype(s) fp32"),
+        (["--dtypes", ","], "no dtype"),
+        (["--cases", "a,z"], "unknown case(s) z"),
+        (["--threads", "abc"], "expected comma-separated ints"),
+        (["--threads", "1,,2"], "expected comma-separated ints"),
+        (["--threads", "0"], "a thread count must be in [1, 1024], not 0"),
+        (["--threads", "1025"], "not 1025"),
+        (["--rounds", "0"], "argument --rounds: expected an int >= 1"),
+        (["--rounds", "-3"], "argument --rounds: expected an int >= 1"),
+        (["--rounds", "2.5"], "argument --rounds: expected an int >= 1"),
+        (["--budget", "nan"], "argument --budget: expected a number of seconds >= 0"),
+        (["--budget", "-1"], "argument --budget: expected a number of seconds >= 0"),
+        (["--budget", "inf"], "argument --budget: expected a number of seconds >= 0"),
+        (["--json", "/nonexistent/r.json"], "--json: cannot write /nonexistent/r.json"),
+        (["--json", ""], "--json: '' is no file name"),
+        (["--json", "."], "--json: . is a folder"),
+        (["--plot", "r.jpg2"], "--plot: "),
+        (["--plot", ""], "--plot: "),
+        (["--plot", "/nonexistent/r.png"], "--plot: "),
+        (["--plot", "."], "--plot: "),
+        (["--quick", "--json", "/nonexistent/r.json"], "--json: cannot write"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_bad_arguments_are_usage_errors_before_any_case_runs(
+    argv, text, monkeypatch, capsys, tmp_path
+):
     from pypto import bench
 
     def ran(*args, **kwargs):
@@ -116,9 +152,22 @@ def test_bad_arguments_are_usage_errors_before_any_case_runs(argv, text, monkeyp
 def test_good_arguments_are_parsed(tmp_path):
     from pypto import bench
 
-    args = bench.parse_args(["--cases", "b, a,b", "--dtypes", "fp16", "--threads", "2,1,2",
-                             "--rounds", "4", "--budget", "0", "--json",
-                             str(tmp_path / "r.json")])
+    args = bench.parse_args(
+        [
+            "--cases",
+            "b, a,b",
+            "--dtypes",
+            "fp16",
+            "--threads",
+            "2,1,2",
+            "--rounds",
+            "4",
+            "--budget",
+            "0",
+            "--json",
+            str(tmp_path / "r.json"),
+        ]
+    )
     assert (args.cases, args.dtypes, args.threads) == (["b", "a"], ["fp16"], [2, 1])
     assert (args.rounds, args.budget, args.json) == (4, 0.0, str(tmp_path / "r.json"))
     defaults = bench.parse_args([])
@@ -134,9 +183,21 @@ def test_a_write_that_fails_after_the_run_is_one_error_line(monkeypatch, capsys,
     pytest.importorskip("matplotlib")
     from pypto import bench
 
-    rows = [{"case": "b", "dtype": "fp16", "threads": 1, "peer": peer, "ms": 1.0,
-             "gflops": 10.0, "ratio": 1.0, "peak_gflops": 100.0,
-             "peak_kind": "fp32 multiply-add", "peak_pct": 10.0} for peer in ("pypto", "x")]
+    rows = [
+        {
+            "case": "b",
+            "dtype": "fp16",
+            "threads": 1,
+            "peer": peer,
+            "ms": 1.0,
+            "gflops": 10.0,
+            "ratio": 1.0,
+            "peak_gflops": 100.0,
+            "peak_kind": "fp32 multiply-add",
+            "peak_pct": 10.0,
+        }
+        for peer in ("pypto", "x")
+    ]
     monkeypatch.setattr(bench, "run", lambda *args, **kwargs: (rows, {1: {"fp32": 100.0}}))
 
     def full_disk(*args):
@@ -144,16 +205,21 @@ def test_a_write_that_fails_after_the_run_is_one_error_line(monkeypatch, capsys,
 
     monkeypatch.setattr(bench, "write_json", full_disk)
     plot = tmp_path / "r.png"
-    code = bench.main(["--cases", "b", "--threads", "1", "--json", str(tmp_path / "r.json"),
-                       "--plot", str(plot)])
+    code = bench.main(
+        ["--cases", "b", "--threads", "1", "--json", str(tmp_path / "r.json"), "--plot", str(plot)]
+    )
     err = capsys.readouterr().err
     assert code == 1 and "error: cannot write" in err and "No space left" in err
     assert plot.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_a_bad_argument_from_the_command_line_is_no_traceback():
-    done = subprocess.run([sys.executable, "-m", "pypto.bench", "--threads", "abc"],
-                          capture_output=True, text=True, timeout=limit(120),
-                          cwd=pathlib.Path(__file__).resolve().parent)
+    done = subprocess.run(
+        [sys.executable, "-m", "pypto.bench", "--threads", "abc"],
+        capture_output=True,
+        text=True,
+        timeout=limit(120),
+        cwd=pathlib.Path(__file__).resolve().parent,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "argument --threads: expected comma-separated ints" in done.stderr

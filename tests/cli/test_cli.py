@@ -12,12 +12,25 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "pypto", *args], capture_output=True, text=True,
-                          timeout=limit(300), cwd=HERE)
+    return subprocess.run(
+        [sys.executable, "-m", "pypto", *args],
+        capture_output=True,
+        text=True,
+        timeout=limit(300),
+        cwd=HERE,
+    )
 
 
-PROBLEM = ["--grad-output", "2,32,7,7", "--weight", "32,24,3,3", "--strides", "2,2",
-           "--paddings", "1,1,1,1"]
+PROBLEM = [
+    "--grad-output",
+    "2,32,7,7",
+    "--weight",
+    "32,24,3,3",
+    "--strides",
+    "2,2",
+    "--paddings",
+    "1,1,1,1",
+]
 
 
 def test_run_checks_a_given_problem():
@@ -28,29 +41,88 @@ def test_run_checks_a_given_problem():
 
 
 def test_run_with_given_tiles_and_size():
-    done = _cli("run", *PROBLEM, "--input-size", "2,24,14,14", "--l1", "14,144,16",
-                "--l0", "16,16,16", "--vec", "16,16,1,16,16")
+    done = _cli(
+        "run",
+        *PROBLEM,
+        "--input-size",
+        "2,24,14,14",
+        "--l1",
+        "14,144,16",
+        "--l0",
+        "16,16,16",
+        "--vec",
+        "16,16,1,16,16",
+    )
     assert done.returncode == 0, done.stderr
-    assert "tiles L1 (M, K, N) = (14, 144, 16), L0 = (16, 16, 16), vec = [16, 16, 1, 16, 16]" \
+    assert (
+        "tiles L1 (M, K, N) = (14, 144, 16), L0 = (16, 16, 16), vec = [16, 16, 1, 16, 16]"
         in done.stdout
+    )
 
 
-@pytest.mark.parametrize("args, text", [
-    (["run", *PROBLEM, "--strides", "0,2"], "strides must be in the range [1,63]"),
-    (["run", *PROBLEM, "--input-size", "2,24,20,13"], "input_size[2] must be in [13, 14]"),
-    (["run", *PROBLEM, "--l1", "13,140,16", "--l0", "16,16,16"], "Invalid tileKL1:140"),
-    (["run", *PROBLEM, "--l1", "16,144"], "--l1 takes 3 ints"),
-    (["--threads", "0"], "num_threads must be None or an int in [1, 1024], but got 0"),
-    # the op refuses these problems: so does `pypto tiles`, with the op's message
-    (["tiles", "--grad-output", "1,16,8,8", "--weight", "16,16,3,3", "--input-size", "1,16,4,4",
-      "--paddings", "3,3,3,3"], "must be > padding"),
-    (["tiles", "--grad-output", "1,16,5,32", "--weight", "16,16,3,3", "--paddings", "1,1,0,2"],
-     "Only symmetric padding is supported"),
-    (["tiles", "--grad-output", "1,16,5,32", "--weight", "32,16,3,3", "--paddings", "1,1,1,1"],
-     "is not equal to Cout of weight"),
-    (["tiles", "--grad-output", "1,16,5,32", "--weight", "16,16,3,3", "--input-size",
-      "1,16,0,32", "--paddings", "1,1,1,1"], "input_size must be in the range [1,1000000]"),
-])
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        (["run", *PROBLEM, "--strides", "0,2"], "strides must be in the range [1,63]"),
+        (["run", *PROBLEM, "--input-size", "2,24,20,13"], "input_size[2] must be in [13, 14]"),
+        (["run", *PROBLEM, "--l1", "13,140,16", "--l0", "16,16,16"], "Invalid tileKL1:140"),
+        (["run", *PROBLEM, "--l1", "16,144"], "--l1 takes 3 ints"),
+        (["--threads", "0"], "num_threads must be None or an int in [1, 1024], but got 0"),
+        # the op refuses these problems: so does `pypto tiles`, with the op's message
+        (
+            [
+                "tiles",
+                "--grad-output",
+                "1,16,8,8",
+                "--weight",
+                "16,16,3,3",
+                "--input-size",
+                "1,16,4,4",
+                "--paddings",
+                "3,3,3,3",
+            ],
+            "must be > padding",
+        ),
+        (
+            [
+                "tiles",
+                "--grad-output",
+                "1,16,5,32",
+                "--weight",
+                "16,16,3,3",
+                "--paddings",
+                "1,1,0,2",
+            ],
+            "Only symmetric padding is supported",
+        ),
+        (
+            [
+                "tiles",
+                "--grad-output",
+                "1,16,5,32",
+                "--weight",
+                "32,16,3,3",
+                "--paddings",
+                "1,1,1,1",
+            ],
+            "is not equal to Cout of weight",
+        ),
+        (
+            [
+                "tiles",
+                "--grad-output",
+                "1,16,5,32",
+                "--weight",
+                "16,16,3,3",
+                "--input-size",
+                "1,16,0,32",
+                "--paddings",
+                "1,1,1,1",
+            ],
+            "input_size must be in the range [1,1000000]",
+        ),
+    ],
+)
 def test_validation_errors_are_one_line_and_exit_2(args, text):
     done = _cli(*args)
     assert done.returncode == 2
@@ -66,13 +138,35 @@ def test_unparsable_argument_is_a_usage_error():
 
 
 def test_tiles_explains_and_exit_code_says_legal():
-    legal = _cli("tiles", "--grad-output", "1,16,5,32", "--weight", "16,16,3,3", "--paddings",
-                 "1,1,1,1", "--l1", "16,144,16", "--l0", "16,16,16")
+    legal = _cli(
+        "tiles",
+        "--grad-output",
+        "1,16,5,32",
+        "--weight",
+        "16,16,3,3",
+        "--paddings",
+        "1,1,1,1",
+        "--l1",
+        "16,144,16",
+        "--l0",
+        "16,16,16",
+    )
     assert legal.returncode == 0, legal.stderr
     assert "verdict: legal on Atlas A2/A3" in legal.stdout
     assert "L1        6336 /  524288 bytes" in legal.stdout
-    illegal = _cli("tiles", "--grad-output", "1,16,5,32", "--weight", "16,16,3,3", "--paddings",
-                   "1,1,1,1", "--l1", "16,140,16", "--l0", "16,16,16")
+    illegal = _cli(
+        "tiles",
+        "--grad-output",
+        "1,16,5,32",
+        "--weight",
+        "16,16,3,3",
+        "--paddings",
+        "1,1,1,1",
+        "--l1",
+        "16,140,16",
+        "--l0",
+        "16,16,16",
+    )
     assert illegal.returncode == 1
     assert "TS3  FAIL" in illegal.stdout
     assert "nearest legal tiles: ConvBpTileL1Info(16, 144, 16)" in illegal.stdout
@@ -97,8 +191,15 @@ def test_options_count_before_and_after_the_command(before):
 
 
 def test_run_checks_memory_before_drawing_random_data():
-    done = _cli("run", "--grad-output", "64,1024,1000,1000", "--weight", "1024,1024,3,3",
-                "--paddings", "1,1,1,1")
+    done = _cli(
+        "run",
+        "--grad-output",
+        "64,1024,1000,1000",
+        "--weight",
+        "1024,1024,3,3",
+        "--paddings",
+        "1,1,1,1",
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith("error: ErrCode: F00003, MemoryError: ")
     assert "random inputs and the float64 check" in done.stderr
@@ -108,13 +209,19 @@ def test_run_checks_memory_before_drawing_random_data():
 def test_bad_seed_is_a_usage_error(seed):
     done = _cli("run", *PROBLEM, "--seed", seed)
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "--seed: expected an int >= 0" in done.stderr or "expected comma-separated ints" \
-        in done.stderr
+    assert (
+        "--seed: expected an int >= 0" in done.stderr
+        or "expected comma-separated ints" in done.stderr
+    )
 
 
 def test_a_closed_pipe_ends_quietly():
-    reader = subprocess.Popen([sys.executable, "-m", "pypto", "info"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, cwd=HERE)
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "pypto", "info"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=HERE,
+    )
     reader.stdout.close()  # nobody reads: the first write or the flush meets EPIPE
     _, err = reader.communicate(timeout=limit(120))
     assert b"Traceback" not in err and b"BrokenPipeError" not in err, err
@@ -122,8 +229,15 @@ def test_a_closed_pipe_ends_quietly():
 
 
 def test_tiles_without_any_legal_tiles_explains_the_smallest_and_names_the_rule():
-    done = _cli("tiles", "--grad-output", "1,16,40,40", "--weight", "16,16,63,63",
-                "--input-size", "1,16,102,102")
+    done = _cli(
+        "tiles",
+        "--grad-output",
+        "1,16,40,40",
+        "--weight",
+        "16,16,63,63",
+        "--input-size",
+        "1,16,102,102",
+    )
     assert done.returncode == 1, done.stderr
     assert "TS6  FAIL" in done.stdout and "verdict: NOT legal" in done.stdout
     assert "No L1/L0 tiles satisfy the NPU's rules for this problem" in done.stdout

@@ -13,8 +13,13 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
 
 def _run(args):
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                          timeout=limit(300), cwd=ROOT / "examples")
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=limit(300),
+        cwd=ROOT / "examples",
+    )
 
 
 def test_main_command_checks_and_passes():
@@ -26,10 +31,12 @@ def test_main_command_checks_and_passes():
 
 def test_console_script_runs_the_installed_package():
     import shutil
+
     script = shutil.which("pypto", path=str(pathlib.Path(sys.executable).parent))
     assert script, "the pypto console script is not installed next to this Python"
-    done = subprocess.run([script, "info"], capture_output=True, text=True, timeout=limit(120),
-                          cwd=ROOT)  # from the source folder: must still run the installed one
+    done = subprocess.run(
+        [script, "info"], capture_output=True, text=True, timeout=limit(120), cwd=ROOT
+    )  # from the source folder: must still run the installed one
     assert done.returncode == 0, done.stderr
     assert "cpu kernel: ISA" in done.stdout
 

@@ -13,7 +13,7 @@ import pypto.testing as T
 from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
 DY_SHAPE, W_SHAPE = (1, 16, 5, 32), (16, 16, 3, 3)
-ATTRS = ([1, 16, 5, 32], [1, 1], [1, 1, 1, 1], [1, 1])   # input_size, strides, paddings, dilations
+ATTRS = ([1, 16, 5, 32], [1, 1], [1, 1, 1, 1], [1, 1])  # input_size, strides, paddings, dilations
 
 
 def _inputs(dtype=np.float16):
@@ -29,8 +29,15 @@ def good():
     dy, w = _inputs()
     result = T.compare(np.zeros(ATTRS[0], np.float16), dy, w, *ATTRS)
     actual = result.reference  # pypto's own result: passes every standard
-    kwargs = dict(actual=actual, grad_output=dy, weight=w, input_size=ATTRS[0], strides=ATTRS[1],
-                  paddings=ATTRS[2], dilations=ATTRS[3])
+    kwargs = dict(
+        actual=actual,
+        grad_output=dy,
+        weight=w,
+        input_size=ATTRS[0],
+        strides=ATTRS[1],
+        paddings=ATTRS[2],
+        dilations=ATTRS[3],
+    )
     result = T.compare(**kwargs)
     assert result.passed
     return kwargs, result
@@ -42,14 +49,57 @@ class _PathLikeAnsweringInt:
         return 5
 
 
-ODD_VALUES = [None, True, False, 0, -1, 2**64, -2**70, 1.5, math.nan, math.inf, -0.0, 1 + 2j,
-              "", "abc", "fp16", "a\0b", b"x", [], [1, 2], [[1, 2], [3]], ((1, 2), (3,)), {},
-              {"a": 1}, np.zeros(3), np.zeros((2, 2), object), np.array("x"), np.float16(1),
-              np.int64(-5), np.uint64(2**63), np.bool_(True), np.float64(math.nan), object(),
-              _PathLikeAnsweringInt(), pathlib.Path("sub/x.png")]
+ODD_VALUES = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    2**64,
+    -(2**70),
+    1.5,
+    math.nan,
+    math.inf,
+    -0.0,
+    1 + 2j,
+    "",
+    "abc",
+    "fp16",
+    "a\0b",
+    b"x",
+    [],
+    [1, 2],
+    [[1, 2], [3]],
+    ((1, 2), (3,)),
+    {},
+    {"a": 1},
+    np.zeros(3),
+    np.zeros((2, 2), object),
+    np.array("x"),
+    np.float16(1),
+    np.int64(-5),
+    np.uint64(2**63),
+    np.bool_(True),
+    np.float64(math.nan),
+    object(),
+    _PathLikeAnsweringInt(),
+    pathlib.Path("sub/x.png"),
+]
 
-COMPARE_ARGS = ["actual", "grad_output", "weight", "input_size", "strides", "paddings",
-                "dilations", "dtype", "tiles", "standard", "golden", "reference"]
+COMPARE_ARGS = [
+    "actual",
+    "grad_output",
+    "weight",
+    "input_size",
+    "strides",
+    "paddings",
+    "dilations",
+    "dtype",
+    "tiles",
+    "standard",
+    "golden",
+    "reference",
+]
 
 
 def _outcome(call, allowed=()):
@@ -70,8 +120,11 @@ def _entry_points(good):
     for name in COMPARE_ARGS:
         yield f"compare({name}=)", lambda v, n=name: T.compare(**{**kwargs, n: v}), ()
         # a failing verdict is assert_dgrad_close's AssertionError: its job, not a bad argument
-        yield (f"assert_dgrad_close({name}=)",
-               lambda v, n=name: T.assert_dgrad_close(**{**kwargs, n: v}), (AssertionError,))
+        yield (
+            f"assert_dgrad_close({name}=)",
+            lambda v, n=name: T.assert_dgrad_close(**{**kwargs, n: v}),
+            (AssertionError,),
+        )
     yield "assert_dgrad_close(top=)", lambda v: T.assert_dgrad_close(**kwargs, top=v), ()
     yield "CompareResult.report(top=)", lambda v: result.report(top=v), ()
     yield "CompareResult.as_dict(top=)", lambda v: result.as_dict(top=v), ()
@@ -81,7 +134,7 @@ def _entry_points(good):
 
 def test_every_entry_point_raises_only_pypto_errors(good, tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
-    monkeypatch.chdir(tmp_path)   # the plot paths that are good land here
+    monkeypatch.chdir(tmp_path)  # the plot paths that are good land here
     bare = []
     for name, call, allowed in _entry_points(good):
         for value in ODD_VALUES:
@@ -91,15 +144,19 @@ def test_every_entry_point_raises_only_pypto_errors(good, tmp_path, monkeypatch)
     assert not bare, "\n".join(bare)
 
 
-@pytest.mark.parametrize("tiles", [
-    (ConvBpTileL1Info("a", 144, 16), ConvBpTileL0Info(16, 16, 16)),
-    (ConvBpTileL1Info(16.0, 144, 16), ConvBpTileL0Info(16, 16, 16)),
-    ((16.5, 144, 16), (16, 16, 16)),
-    ((16, 144, 16), (16, 16, 16), [math.inf, 16, 16, 16]),
-    ((16, 144, 16), (16, 16, 16), [16.5, 16, 16, 16]),
-    ((16, 144, 16), (16, 16, 16), ["16", 16, 16, 16]),
-    (ConvBpTileL0Info(16, 16, 16), ConvBpTileL0Info(16, 16, 16)),
-], ids=repr)
+@pytest.mark.parametrize(
+    "tiles",
+    [
+        (ConvBpTileL1Info("a", 144, 16), ConvBpTileL0Info(16, 16, 16)),
+        (ConvBpTileL1Info(16.0, 144, 16), ConvBpTileL0Info(16, 16, 16)),
+        ((16.5, 144, 16), (16, 16, 16)),
+        ((16, 144, 16), (16, 16, 16), [math.inf, 16, 16, 16]),
+        ((16, 144, 16), (16, 16, 16), [16.5, 16, 16, 16]),
+        ((16, 144, 16), (16, 16, 16), ["16", 16, 16, 16]),
+        (ConvBpTileL0Info(16, 16, 16), ConvBpTileL0Info(16, 16, 16)),
+    ],
+    ids=repr,
+)
 def test_tile_values_the_op_refuses_are_refused(good, tiles):
     """Not read with int() (16.5 as 16, inf an OverflowError), nor handed on as a str."""
     kwargs, _ = good
@@ -109,18 +166,24 @@ def test_tile_values_the_op_refuses_are_refused(good, tiles):
 
 def test_numpy_integer_tiles_are_taken(good):
     kwargs, _ = good
-    tiles = ((np.int64(16), np.int32(144), 16), ConvBpTileL0Info(np.int16(16), 16, 16),
-             np.array([16, 16, 16, 16]))
+    tiles = (
+        (np.int64(16), np.int32(144), 16),
+        ConvBpTileL0Info(np.int16(16), 16, 16),
+        np.array([16, 16, 16, 16]),
+    )
     assert T.compare(**kwargs, tiles=tiles).case.l1 == (16, 144, 16)
 
 
 # --- the reproducers of finding 13 --------------------------------------------------------------
-@pytest.mark.parametrize("change, text", [
-    (dict(standard=["dual-L0"]), "standard must be one of"),
-    (dict(standard=np.array(["dual-L0"])), "standard must be one of"),
-    (dict(golden=((1, 2), (3,))), "golden must be a float array"),
-    (dict(dtype=np.zeros(2)), "dtype must be 'fp16', 'bf16'"),
-])
+@pytest.mark.parametrize(
+    "change, text",
+    [
+        (dict(standard=["dual-L0"]), "standard must be one of"),
+        (dict(standard=np.array(["dual-L0"])), "standard must be one of"),
+        (dict(golden=((1, 2), (3,))), "golden must be a float array"),
+        (dict(dtype=np.zeros(2)), "dtype must be 'fp16', 'bf16'"),
+    ],
+)
 def test_bad_compare_arguments(good, change, text):
     kwargs, _ = good
     with pytest.raises(pypto.PyptoError, match=text):
@@ -154,8 +217,9 @@ def test_assert_dgrad_close_checks_top_before_comparing(good, monkeypatch):
         T.assert_dgrad_close(**failing, top=None)
 
 
-@pytest.mark.parametrize("path", [None, 5, b"dx.png", "", ".", "no/such/folder/dx.png",
-                                  "dx.jpg2", "a\0b.png"], ids=repr)
+@pytest.mark.parametrize(
+    "path", [None, 5, b"dx.png", "", ".", "no/such/folder/dx.png", "dx.jpg2", "a\0b.png"], ids=repr
+)
 def test_bad_plot_paths_are_pypto_errors(good, tmp_path, monkeypatch, path):
     pytest.importorskip("matplotlib")
     _, result = good
@@ -188,9 +252,19 @@ def test_torch_tensors_tell_their_dtype(dtype_name):
     dy = torch.from_numpy(rng.uniform(-1, 1, DY_SHAPE).astype(np.float32)).to(storage)
     w = torch.from_numpy(rng.uniform(-1, 1, W_SHAPE).astype(np.float32)).to(storage)
     x = torch.empty(ATTRS[0], dtype=torch.float32)
-    dx = torch.ops.aten.convolution_backward(dy.float(), x, w.float(), None, [1, 1], [1, 1],
-                                             [1, 1], False, [0, 0], 1,
-                                             [True, False, False])[0].to(storage)
+    dx = torch.ops.aten.convolution_backward(
+        dy.float(),
+        x,
+        w.float(),
+        None,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        False,
+        [0, 0],
+        1,
+        [True, False, False],
+    )[0].to(storage)
     result = T.compare(dx, dy, w, *ATTRS)
     assert result.case.dtype == (pypto.DT_BF16 if dtype_name == "bfloat16" else pypto.DT_FP16)
     assert result.passed, result.report()

@@ -33,9 +33,15 @@ import pytest
 
 import pypto
 from pypto.error import PyptoMemoryError
-
-from support.numerics import (auto_tiles, call_op, check_accuracy, make_data, make_problem,
-                              set_tiles, size_of)
+from support.numerics import (
+    auto_tiles,
+    call_op,
+    check_accuracy,
+    make_data,
+    make_problem,
+    set_tiles,
+    size_of,
+)
 from support.reference import round_once
 from support.slowdown import limit
 
@@ -45,11 +51,11 @@ DTYPES = {"fp16": (FP16, pypto.DT_FP16), "bf16": (BF16, pypto.DT_BF16)}
 SENTINEL_BITS = 0x7E5A
 
 # stride 2x1, pad 1, 3x3; Cin != Cout and odd sizes so views of dy and w differ in every axis
-PROB = make_problem(n=2, cin=20, cout=24, hout=6, wout=7, kh=3, kw=3, strides=(2, 1),
-                    pads=(1, 1), hin="max")
+PROB = make_problem(
+    n=2, cin=20, cout=24, hout=6, wout=7, kh=3, kw=3, strides=(2, 1), pads=(1, 1), hin="max"
+)
 # Cin == Cout and Hin == Hout: dx has dy's shape, so an output array can be dy itself
 SAME = make_problem(n=1, cin=16, cout=16, hout=12, wout=12, kh=3, kw=3, pads=(1, 1))
-
 
 
 def op(prob, dy, w, dtype=None):
@@ -77,20 +83,32 @@ def jit_kernel(prob, dy_ann, w_ann, out_ann, dtype):
     l1, l0 = auto_tiles(prob)
 
     @pypto.jit
-    def kernel(dy: pypto.Tensor(list(dy_ann), dtype), w: pypto.Tensor(list(w_ann), dtype),
-               out: pypto.Tensor(list(out_ann), dtype)):
+    def kernel(
+        dy: pypto.Tensor(list(dy_ann), dtype),
+        w: pypto.Tensor(list(w_ann), dtype),
+        out: pypto.Tensor(list(out_ann), dtype),
+    ):
         set_tiles(l1, l0)
-        r = pypto.conv_backward_input(dy, size_of(prob), w, dtype, [prob["sh"], prob["sw"]],
-                                      [prob["ph"], prob["ph"], prob["pw"], prob["pw"]],
-                                      [prob["dh"], prob["dw"]])
+        r = pypto.conv_backward_input(
+            dy,
+            size_of(prob),
+            w,
+            dtype,
+            [prob["sh"], prob["sw"]],
+            [prob["ph"], prob["ph"], prob["pw"], prob["pw"]],
+            [prob["dh"], prob["dw"]],
+        )
         out.move(r)
 
     return kernel
 
 
 def shapes(prob):
-    return ((prob["n"], prob["cout"], prob["hout"], prob["wout"]),
-            (prob["cout"], prob["cin"], prob["kh"], prob["kw"]), tuple(size_of(prob)))
+    return (
+        (prob["n"], prob["cout"], prob["hout"], prob["wout"]),
+        (prob["cout"], prob["cin"], prob["kh"], prob["kw"]),
+        tuple(size_of(prob)),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,9 +169,14 @@ def _readonly_strided_misaligned(x):
 
 
 LAYOUTS = {
-    "strided": _strided, "negative_strides": _negative_strides, "fortran": _fortran,
-    "transposed": _transposed, "readonly": _readonly, "misaligned": _misaligned,
-    "big_endian": _big_endian, "broadcast": _broadcast,
+    "strided": _strided,
+    "negative_strides": _negative_strides,
+    "fortran": _fortran,
+    "transposed": _transposed,
+    "readonly": _readonly,
+    "misaligned": _misaligned,
+    "big_endian": _big_endian,
+    "broadcast": _broadcast,
 }
 
 
@@ -201,9 +224,15 @@ def test_layouts_through_jit(dtype_name):
 # ---------------------------------------------------------------------------------------------
 # Wrong dtypes
 # ---------------------------------------------------------------------------------------------
-WRONG = [(np.float32, "DT_FP32"), (np.float64, "DT_DOUBLE"), (np.int8, "DT_INT8"),
-         (np.int16, "DT_INT16"), (np.uint16, "DT_UINT16"), (np.bool_, "DT_BOOL"),
-         (">f4", "DT_FP32")]
+WRONG = [
+    (np.float32, "DT_FP32"),
+    (np.float64, "DT_DOUBLE"),
+    (np.int8, "DT_INT8"),
+    (np.int16, "DT_INT16"),
+    (np.uint16, "DT_UINT16"),
+    (np.bool_, "DT_BOOL"),
+    (">f4", "DT_FP32"),
+]
 
 
 @pytest.mark.parametrize("np_dtype, name", WRONG)
@@ -213,8 +242,10 @@ def test_wrong_grad_output_dtype_is_rule_D1(np_dtype, name):
         op(PROB, np.abs(dy).astype(np_dtype), w, pypto.DT_FP16)
     assert e.value.rule == "D1"
     assert isinstance(e.value, ValueError)
-    assert str(e.value) == ("ErrCode: F00002, ValueError: Input tensor data type must in "
-                            f"[bf16, fp16],but Input tensor got DataType.{name}")
+    assert str(e.value) == (
+        "ErrCode: F00002, ValueError: Input tensor data type must in "
+        f"[bf16, fp16],but Input tensor got DataType.{name}"
+    )
 
 
 @pytest.mark.parametrize("np_dtype, name", WRONG)
@@ -223,8 +254,10 @@ def test_wrong_weight_dtype_is_rule_D2(np_dtype, name):
     with pytest.raises(pypto.error.ConvBpInputError) as e:
         op(PROB, dy, np.abs(w).astype(np_dtype), pypto.DT_BF16)
     assert e.value.rule == "D2"
-    assert str(e.value) == ("ErrCode: F00002, ValueError: Weight tensor data type must in "
-                            f"[bf16, fp16],but Weight tensor got DataType.{name}")
+    assert str(e.value) == (
+        "ErrCode: F00002, ValueError: Weight tensor data type must in "
+        f"[bf16, fp16],but Weight tensor got DataType.{name}"
+    )
 
 
 def test_mixed_fp16_and_bf16_is_rule_D3():
@@ -262,8 +295,8 @@ def test_jit_output_overlaps_the_input_buffer(offset):
     expected = op(SAME, dy0, w).numpy()
     size = dy0.size
     buf = np.zeros(size + abs(offset), FP16)
-    dy = buf[max(0, -offset):][:size].reshape(dy0.shape)
-    out = buf[max(0, offset):][:size].reshape(dy0.shape)
+    dy = buf[max(0, -offset) :][:size].reshape(dy0.shape)
+    out = buf[max(0, offset) :][:size].reshape(dy0.shape)
     dy[...] = dy0
     assert np.shares_memory(dy, out)
     dy_s, w_s, out_s = shapes(SAME)
@@ -347,14 +380,22 @@ def test_torch_non_contiguous_tensors(dtype_name):
     dy_t = torch.from_numpy(dy0.astype(np.float32)).to(tdt)
     w_t = torch.from_numpy(w0.astype(np.float32)).to(tdt)
     views = {
-        "channels_last": (dy_t.contiguous(memory_format=torch.channels_last),
-                          w_t.contiguous(memory_format=torch.channels_last)),
-        "sliced": (torch.zeros(dy_t.shape[:3] + (2 * dy_t.shape[3],), dtype=tdt)[..., ::2],
-                   torch.zeros((2 * w_t.shape[0],) + w_t.shape[1:], dtype=tdt)[::2]),
-        "transposed": (dy_t.transpose(2, 3).contiguous().transpose(2, 3),
-                       w_t.transpose(0, 1).contiguous().transpose(0, 1)),
-        "requires_grad": (dy_t.float().requires_grad_().to(tdt),
-                          w_t.float().requires_grad_().to(tdt)),
+        "channels_last": (
+            dy_t.contiguous(memory_format=torch.channels_last),
+            w_t.contiguous(memory_format=torch.channels_last),
+        ),
+        "sliced": (
+            torch.zeros(dy_t.shape[:3] + (2 * dy_t.shape[3],), dtype=tdt)[..., ::2],
+            torch.zeros((2 * w_t.shape[0],) + w_t.shape[1:], dtype=tdt)[::2],
+        ),
+        "transposed": (
+            dy_t.transpose(2, 3).contiguous().transpose(2, 3),
+            w_t.transpose(0, 1).contiguous().transpose(0, 1),
+        ),
+        "requires_grad": (
+            dy_t.float().requires_grad_().to(tdt),
+            w_t.float().requires_grad_().to(tdt),
+        ),
     }
     views["sliced"][0].copy_(dy_t)
     views["sliced"][1].copy_(w_t)
@@ -363,8 +404,14 @@ def test_torch_non_contiguous_tensors(dtype_name):
             assert not a.is_contiguous() and not b.is_contiguous(), name
         set_tiles(*auto_tiles(PROB))
         r = pypto.conv_backward_input(
-            pypto.from_torch(a), size_of(PROB), pypto.from_torch(b), pdt, [2, 1], [1, 1, 1, 1],
-            [1, 1]).numpy()
+            pypto.from_torch(a),
+            size_of(PROB),
+            pypto.from_torch(b),
+            pdt,
+            [2, 1],
+            [1, 1, 1, 1],
+            [1, 1],
+        ).numpy()
         assert np.array_equal(r.view(np.uint16), expected.view(np.uint16)), name
 
 
@@ -378,7 +425,8 @@ def test_torch_tensors_through_jit_write_the_callers_tensor():
     big = torch.zeros(out_s[:3] + (2 * out_s[3],), dtype=torch.bfloat16)
     out_t = big[..., 1::2]  # non-contiguous output tensor
     jit_kernel(PROB, dy_s, w_s, out_s, pypto.DT_BF16)(
-        dy_t.contiguous(memory_format=torch.channels_last), w_t, out_t)
+        dy_t.contiguous(memory_format=torch.channels_last), w_t, out_t
+    )
     got = out_t.contiguous().view(torch.int16).numpy().view(np.uint16)
     assert np.array_equal(got, expected.view(np.uint16))
     assert (big[..., 0::2] == 0).all()
@@ -434,9 +482,15 @@ def test_memory_limit_set_at_top_level_and_inside_jit():
     assert (out.view(np.uint16) == SENTINEL_BITS).all(), "a refused call wrote the output"
     # shape-only calls compute nothing: no limit applies
     set_tiles(*auto_tiles(PROB))
-    r = pypto.conv_backward_input(pypto.Tensor(list(dy_s), pypto.DT_FP16), size_of(PROB),
-                                  pypto.Tensor(list(w_s), pypto.DT_FP16), pypto.DT_FP16, [2, 1],
-                                  [1, 1, 1, 1], [1, 1])
+    r = pypto.conv_backward_input(
+        pypto.Tensor(list(dy_s), pypto.DT_FP16),
+        size_of(PROB),
+        pypto.Tensor(list(w_s), pypto.DT_FP16),
+        pypto.DT_FP16,
+        [2, 1],
+        [1, 1, 1, 1],
+        [1, 1],
+    )
     assert r.shape == list(out_s)
     pypto.set_options(memory_limit=None)
     op(PROB, dy, w)
@@ -448,18 +502,26 @@ def test_huge_broadcast_input_is_refused_with_the_default_limit():
         pytest.skip("PYPTO_MEMORY_LIMIT is set: not the default limit")
     dy = np.broadcast_to(np.float16(1), (1, 16, 1000000, 1000000))
     w = np.ones((16, 16, 1, 1), FP16)
-    pypto.set_convbp_input_tile_shapes(pypto.pypto_impl.ConvBpTileL1Info(16, 256, 16),
-                                       pypto.pypto_impl.ConvBpTileL0Info(16, 16, 16))
+    pypto.set_convbp_input_tile_shapes(
+        pypto.pypto_impl.ConvBpTileL1Info(16, 256, 16),
+        pypto.pypto_impl.ConvBpTileL0Info(16, 16, 16),
+    )
     pypto.set_vec_tile_shapes(16, 16, 16, 16)
 
     def call():
-        return pypto.conv_backward_input(pypto.from_numpy(dy), [1, 16, 1000000, 1000000],
-                                         pypto.from_numpy(w), pypto.DT_FP16, [1, 1],
-                                         [0, 0, 0, 0], [1, 1])
+        return pypto.conv_backward_input(
+            pypto.from_numpy(dy),
+            [1, 16, 1000000, 1000000],
+            pypto.from_numpy(w),
+            pypto.DT_FP16,
+            [1, 1],
+            [0, 0, 0, 0],
+            [1, 1],
+        )
 
     err, peak = _peak_traced(call)
     assert isinstance(err, PyptoMemoryError), err
-    assert f"output {16 * 10 ** 12 * 2 / 2 ** 30:.2f} GiB" in str(err)
+    assert f"output {16 * 10**12 * 2 / 2**30:.2f} GiB" in str(err)
     assert "memory limit is" in str(err)
     assert peak < 1 << 20
 
@@ -468,13 +530,22 @@ def test_guard_arithmetic_beyond_32_bits():
     """Output of 64 * 6000 * 6000 = 2.3e9 elements (> 2**31): the estimate does not wrap."""
     dy = np.broadcast_to(np.float16(1), (1, 1, 6000, 6000))
     w = np.ones((1, 64, 1, 1), FP16)
-    pypto.set_convbp_input_tile_shapes(pypto.pypto_impl.ConvBpTileL1Info(6000, 16, 64),
-                                       pypto.pypto_impl.ConvBpTileL0Info(16, 16, 16))
+    pypto.set_convbp_input_tile_shapes(
+        pypto.pypto_impl.ConvBpTileL1Info(6000, 16, 64),
+        pypto.pypto_impl.ConvBpTileL0Info(16, 16, 16),
+    )
     pypto.set_vec_tile_shapes(1, 16, 1, 16)
     with pypto.options(memory_limit="4G"), pytest.raises(PyptoMemoryError) as e:
-        pypto.conv_backward_input(pypto.from_numpy(dy), [1, 64, 6000, 6000], pypto.from_numpy(w),
-                                  pypto.DT_FP16, [1, 1], [0, 0, 0, 0], [1, 1])
-    out_gib = 64 * 6000 * 6000 * 2 / 2 ** 30
+        pypto.conv_backward_input(
+            pypto.from_numpy(dy),
+            [1, 64, 6000, 6000],
+            pypto.from_numpy(w),
+            pypto.DT_FP16,
+            [1, 1],
+            [0, 0, 0, 0],
+            [1, 1],
+        )
+    out_gib = 64 * 6000 * 6000 * 2 / 2**30
     assert f"output {out_gib:.2f} GiB" in str(e.value)
     assert "memory limit is 4.00 GiB" in str(e.value)
 
@@ -500,13 +571,19 @@ _ENV_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("env, first", [("2K", "refused"), ("3KiB", "refused"),
-                                        ("1G", "ran"), (str(1 << 30), "ran")])
+@pytest.mark.parametrize(
+    "env, first", [("2K", "refused"), ("3KiB", "refused"), ("1G", "ran"), (str(1 << 30), "ran")]
+)
 def test_env_memory_limit_is_honored(env, first, tmp_path):
     # cwd: not the source tree, whose pypto/ folder would shadow an installed package
-    result = subprocess.run([sys.executable, "-c", _ENV_SCRIPT], capture_output=True, text=True,
-                            env={**os.environ, "PYPTO_MEMORY_LIMIT": env}, timeout=limit(60),
-                            cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-c", _ENV_SCRIPT],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYPTO_MEMORY_LIMIT": env},
+        timeout=limit(60),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith(first), lines
@@ -523,9 +600,30 @@ def test_env_memory_limit_garbage_is_a_pypto_error(env, monkeypatch):
         call()
 
 
-@pytest.mark.parametrize("bad", ["abc", "", "K", "-1K", "0", "0.5", "nan", "inf", "-inf",
-                                 "1e400", 0, -5, 1.5, float("inf"), True, [], {}, b"1K",
-                                 np.float64(1e9)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "abc",
+        "",
+        "K",
+        "-1K",
+        "0",
+        "0.5",
+        "nan",
+        "inf",
+        "-inf",
+        "1e400",
+        0,
+        -5,
+        1.5,
+        float("inf"),
+        True,
+        [],
+        {},
+        b"1K",
+        np.float64(1e9),
+    ],
+)
 def test_bad_memory_limit_values_are_pypto_errors(bad):
     with pytest.raises(pypto.PyptoError):
         pypto.set_options(memory_limit=bad)
@@ -534,8 +632,17 @@ def test_bad_memory_limit_values_are_pypto_errors(bad):
     assert pypto.get_options()["memory_limit"] is None
 
 
-@pytest.mark.parametrize("good, value", [("1K", 1024), ("1.5K", 1536), ("2 M", 2 << 20),
-                                         ("1GiB", 1 << 30), ("1gb", 1 << 30), (4096, 4096)])
+@pytest.mark.parametrize(
+    "good, value",
+    [
+        ("1K", 1024),
+        ("1.5K", 1536),
+        ("2 M", 2 << 20),
+        ("1GiB", 1 << 30),
+        ("1gb", 1 << 30),
+        (4096, 4096),
+    ],
+)
 def test_memory_limit_values(good, value):
     pypto.set_options(memory_limit=good)
     assert pypto.get_options()["memory_limit"] == value
@@ -545,28 +652,42 @@ def test_memory_limit_values(good, value):
 # More than 2**31 output elements (slow; PYPTO_BIG_TEST=1)
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("PYPTO_BIG_TEST") != "1",
-                    reason="allocates 4.3 GB; set PYPTO_BIG_TEST=1")
+@pytest.mark.skipif(
+    os.environ.get("PYPTO_BIG_TEST") != "1", reason="allocates 4.3 GB; set PYPTO_BIG_TEST=1"
+)
 def test_output_beyond_2_31_elements():
     """1x1 kernel, Cout = 1: dx[0, ci, h, w] = round(dy[0, 0, h, w] * w[0, ci]) exactly (one
     fp32 product, exact, then one rounding), 64 * 5800 * 5800 = 2.15e9 > 2**31 elements."""
     cin, hw = 64, 5800
-    assert cin * hw * hw > 2 ** 31
+    assert cin * hw * hw > 2**31
     rng = np.random.default_rng(28)
     dy = rng.standard_normal((1, 1, hw, hw), dtype=np.float32).astype(FP16)
     w = rng.standard_normal((1, cin, 1, 1)).astype(FP16)
-    pypto.set_convbp_input_tile_shapes(pypto.pypto_impl.ConvBpTileL1Info(hw, 16, 64),
-                                       pypto.pypto_impl.ConvBpTileL0Info(128, 16, 64))
+    pypto.set_convbp_input_tile_shapes(
+        pypto.pypto_impl.ConvBpTileL1Info(hw, 16, 64),
+        pypto.pypto_impl.ConvBpTileL0Info(128, 16, 64),
+    )
     pypto.set_vec_tile_shapes(1, 16, 1, 64)
-    out = pypto.conv_backward_input(pypto.from_numpy(dy), [1, cin, hw, hw], pypto.from_numpy(w),
-                                    pypto.DT_FP16, [1, 1], [0, 0, 0, 0], [1, 1]).numpy()
+    out = pypto.conv_backward_input(
+        pypto.from_numpy(dy),
+        [1, cin, hw, hw],
+        pypto.from_numpy(w),
+        pypto.DT_FP16,
+        [1, 1],
+        [0, 0, 0, 0],
+        [1, 1],
+    ).numpy()
     assert out.shape == (1, cin, hw, hw)
     flat = out.reshape(-1)
     total = flat.size
-    picks = np.concatenate([[0, 1, 2 ** 31 - 1, 2 ** 31, 2 ** 31 + 1, total - 1],
-                            2 ** 31 + np.arange(-1000, 1000),
-                            total - 1 - np.arange(1000),
-                            rng.integers(0, total, 20000)])
+    picks = np.concatenate(
+        [
+            [0, 1, 2**31 - 1, 2**31, 2**31 + 1, total - 1],
+            2**31 + np.arange(-1000, 1000),
+            total - 1 - np.arange(1000),
+            rng.integers(0, total, 20000),
+        ]
+    )
     ci, h, x = np.unravel_index(picks, (cin, hw, hw))
     product = dy[0, 0, h, x].astype(np.float64) * w[0, ci, 0, 0].astype(np.float64)
     expected = round_once(product, FP16)
@@ -605,29 +726,54 @@ except pypto.PyptoError as exc:
 """
 
 
-@pytest.mark.parametrize("which, new_shape, new_dtype", [
-    ("w", (16, 144, 1, 1), ""), ("w", (16, 16, 9, 1), ""), ("w", (144, 16, 1, 1), ""),
-    ("w", (2304,), ""), ("dy", (1, 16, 16, 1), ""), ("dy", (1, 256, 1, 1), ""),
-    ("dy", (16, 1, 4, 4), ""), ("w", "", "int16"), ("dy", "", "uint16"),
-])
+@pytest.mark.parametrize(
+    "which, new_shape, new_dtype",
+    [
+        ("w", (16, 144, 1, 1), ""),
+        ("w", (16, 16, 9, 1), ""),
+        ("w", (144, 16, 1, 1), ""),
+        ("w", (2304,), ""),
+        ("dy", (1, 16, 16, 1), ""),
+        ("dy", (1, 256, 1, 1), ""),
+        ("dy", (16, 1, 4, 4), ""),
+        ("w", "", "int16"),
+        ("dy", "", "uint16"),
+    ],
+)
 def test_array_changed_in_place_after_wrapping_is_refused(which, new_shape, new_dtype):
-    done = subprocess.run([sys.executable, "-c", _IN_PLACE_SCRIPT, which, repr(new_shape),
-                           new_dtype], capture_output=True, text=True, timeout=limit(120),
-                          cwd=pathlib.Path(__file__).resolve().parent)
+    done = subprocess.run(
+        [sys.executable, "-c", _IN_PLACE_SCRIPT, which, repr(new_shape), new_dtype],
+        capture_output=True,
+        text=True,
+        timeout=limit(120),
+        cwd=pathlib.Path(__file__).resolve().parent,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("refused ErrCode: F00003, RuntimeError: "), done.stdout
     assert "changed in place after wrapping" in done.stdout and "from_numpy" in done.stdout
 
 
 def test_kernel_entry_refuses_arrays_that_are_not_the_validated_shapes():
-    from pypto._kernels.dispatch import conv_backward_input_cpu
     from pypto._core.rules import validate_conv_backward_input
+    from pypto._kernels.dispatch import conv_backward_input_cpu
+
     dy, w = make_data(SAME, FP16, np.random.default_rng(3))
     set_tiles(*auto_tiles(SAME))
-    call = validate_conv_backward_input(pypto.from_numpy(dy), size_of(SAME), pypto.from_numpy(w),
-                                        pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1], 1)
-    for bad_dy, bad_w in ((dy.reshape(1, 16, 144, 1), w), (dy, w.reshape(16, 144, 1, 1)),
-                          (dy[:, :, :-1], w)):
+    call = validate_conv_backward_input(
+        pypto.from_numpy(dy),
+        size_of(SAME),
+        pypto.from_numpy(w),
+        pypto.DT_FP16,
+        [1, 1],
+        [1, 1, 1, 1],
+        [1, 1],
+        1,
+    )
+    for bad_dy, bad_w in (
+        (dy.reshape(1, 16, 144, 1), w),
+        (dy, w.reshape(16, 144, 1, 1)),
+        (dy[:, :, :-1], w),
+    ):
         with pytest.raises(pypto.PyptoError, match="but the validated call needs"):
             conv_backward_input_cpu(call, bad_dy, bad_w)
 
@@ -641,10 +787,15 @@ def test_moving_a_shape_only_result_into_an_array_is_refused():
     assert (out == 7).all()
     # shape-only inputs give a shape-only result: moving that into an array is the same error
     set_tiles(*auto_tiles(SAME))
-    result = pypto.conv_backward_input(pypto.Tensor([1, 16, 12, 12], pypto.DT_FP16),
-                                       size_of(SAME),
-                                       pypto.Tensor([16, 16, 3, 3], pypto.DT_FP16),
-                                       pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1])
+    result = pypto.conv_backward_input(
+        pypto.Tensor([1, 16, 12, 12], pypto.DT_FP16),
+        size_of(SAME),
+        pypto.Tensor([16, 16, 3, 3], pypto.DT_FP16),
+        pypto.DT_FP16,
+        [1, 1],
+        [1, 1, 1, 1],
+        [1, 1],
+    )
     assert not result.has_data
     with pytest.raises(pypto.PyptoError, match="holds no values to write"):
         target.move(result)
@@ -690,8 +841,13 @@ except pypto.PyptoError as exc:
 
 
 def test_memory_guard_honours_the_address_space_limit():
-    done = subprocess.run([sys.executable, "-c", _ADDRESS_SPACE_SCRIPT], capture_output=True,
-                          text=True, timeout=limit(120), cwd=pathlib.Path(__file__).resolve().parent)
+    done = subprocess.run(
+        [sys.executable, "-c", _ADDRESS_SPACE_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=limit(120),
+        cwd=pathlib.Path(__file__).resolve().parent,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     if done.stdout.strip() == "not applied":
         pytest.skip("setrlimit(RLIMIT_AS) does not take effect here")
@@ -729,8 +885,11 @@ def test_an_array_subclass_cannot_lie_about_its_buffer(which, lie):
     real = {"dy": np.ones((1, 16, 4, 4), np.float16), "w": np.ones((16, 48, 3, 3), np.float16)}
     arrays = {"dy": dy, "w": w}
     if lie == "shape":  # a buffer with 3x the channels, claiming the validated shape
-        liar = real[which].view(_ShapeLiar) if which == "w" else \
-            np.ones((3, 16, 4, 4), np.float16).view(_ShapeLiar)
+        liar = (
+            real[which].view(_ShapeLiar)
+            if which == "w"
+            else np.ones((3, 16, 4, 4), np.float16).view(_ShapeLiar)
+        )
         liar.fake_shape = arrays[which].shape
     else:  # a 32-bit buffer claiming to be fp16
         liar = np.ones(arrays[which].shape, np.float32).view(_ShapeLiar)
@@ -747,8 +906,7 @@ def test_the_kernel_refuses_buffers_whose_dimensions_disagree():
 
     dy, w, dx = (np.zeros(s, np.uint16) for s in ((1, 16, 4, 4), (16, 48, 3, 3), (1, 16, 4, 4)))
     with pytest.raises(ValueError, match="buffer shapes disagree"):
-        _kernel().dgrad(dy, w, dx, 0, (1, 1, 1, 1, 1, 1), (1, 4, 16, 144, 16, 16, 16),
-                        (16, 4), 1)
+        _kernel().dgrad(dy, w, dx, 0, (1, 1, 1, 1, 1, 1), (1, 4, 16, 144, 16, 16, 16), (16, 4), 1)
 
 
 def test_masked_arrays_are_refused_not_read_without_their_mask():
@@ -757,8 +915,7 @@ def test_masked_arrays_are_refused_not_read_without_their_mask():
 
 
 @pytest.mark.parametrize("chunk_budget", [None, 1 << 20])
-def test_the_guard_counts_the_real_peak_of_the_inf_weight_recomputation(chunk_budget,
-                                                                         monkeypatch):
+def test_the_guard_counts_the_real_peak_of_the_inf_weight_recomputation(chunk_budget, monkeypatch):
     """Adversarial round 3, finding 4: an Inf/NaN weight sends the call through a float64
     recomputation, whose guard counted 43% of what it held. Now the recomputation runs in
     channel chunks and the guard's figure bounds the peak NumPy allocates (tracemalloc), with
@@ -769,8 +926,11 @@ def test_the_guard_counts_the_real_peak_of_the_inf_weight_recomputation(chunk_bu
         monkeypatch.setattr(nonfinite, "_CHUNK_BUDGET", chunk_budget)
     estimates = []
     guard = nonfinite.check_host_memory
-    monkeypatch.setattr(nonfinite, "check_host_memory",
-                        lambda need, *rest: (estimates.append(need), guard(need, *rest)))
+    monkeypatch.setattr(
+        nonfinite,
+        "check_host_memory",
+        lambda need, *rest: (estimates.append(need), guard(need, *rest)),
+    )
     prob = make_problem(n=2, cin=96, cout=3, hout=40, wout=50, kh=3, kw=3, pads=(1, 1))
     dy, w = make_data(prob, FP16, np.random.default_rng(8))
     w[0, ::2, 1, 1] = np.inf  # half the input channels hold an Inf

@@ -25,29 +25,57 @@ def _tree(tmp_path, siblings, cgroup, files=()):
 SMT_8 = {c: f"{c % 4},{c % 4 + 4}" for c in range(8)}  # 4 cores, 2 threads each
 
 
-@pytest.mark.parametrize("siblings, cgroup, files, affinity, want, why", [
-    # SMT: 8 CPUs, 4 cores
-    (SMT_8, "0::/\n", {"sys/fs/cgroup/cpu.max": "max 100000\n"}, range(8), 4, "physical core"),
-    # no SMT, no quota
-    ({c: str(c) for c in range(4)}, "0::/\n", {}, range(4), 4, "affinity mask"),
-    # affinity to 2 CPUs of one core: 1 core
-    (SMT_8, "0::/\n", {}, [1, 5], 1, "physical core"),
-    # a --cpus=2 container (v2, the container's own cgroup seen as /)
-    (SMT_8, "0::/\n", {"sys/fs/cgroup/cpu.max": "200000 100000\n"}, range(8), 2, "cgroup"),
-    # v2, a fractional quota in a nested cgroup below a looser parent
-    (SMT_8, "0::/a/b\n", {"sys/fs/cgroup/a/cpu.max": "300000 100000\n",
-                          "sys/fs/cgroup/a/b/cpu.max": "150000 100000\n"}, range(8), 2, "1.5 CPUs"),
-    # v1, cpu,cpuacct
-    (SMT_8, "4:memory:/x\n2:cpu,cpuacct:/docker/1\n",
-     {"sys/fs/cgroup/cpu,cpuacct/docker/1/cpu.cfs_quota_us": "100000\n",
-      "sys/fs/cgroup/cpu,cpuacct/docker/1/cpu.cfs_period_us": "100000\n"}, range(8), 1, "cgroup"),
-    # v1, no quota (-1)
-    (SMT_8, "2:cpu,cpuacct:/\n", {"sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
-                                  "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n"},
-     range(8), 4, "physical core"),
-    # no topology to read: the affinity mask
-    ({}, "", {}, range(3), 3, "affinity mask"),
-])
+@pytest.mark.parametrize(
+    "siblings, cgroup, files, affinity, want, why",
+    [
+        # SMT: 8 CPUs, 4 cores
+        (SMT_8, "0::/\n", {"sys/fs/cgroup/cpu.max": "max 100000\n"}, range(8), 4, "physical core"),
+        # no SMT, no quota
+        ({c: str(c) for c in range(4)}, "0::/\n", {}, range(4), 4, "affinity mask"),
+        # affinity to 2 CPUs of one core: 1 core
+        (SMT_8, "0::/\n", {}, [1, 5], 1, "physical core"),
+        # a --cpus=2 container (v2, the container's own cgroup seen as /)
+        (SMT_8, "0::/\n", {"sys/fs/cgroup/cpu.max": "200000 100000\n"}, range(8), 2, "cgroup"),
+        # v2, a fractional quota in a nested cgroup below a looser parent
+        (
+            SMT_8,
+            "0::/a/b\n",
+            {
+                "sys/fs/cgroup/a/cpu.max": "300000 100000\n",
+                "sys/fs/cgroup/a/b/cpu.max": "150000 100000\n",
+            },
+            range(8),
+            2,
+            "1.5 CPUs",
+        ),
+        # v1, cpu,cpuacct
+        (
+            SMT_8,
+            "4:memory:/x\n2:cpu,cpuacct:/docker/1\n",
+            {
+                "sys/fs/cgroup/cpu,cpuacct/docker/1/cpu.cfs_quota_us": "100000\n",
+                "sys/fs/cgroup/cpu,cpuacct/docker/1/cpu.cfs_period_us": "100000\n",
+            },
+            range(8),
+            1,
+            "cgroup",
+        ),
+        # v1, no quota (-1)
+        (
+            SMT_8,
+            "2:cpu,cpuacct:/\n",
+            {
+                "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
+                "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+            },
+            range(8),
+            4,
+            "physical core",
+        ),
+        # no topology to read: the affinity mask
+        ({}, "", {}, range(3), 3, "affinity mask"),
+    ],
+)
 def test_default_threads(tmp_path, monkeypatch, siblings, cgroup, files, affinity, want, why):
     sys_root, proc_root = _tree(tmp_path, siblings, cgroup, files)
     monkeypatch.setattr(cpus, "SYS_ROOT", sys_root)

@@ -8,8 +8,7 @@ from hypothesis import strategies as st
 import pypto
 from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 
-SPEC = ([1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], pypto.DT_FP16, [1, 1], [1, 1, 1, 1],
-        [1, 1])
+SPEC = ([1, 16, 5, 32], [16, 16, 3, 3], [1, 16, 5, 32], pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1])
 
 
 def _op_verdict(l1, l0, vec):
@@ -17,17 +16,21 @@ def _op_verdict(l1, l0, vec):
     dy, w, size, dtype, s, p, d = SPEC
     with pypto.options(convbp_tile_shapes=(l1, l0), vec_tile_shapes=vec):
         try:
-            pypto.conv_backward_input(pypto.Tensor(dy, dtype), size, pypto.Tensor(w, dtype),
-                                      dtype, s, p, d)
+            pypto.conv_backward_input(
+                pypto.Tensor(dy, dtype), size, pypto.Tensor(w, dtype), dtype, s, p, d
+            )
         except pypto.error.ConvBpInputError as err:
             return err.rule
     return None
 
 
 def test_spec_example_numbers():
-    report = pypto.explain_convbp_input_tiling(*SPEC, ConvBpTileL1Info(16, 144, 16),
-                                               ConvBpTileL0Info(16, 16, 16),
-                                               vec_tile_shapes=[16, 16, 16, 16])
+    report = pypto.explain_convbp_input_tiling(
+        *SPEC,
+        ConvBpTileL1Info(16, 144, 16),
+        ConvBpTileL0Info(16, 16, 16),
+        vec_tile_shapes=[16, 16, 16, 16],
+    )
     assert report.legal and report.suggestion is None
     # L1: (tileKL1*tileNL1 + houtL1*woutL1*coutL1) * 2 = (144*16 + 3*18*16) * 2
     assert report.buffers["L1"] == ((144 * 16 + 3 * 18 * 16) * 2, 524288)
@@ -39,9 +42,17 @@ def test_spec_example_numbers():
 
 def test_too_many_l0_loops_warns():
     report = pypto.explain_convbp_input_tiling(
-        [1, 256, 64, 64], [256, 256, 3, 3], [1, 256, 64, 64], pypto.DT_FP16, [1, 1],
-        [1, 1, 1, 1], [1, 1], ConvBpTileL1Info(64, 2304, 16), ConvBpTileL0Info(16, 16, 16),
-        vec_tile_shapes=[16, 16, 16, 16])
+        [1, 256, 64, 64],
+        [256, 256, 3, 3],
+        [1, 256, 64, 64],
+        pypto.DT_FP16,
+        [1, 1],
+        [1, 1, 1, 1],
+        [1, 1],
+        ConvBpTileL1Info(64, 2304, 16),
+        ConvBpTileL0Info(16, 16, 16),
+        vec_tile_shapes=[16, 16, 16, 16],
+    )
     assert report.warnings and "5000" in report.warnings[0]
 
 
@@ -49,9 +60,11 @@ tile_values = st.sampled_from([0, 8, 16, 24, 32, 48, 64, 96, 144, 288, 300, 4096
 
 
 @settings(max_examples=120, deadline=None)
-@given(st.tuples(tile_values, tile_values, tile_values), st.tuples(tile_values, tile_values,
-                                                                    tile_values),
-       st.sampled_from([[16, 16, 16, 16], [16, 16, 1, 16, 16], [16, 16, 8], [16, 16, 16, 8]]))
+@given(
+    st.tuples(tile_values, tile_values, tile_values),
+    st.tuples(tile_values, tile_values, tile_values),
+    st.sampled_from([[16, 16, 16, 16], [16, 16, 1, 16, 16], [16, 16, 8], [16, 16, 16, 8]]),
+)
 def test_report_agrees_with_the_op(l1_values, l0_values, vec):
     l1, l0 = ConvBpTileL1Info(*l1_values), ConvBpTileL0Info(*l0_values)
     report = pypto.explain_convbp_input_tiling(*SPEC, l1, l0, vec_tile_shapes=vec)
@@ -74,8 +87,20 @@ def test_bad_arguments():
 
 
 # --- tile values of odd types: explain refuses (or judges) them as the op does -----------------
-ODD_TILE_VALUES = [16.0, 16.5, "16", "a", None, True, np.int64(16), np.uint64(2**63),
-                   np.float32(16), 2**63, -16, [16]]
+ODD_TILE_VALUES = [
+    16.0,
+    16.5,
+    "16",
+    "a",
+    None,
+    True,
+    np.int64(16),
+    np.uint64(2**63),
+    np.float32(16),
+    2**63,
+    -16,
+    [16],
+]
 
 
 def _op_outcome(l1, l0, vec):
@@ -83,16 +108,30 @@ def _op_outcome(l1, l0, vec):
     dy, w, size, dtype, s, p, d = SPEC
     try:
         with pypto.options(convbp_tile_shapes=(l1, l0), vec_tile_shapes=vec):
-            pypto.conv_backward_input(pypto.Tensor(dy, dtype), size, pypto.Tensor(w, dtype),
-                                      dtype, s, p, d)
+            pypto.conv_backward_input(
+                pypto.Tensor(dy, dtype), size, pypto.Tensor(w, dtype), dtype, s, p, d
+            )
     except pypto.PyptoError as err:
         return type(err), getattr(err, "rule", None)
     return None
 
 
-@pytest.mark.parametrize("where", range(10), ids=["tileML1", "tileKL1", "tileNL1", "tileML0",
-                                                  "tileKL0", "tileNL0", "vec0", "vec1", "vec2",
-                                                  "vec3"])
+@pytest.mark.parametrize(
+    "where",
+    range(10),
+    ids=[
+        "tileML1",
+        "tileKL1",
+        "tileNL1",
+        "tileML0",
+        "tileKL0",
+        "tileNL0",
+        "vec0",
+        "vec1",
+        "vec2",
+        "vec3",
+    ],
+)
 @pytest.mark.parametrize("value", ODD_TILE_VALUES, ids=repr)
 def test_odd_tile_values_are_judged_as_the_op_judges_them(where, value):
     values = [16, 144, 16, 16, 16, 16, 16, 16, 16, 16]

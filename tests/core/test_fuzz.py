@@ -42,10 +42,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import pypto
+import support.strategies as S
 from pypto._core.options import MAX_THREADS
 from pypto.error import ConvBpInputError
-
-import support.strategies as S
 from support.numerics import check_accuracy
 from support.slowdown import limit
 
@@ -56,9 +55,16 @@ SENTINEL_BITS = 0x7E5A  # a NaN payload no computation produces, in fp16 and bf1
 
 
 def fuzz_settings(default):
-    return settings(max_examples=LONG_EXAMPLES or default, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                           HealthCheck.data_too_large])
+    return settings(
+        max_examples=LONG_EXAMPLES or default,
+        deadline=None,
+        database=None,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.filter_too_much,
+            HealthCheck.data_too_large,
+        ],
+    )
 
 
 HANG_SECONDS = 120 + 0.1 * LONG_EXAMPLES
@@ -68,12 +74,14 @@ def _hang_watchdog(config, test_name):
     """A timer that, if a test runs for HANG_SECONDS, prints every thread's stack to the real
     stderr (out of pytest's capture) and ends the process: a hang fails CI instead of stalling
     it. faulthandler's own timer backs it up for a hang that never releases the GIL."""
+
     def fire():
         capture = config.pluginmanager.getplugin("capturemanager")
         if capture is not None:
             capture.suspend_global_capture(in_=False)
-        sys.stderr.write(f"\n*** {test_name} still running after {HANG_SECONDS:.0f} s: a hang. "
-                         "Stacks:\n")
+        sys.stderr.write(
+            f"\n*** {test_name} still running after {HANG_SECONDS:.0f} s: a hang. Stacks:\n"
+        )
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         sys.stderr.flush()
         os._exit(70)
@@ -138,11 +146,16 @@ def test_valid_shape_only_call_returns_the_shape(case):
     p = case.prob
     # the valid input sizes of section 3, as the package reports them
     (hlo, hhi), (wlo, whi) = pypto.conv_backward_input_size_range(
-        case.go_shape, case.w_shape, case.strides, case.paddings, case.dilations)
+        case.go_shape, case.w_shape, case.strides, case.paddings, case.dilations
+    )
     hmin = (p["hout"] - 1) * p["sh"] - 2 * p["ph"] + (p["kh"] - 1) * p["dh"] + 1
     wmin = (p["wout"] - 1) * p["sw"] - 2 * p["pw"] + (p["kw"] - 1) * p["dw"] + 1
-    assert (hlo, hhi, wlo, whi) == (max(hmin, 1), hmin + p["sh"] - 1, max(wmin, 1),
-                                    wmin + p["sw"] - 1)
+    assert (hlo, hhi, wlo, whi) == (
+        max(hmin, 1),
+        hmin + p["sh"] - 1,
+        max(wmin, 1),
+        wmin + p["sw"] - 1,
+    )
     assert hlo <= p["hin"] <= hhi and wlo <= p["win"] <= whi
     result = case.run()
     assert isinstance(result, pypto.Tensor)
@@ -231,9 +244,16 @@ def test_junk_arguments_raise_only_pypto_errors(junk, with_data):
     try:
         case.configure()
         go, w = case.tensors(arrays)
-        args = dict(grad_output=go, weight=w, input_size=case.input_size,
-                    out_dtype=case.out_dtype, strides=case.strides, paddings=case.paddings,
-                    dilations=case.dilations, groups=case.groups)
+        args = dict(
+            grad_output=go,
+            weight=w,
+            input_size=case.input_size,
+            out_dtype=case.out_dtype,
+            strides=case.strides,
+            paddings=case.paddings,
+            dilations=case.dilations,
+            groups=case.groups,
+        )
         for name, value in replacements.items():
             args[name] = _junk_argument(case, name, value)
         groups = args.pop("groups")
@@ -261,8 +281,9 @@ def test_junk_options_raise_only_pypto_errors(junk):
             if key in ("l1", "l0"):
                 l1 = value if key == "l1" else case.l1
                 l0 = value if key == "l0" else case.l0
-                pypto.set_convbp_input_tile_shapes(pypto.pypto_impl.ConvBpTileL1Info(*l1),
-                                                   pypto.pypto_impl.ConvBpTileL0Info(*l0))
+                pypto.set_convbp_input_tile_shapes(
+                    pypto.pypto_impl.ConvBpTileL1Info(*l1), pypto.pypto_impl.ConvBpTileL0Info(*l0)
+                )
             elif key == "vec":
                 pypto.set_vec_tile_shapes(*value)
             else:
@@ -282,18 +303,53 @@ def test_junk_options_raise_only_pypto_errors(junk):
 # Regressions the fuzzing found (deterministic)
 # ---------------------------------------------------------------------------------------------
 def _small_valid_case():
-    prob = dict(n=1, cin=20, cout=18, hout=5, wout=6, kh=3, kw=3, sh=1, sw=1, ph=1, pw=1,
-                dh=1, dw=1, hin=5, win=6)
-    return S.Case(prob=prob, dtype_name="fp16", go_shape=[1, 18, 5, 6], go_dtype=pypto.DT_FP16,
-                  w_shape=[18, 20, 3, 3], w_dtype=pypto.DT_FP16, input_size=[1, 20, 5, 6],
-                  out_dtype=pypto.DT_FP16, strides=[1, 1], paddings=[1, 1, 1, 1],
-                  dilations=[1, 1], groups=1, l1=(6, 288, 32), l0=(16, 32, 16),
-                  vec=(1, 16, 1, 16), seed=5)
+    prob = dict(
+        n=1,
+        cin=20,
+        cout=18,
+        hout=5,
+        wout=6,
+        kh=3,
+        kw=3,
+        sh=1,
+        sw=1,
+        ph=1,
+        pw=1,
+        dh=1,
+        dw=1,
+        hin=5,
+        win=6,
+    )
+    return S.Case(
+        prob=prob,
+        dtype_name="fp16",
+        go_shape=[1, 18, 5, 6],
+        go_dtype=pypto.DT_FP16,
+        w_shape=[18, 20, 3, 3],
+        w_dtype=pypto.DT_FP16,
+        input_size=[1, 20, 5, 6],
+        out_dtype=pypto.DT_FP16,
+        strides=[1, 1],
+        paddings=[1, 1, 1, 1],
+        dilations=[1, 1],
+        groups=1,
+        l1=(6, 288, 32),
+        l0=(16, 32, 16),
+        vec=(1, 16, 1, 16),
+        seed=5,
+    )
 
 
-@pytest.mark.parametrize("vec", [(1, 2 ** 63, 1, 16), (1, 10 ** 30, 1, 16),
-                                 (1, 16, 1, 16 * 10 ** 20), (1, 16, 1, 2 ** 64),
-                                 (1, 2 ** 63 - 1, 1, 16)])
+@pytest.mark.parametrize(
+    "vec",
+    [
+        (1, 2**63, 1, 16),
+        (1, 10**30, 1, 16),
+        (1, 16, 1, 16 * 10**20),
+        (1, 16, 1, 2**64),
+        (1, 2**63 - 1, 1, 16),
+    ],
+)
 def test_huge_vector_tile_values_give_a_result_or_a_pypto_error(vec):
     """Vector tiles pass rule V1 with any positive size (the last a multiple of 16); a size the
     kernel cannot hold (>= 2**63) must be refused with a PyptoError, not an OverflowError."""
@@ -307,12 +363,15 @@ def test_huge_vector_tile_values_give_a_result_or_a_pypto_error(vec):
     check_accuracy(result.numpy(), case.prob, dy, w, f"vec {vec}")
 
 
-@pytest.mark.parametrize("threads", [MAX_THREADS + 1, 2 ** 31, 2 ** 40])
+@pytest.mark.parametrize("threads", [MAX_THREADS + 1, 2**31, 2**40])
 def test_num_threads_beyond_the_bound_is_refused_when_set(threads):
     """num_threads is bounded (libgomp ends the process when it cannot create a thread):
     a count above MAX_THREADS is a PyptoError naming the range, at set time."""
-    with pytest.raises(pypto.PyptoError, match=rf"num_threads must be None or an int in "
-                                               rf"\[1, {MAX_THREADS}\], but got {threads}"):
+    with pytest.raises(
+        pypto.PyptoError,
+        match=rf"num_threads must be None or an int in "
+        rf"\[1, {MAX_THREADS}\], but got {threads}",
+    ):
         pypto.set_options(num_threads=threads)
     assert pypto.get_options()["num_threads"] is None
 
@@ -325,10 +384,11 @@ def test_the_most_threads_allowed_gives_a_result():
     check_accuracy(case.op(*case.tensors((dy, w))).numpy(), case.prob, dy, w, "MAX_THREADS")
 
 
-@pytest.mark.parametrize("bad", [int, np.int64, np.zeros(4), np.array([16, 16]), np.array(16.5),
-                                 np.array([32.0])],
-                         ids=["int-type", "np.int64-type", "zeros4", "int-array2", "0d-16.5",
-                              "float-array1"])
+@pytest.mark.parametrize(
+    "bad",
+    [int, np.int64, np.zeros(4), np.array([16, 16]), np.array(16.5), np.array([32.0])],
+    ids=["int-type", "np.int64-type", "zeros4", "int-array2", "0d-16.5", "float-array1"],
+)
 def test_vector_tile_junk_is_refused_with_a_pypto_error(bad):
     """set_vec_tile_shapes takes ints (NumPy integers too). Anything that is not an integer
     (operator.index refuses it) must be refused with a PyptoError, not a bare TypeError, and
@@ -391,6 +451,7 @@ def test_library_check_never_raises_and_what_it_passes_loads(data, tmp_path_fact
     bytes changed: it returns a reason or None, never raises, and what it passes loads
     without ending the process."""
     from pypto._npu.elf import elf_problem
+
     library = next(pathlib.Path(np.__file__).parent.rglob("_multiarray_umath*.so"))
     original = library.read_bytes()
     cut = data.draw(st.integers(0, len(original) - 1))
@@ -405,9 +466,16 @@ def test_library_check_never_raises_and_what_it_passes_loads(data, tmp_path_fact
     if verdict is None and bytes(broken) != original:
         # passed as loadable (a cut in unreferenced trailing bytes, a harmless header byte):
         # then loading it must not end the process
-        done = subprocess.run([sys.executable, "-c", "import ctypes, sys\ntry:\n"
-                               "    ctypes.CDLL(sys.argv[1])\nexcept OSError:\n    pass",
-                               str(path)], capture_output=True, timeout=limit(60))
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import ctypes, sys\ntry:\n    ctypes.CDLL(sys.argv[1])\nexcept OSError:\n    pass",
+                str(path),
+            ],
+            capture_output=True,
+            timeout=limit(60),
+        )
         assert done.returncode == 0, (cut, len(original), done.returncode, done.stderr[-500:])
 
 
@@ -460,16 +528,27 @@ _FORK_LIMIT_SCRIPT = textwrap.dedent("""
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios=st.lists(st.tuples(st.sampled_from([1, 2, 3, 8, 64]),
-                          st.one_of(st.none(), st.sampled_from([1, 2, 16, 1024])),
-                          st.one_of(st.none(), st.sampled_from([8, 64, 256, 2048]))),
-                min_size=4, max_size=8))
-def test_forked_children_under_thread_and_address_space_limits_compute_or_refuse(scenarios,
-                                                                                 tmp_path_factory):
-    done = subprocess.run([sys.executable, "-c", _FORK_LIMIT_SCRIPT, json.dumps(scenarios),
-                           str(int(limit(60)))], capture_output=True, text=True,
-                          timeout=limit(60) * (len(scenarios) + 1),
-                          cwd=tmp_path_factory.getbasetemp())
+@given(
+    scenarios=st.lists(
+        st.tuples(
+            st.sampled_from([1, 2, 3, 8, 64]),
+            st.one_of(st.none(), st.sampled_from([1, 2, 16, 1024])),
+            st.one_of(st.none(), st.sampled_from([8, 64, 256, 2048])),
+        ),
+        min_size=4,
+        max_size=8,
+    )
+)
+def test_forked_children_under_thread_and_address_space_limits_compute_or_refuse(
+    scenarios, tmp_path_factory
+):
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_LIMIT_SCRIPT, json.dumps(scenarios), str(int(limit(60)))],
+        capture_output=True,
+        text=True,
+        timeout=limit(60) * (len(scenarios) + 1),
+        cwd=tmp_path_factory.getbasetemp(),
+    )
     assert "Thread creation failed" not in done.stderr, "libgomp ended a process"
     assert done.returncode == 0, (scenarios, done.returncode, done.stderr[-2000:])
     outcomes = [json.loads(line) for line in done.stdout.splitlines()]

@@ -37,8 +37,8 @@ def test_torch_round_trips_zero_copy_bf16_included():
     for dtype in (torch.float16, torch.bfloat16):
         t = torch.arange(8, dtype=dtype).reshape(2, 4)
         p = pypto.from_torch(t)
-        assert p.numpy().ctypes.data == t.data_ptr()          # in: shared
-        back = torch.from_dlpack(p)                            # out: shared
+        assert p.numpy().ctypes.data == t.data_ptr()  # in: shared
+        back = torch.from_dlpack(p)  # out: shared
         assert back.data_ptr() == t.data_ptr() and back.dtype == dtype
         assert torch.equal(back, t)
     assert pypto.from_torch(torch.zeros(2, dtype=torch.bfloat16)).numpy().dtype == BF16
@@ -46,7 +46,7 @@ def test_torch_round_trips_zero_copy_bf16_included():
 
 def test_torch_non_contiguous_and_requires_grad():
     torch = pytest.importorskip("torch")
-    t = torch.arange(16, dtype=torch.float16).reshape(4, 4).t()   # a transposed view
+    t = torch.arange(16, dtype=torch.float16).reshape(4, 4).t()  # a transposed view
     p = pypto.from_torch(t)
     assert p.numpy().ctypes.data == t.data_ptr() and np.array_equal(p.numpy(), t.numpy())
     g = torch.ones(3, dtype=torch.float16, requires_grad=True)
@@ -58,17 +58,23 @@ def test_jit_writes_into_torch_tensors_in_place():
     from pypto import pypto_impl
 
     @pypto.jit
-    def kernel(dy: pypto.Tensor((1, 16, 4, 4), pypto.DT_BF16),
-               w: pypto.Tensor((16, 16, 1, 1), pypto.DT_BF16),
-               dx: pypto.Tensor((1, 16, 4, 4), pypto.DT_BF16)):
-        pypto.set_convbp_input_tile_shapes(pypto_impl.ConvBpTileL1Info(16, 16, 16),
-                                           pypto_impl.ConvBpTileL0Info(16, 16, 16))
+    def kernel(
+        dy: pypto.Tensor((1, 16, 4, 4), pypto.DT_BF16),
+        w: pypto.Tensor((16, 16, 1, 1), pypto.DT_BF16),
+        dx: pypto.Tensor((1, 16, 4, 4), pypto.DT_BF16),
+    ):
+        pypto.set_convbp_input_tile_shapes(
+            pypto_impl.ConvBpTileL1Info(16, 16, 16), pypto_impl.ConvBpTileL0Info(16, 16, 16)
+        )
         pypto.set_vec_tile_shapes(16, 16, 16, 16)
-        dx.move(pypto.conv_backward_input(dy, [1, 16, 4, 4], w, pypto.DT_BF16, [1, 1],
-                                          [0, 0, 0, 0], [1, 1]))
+        dx.move(
+            pypto.conv_backward_input(
+                dy, [1, 16, 4, 4], w, pypto.DT_BF16, [1, 1], [0, 0, 0, 0], [1, 1]
+            )
+        )
 
     dy = torch.randn(1, 16, 4, 4).to(torch.bfloat16)
-    w = torch.eye(16).reshape(16, 16, 1, 1).to(torch.bfloat16)   # identity: dx == dy
+    w = torch.eye(16).reshape(16, 16, 1, 1).to(torch.bfloat16)  # identity: dx == dy
     out = torch.zeros(1, 16, 4, 4, dtype=torch.bfloat16)
     address = out.data_ptr()
     kernel(dy, w, out)
@@ -119,8 +125,9 @@ def test_bf16_dlpack_never_writes_through_a_read_only_array():
     writable = np.arange(4, dtype=BF16)
     shared = torch.from_dlpack(pypto.from_numpy(writable))
     assert shared.data_ptr() == writable.ctypes.data  # writable arrays stay zero copy
-    assert torch.equal(torch.from_dlpack(pypto.from_numpy(writable).__dlpack__(max_version=(1, 0))),
-                       shared)
+    assert torch.equal(
+        torch.from_dlpack(pypto.from_numpy(writable).__dlpack__(max_version=(1, 0))), shared
+    )
 
 
 def test_torch_views_without_their_values_in_memory_are_refused():

@@ -75,16 +75,17 @@ def test_tile_shapes_keyword_arguments():
 def test_tile_shapes_are_stored_by_value():
     a, b = l1(), l0()
     pypto.set_convbp_input_tile_shapes(a, b)
-    a.tileML1, b.tileKL0 = 999, 999           # edits after setting do not reach the config
+    a.tileML1, b.tileKL0 = 999, 999  # edits after setting do not reach the config
     assert tile_values() == UT_TILES
     got_a, got_b = pypto.get_convbp_input_tile_shapes()
-    got_a.tileNL1, got_b.tileNL0 = 777, 777   # nor edits of what the getter returned
+    got_a.tileNL1, got_b.tileNL0 = 777, 777  # nor edits of what the getter returned
     assert tile_values() == UT_TILES
     assert pypto.get_convbp_input_tile_shapes()[0] is not pypto.get_convbp_input_tile_shapes()[0]
 
 
-@pytest.mark.parametrize("a, b", [(None, l0()), (l1(), None), ((16, 144, 16), l0()),
-                                  (l0(), l1()), ("l1", "l0")])
+@pytest.mark.parametrize(
+    "a, b", [(None, l0()), (l1(), None), ((16, 144, 16), l0()), (l0(), l1()), ("l1", "l0")]
+)
 def test_tile_shapes_reject_wrong_types(a, b):
     with pytest.raises(pypto.PyptoError):
         pypto.set_convbp_input_tile_shapes(a, b)
@@ -107,8 +108,10 @@ def test_vec_tile_shapes_numpy_ints_become_ints():
     assert all(type(v) is int for v in got)
 
 
-@pytest.mark.parametrize("bad", [(16.0, 16, 16, 16), ("16", 16, 16, 16), (True, 16, 16, 16),
-                                 ([16, 16, 16, 16],), (None,)])
+@pytest.mark.parametrize(
+    "bad",
+    [(16.0, 16, 16, 16), ("16", 16, 16, 16), (True, 16, 16, 16), ([16, 16, 16, 16],), (None,)],
+)
 def test_vec_tile_shapes_reject_non_ints(bad):
     with pytest.raises(pypto.PyptoError):
         pypto.set_vec_tile_shapes(*bad)
@@ -139,7 +142,7 @@ def test_top_level_value_persists():
     pypto.set_vec_tile_shapes(*VEC)
     assert tile_values() == UT_TILES
     with pypto.function("F"):
-        assert tile_values() == UT_TILES            # visible inside scopes
+        assert tile_values() == UT_TILES  # visible inside scopes
         assert pypto.get_vec_tile_shapes() == VEC
     with pypto.options():
         pass
@@ -189,7 +192,7 @@ def test_nested_function_is_an_error():
                 pass
     assert "function nested is not allowed" in str(e.value)
     assert str(e.value) == "ErrCode: F00003, RuntimeError: function nested is not allowed"
-    with pypto.function("AGAIN"):                   # the failed nesting left nothing behind
+    with pypto.function("AGAIN"):  # the failed nesting left nothing behind
         pass
 
 
@@ -266,7 +269,7 @@ def test_options_decorator():
     assert body(True) == (VEC, UT_TILES)
     assert pypto.get_vec_tile_shapes() == []
     assert tile_values() == ZERO_TILES
-    assert body(False) == (VEC, ZERO_TILES)        # nothing left over from the first call
+    assert body(False) == (VEC, ZERO_TILES)  # nothing left over from the first call
 
 
 def test_options_decorator_values_disappear_when_the_function_raises():
@@ -320,7 +323,7 @@ def test_reset_options_inside_a_scope_clears_only_that_scope():
         pypto.set_vec_tile_shapes(1, 1, 1, 32)
         pypto.set_convbp_input_tile_shapes(l1(32, 288, 32), l0(32, 32, 32))
         pypto.reset_options()
-        assert pypto.get_vec_tile_shapes() == VEC       # top-level values show again
+        assert pypto.get_vec_tile_shapes() == VEC  # top-level values show again
         assert tile_values() == UT_TILES
     assert pypto.get_vec_tile_shapes() == VEC
     assert tile_values() == UT_TILES
@@ -342,6 +345,7 @@ def run_threads(*targets):
                 target()
             except BaseException as exc:  # reported in the main thread
                 errors.append(exc)
+
         return run
 
     threads = [threading.Thread(target=wrap(t)) for t in targets]
@@ -355,30 +359,30 @@ def run_threads(*targets):
 
 
 def test_thread_scopes_are_private():
-    pypto.set_vec_tile_shapes(1, 1, 1, 16)               # top level: shared by every thread
+    pypto.set_vec_tile_shapes(1, 1, 1, 16)  # top level: shared by every thread
     barrier = threading.Barrier(2, timeout=5)
     seen = {}
 
     def a():
         with pypto.options():
             pypto.set_vec_tile_shapes(*VEC)
-            barrier.wait()                              # 1: A has set its scoped value
-            barrier.wait()                              # 2: B has read and set its own
+            barrier.wait()  # 1: A has set its scoped value
+            barrier.wait()  # 2: B has read and set its own
             seen["a_end"] = pypto.get_vec_tile_shapes()
         seen["a_after"] = pypto.get_vec_tile_shapes()
 
     def b():
         with pypto.options():
-            barrier.wait()                              # 1
+            barrier.wait()  # 1
             seen["b_start"] = pypto.get_vec_tile_shapes()
             pypto.set_vec_tile_shapes(2, 2, 2, 48)
             seen["b_own"] = pypto.get_vec_tile_shapes()
-            barrier.wait()                              # 2
+            barrier.wait()  # 2
 
     run_threads(a, b)
-    assert seen["b_start"] == [1, 1, 1, 16]                # not A's scoped value
+    assert seen["b_start"] == [1, 1, 1, 16]  # not A's scoped value
     assert seen["b_own"] == [2, 2, 2, 48]
-    assert seen["a_end"] == VEC                         # not B's scoped value
+    assert seen["a_end"] == VEC  # not B's scoped value
     assert seen["a_after"] == [1, 1, 1, 16]
     assert pypto.get_vec_tile_shapes() == [1, 1, 1, 16]
 
@@ -389,18 +393,18 @@ def test_thread_top_level_values_are_shared():
 
     def writer():
         pypto.set_convbp_input_tile_shapes(l1(), l0())  # top level in this thread
-        barrier.wait()                                  # 1: written
-        barrier.wait()                                  # 2: reader has read
+        barrier.wait()  # 1: written
+        barrier.wait()  # 2: reader has read
 
     def reader():
         seen["before"] = tile_values()
-        barrier.wait()                                  # 1
+        barrier.wait()  # 1
         seen["after"] = tile_values()
-        barrier.wait()                                  # 2
+        barrier.wait()  # 2
 
     run_threads(writer, reader)
     assert seen["after"] == UT_TILES
-    assert tile_values() == UT_TILES                    # and the main thread sees it too
+    assert tile_values() == UT_TILES  # and the main thread sees it too
 
 
 def test_function_scopes_in_two_threads_are_not_nested():
@@ -411,10 +415,11 @@ def test_function_scopes_in_two_threads_are_not_nested():
         def run():
             with pypto.function(name):
                 pypto.set_vec_tile_shapes(*vec)
-                barrier.wait()                          # both threads inside a function
+                barrier.wait()  # both threads inside a function
                 seen[name] = pypto.get_vec_tile_shapes()
                 barrier.wait()
             seen[name + "_after"] = pypto.get_vec_tile_shapes()
+
         return run
 
     run_threads(worker("A", VEC), worker("B", [1, 1, 1, 32]))
@@ -442,8 +447,6 @@ def test_op_in_threads_uses_each_threads_scope():
     assert rules == {"with": [1, 16, 16, 16], "without": "TS0"}
 
 
-
-
 # ------------------------------------------------------------------------------------------------
 # Threads setting for the CPU kernel
 # ------------------------------------------------------------------------------------------------
@@ -466,22 +469,39 @@ def test_set_num_threads_rejects_bad_values(bad):
     assert pypto.get_num_threads() == 2
 
 
-@pytest.mark.parametrize("call", [
-    lambda: pypto.conv_backward_input(),
-    lambda: pypto.conv_backward_input(*range(8)),
-    lambda: pypto.conv_backward_input(*range(7), group=1),
-    lambda: pypto.conv_backward_input_size_range([1]),
-    lambda: pypto.suggest_convbp_input_tile_shapes(),
-    lambda: pypto.explain_convbp_input_tiling(None),
-    lambda: pypto.set_convbp_input_tile_shapes(),
-    lambda: pypto.set_num_threads(),
-    lambda: pypto.set_options(4),
-    lambda: pypto.get_options(1),
-    lambda: pypto.from_numpy(),
-    lambda: pypto.from_torch(1, 2, 3),
-    lambda: pypto.set_device(),
-], ids=["op-none", "op-extra", "op-misnamed", "range", "suggest", "explain", "set-tiles",
-        "set-threads", "set-options", "get-options", "from-numpy", "from-torch", "set-device"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: pypto.conv_backward_input(),
+        lambda: pypto.conv_backward_input(*range(8)),
+        lambda: pypto.conv_backward_input(*range(7), group=1),
+        lambda: pypto.conv_backward_input_size_range([1]),
+        lambda: pypto.suggest_convbp_input_tile_shapes(),
+        lambda: pypto.explain_convbp_input_tiling(None),
+        lambda: pypto.set_convbp_input_tile_shapes(),
+        lambda: pypto.set_num_threads(),
+        lambda: pypto.set_options(4),
+        lambda: pypto.get_options(1),
+        lambda: pypto.from_numpy(),
+        lambda: pypto.from_torch(1, 2, 3),
+        lambda: pypto.set_device(),
+    ],
+    ids=[
+        "op-none",
+        "op-extra",
+        "op-misnamed",
+        "range",
+        "suggest",
+        "explain",
+        "set-tiles",
+        "set-threads",
+        "set-options",
+        "get-options",
+        "from-numpy",
+        "from-torch",
+        "set-device",
+    ],
+)
 def test_wrong_arguments_to_public_functions_are_pypto_errors(call):
     with pytest.raises(pypto.PyptoError) as e:
         call()
@@ -491,11 +511,22 @@ def test_wrong_arguments_to_public_functions_are_pypto_errors(call):
 
 @pytest.mark.parametrize("junk", [5, None, 1.5, object()], ids=["int", "None", "float", "object"])
 def test_vec_tile_shapes_that_are_no_list_are_pypto_errors(junk):
-    for call in (lambda: pypto.set_options(vec_tile_shapes=junk),
-                 lambda: pypto.options(vec_tile_shapes=junk).__enter__(),
-                 lambda: pypto.explain_convbp_input_tiling(
-                     [1, 16, 4, 4], [16, 16, 3, 3], [1, 16, 4, 4], pypto.DT_FP16, [1, 1],
-                     [1, 1, 1, 1], [1, 1], l1(4, 144, 16), l0(), vec_tile_shapes=junk)):
+    for call in (
+        lambda: pypto.set_options(vec_tile_shapes=junk),
+        lambda: pypto.options(vec_tile_shapes=junk).__enter__(),
+        lambda: pypto.explain_convbp_input_tiling(
+            [1, 16, 4, 4],
+            [16, 16, 3, 3],
+            [1, 16, 4, 4],
+            pypto.DT_FP16,
+            [1, 1],
+            [1, 1, 1, 1],
+            [1, 1],
+            l1(4, 144, 16),
+            l0(),
+            vec_tile_shapes=junk,
+        ),
+    ):
         try:
             call()
         except pypto.PyptoError as exc:
@@ -536,8 +567,12 @@ def test_asyncio_tasks_keep_their_own_scopes():
             return pypto.get_num_threads(), pypto.get_vec_tile_shapes()
 
     assert asyncio.run(main()) == (3, [])
-    assert seen == {"A": (16, 16, [16] * 4), "B": (32, 32, [32] * 4),
-                    "A after": (0, []), "B after": (0, [])}
+    assert seen == {
+        "A": (16, 16, [16] * 4),
+        "B": (32, 32, [32] * 4),
+        "A after": (0, []),
+        "B after": (0, []),
+    }
 
 
 def test_options_decorates_coroutine_and_generator_functions():
@@ -578,6 +613,7 @@ def test_options_decorates_coroutine_and_generator_functions():
 
 def test_options_refuses_async_generator_functions():
     with pytest.raises(pypto.PyptoError, match="async generator"):
+
         @pypto.options(num_threads=1)
         async def agen():
             yield 1
@@ -585,6 +621,7 @@ def test_options_refuses_async_generator_functions():
 
 def test_scopes_exited_out_of_order_close_only_themselves():
     """Generators can exit scopes in any order: each exit closes its own scope only."""
+
     def scoped(m):
         with pypto.options(convbp_tile_shapes=_tiles(m)):
             yield _ml1()
@@ -600,7 +637,7 @@ def test_scopes_exited_out_of_order_close_only_themselves():
 
 
 def test_memory_limit_accepts_numpy_integers():
-    pypto.set_options(memory_limit=np.int64(10 ** 9))
-    assert pypto.get_options()["memory_limit"] == 10 ** 9
+    pypto.set_options(memory_limit=np.int64(10**9))
+    assert pypto.get_options()["memory_limit"] == 10**9
     with pytest.raises(pypto.PyptoError, match="positive number of bytes"):
         pypto.set_options(memory_limit=np.int64(0))

@@ -23,8 +23,9 @@ _UNSET = object()
 
 def set_tiles(ml1=16, kl1=144, nl1=16, ml0=16, kl0=16, nl0=16):
     """Upstream UT tiles by default: L1 (M 16, K 144, N 16), L0 (16, 16, 16)."""
-    pypto.set_convbp_input_tile_shapes(ConvBpTileL1Info(ml1, kl1, nl1),
-                                       ConvBpTileL0Info(ml0, kl0, nl0))
+    pypto.set_convbp_input_tile_shapes(
+        ConvBpTileL1Info(ml1, kl1, nl1), ConvBpTileL0Info(ml0, kl0, nl0)
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -36,9 +37,20 @@ def legal_config():
     pypto.reset_options()
 
 
-def call(go=(1, 16, 16, 16), w=(16, 16, 3, 3), size=(1, 16, 16, 16), strides=(1, 1),
-         pads=(1, 1, 1, 1), dil=(1, 1), dtype=FP16, wdtype=None, out_dtype=_UNSET, groups=1,
-         grad_output=_UNSET, weight=_UNSET):
+def call(
+    go=(1, 16, 16, 16),
+    w=(16, 16, 3, 3),
+    size=(1, 16, 16, 16),
+    strides=(1, 1),
+    pads=(1, 1, 1, 1),
+    dil=(1, 1),
+    dtype=FP16,
+    wdtype=None,
+    out_dtype=_UNSET,
+    groups=1,
+    grad_output=_UNSET,
+    weight=_UNSET,
+):
     """conv_backward_input on shape-only tensors; defaults are upstream's fp16 UT case."""
     wdtype = dtype if wdtype is None else wdtype
     out_dtype = dtype if out_dtype is _UNSET else out_dtype
@@ -46,8 +58,9 @@ def call(go=(1, 16, 16, 16), w=(16, 16, 3, 3), size=(1, 16, 16, 16), strides=(1,
         grad_output = pypto.Tensor(list(go), dtype, "grad_output")
     if weight is _UNSET:
         weight = pypto.Tensor(list(w), wdtype, "weight")
-    return pypto.conv_backward_input(grad_output, size, weight, out_dtype, strides, pads, dil,
-                                     groups=groups)
+    return pypto.conv_backward_input(
+        grad_output, size, weight, out_dtype, strides, pads, dil, groups=groups
+    )
 
 
 def expect_pass(**kw):
@@ -78,8 +91,10 @@ def expect_fail(rule, text, kind="ValueError", **kw):
 
 
 def range_msg(i, name, lo, hi, v):
-    return (f"The value of the {i}-th dimension of {name} must be in the range [{lo},{hi}]. "
-            f"Current value:{v}.")
+    return (
+        f"The value of the {i}-th dimension of {name} must be in the range [{lo},{hi}]. "
+        f"Current value:{v}."
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -87,23 +102,61 @@ def range_msg(i, name, lo, hi, v):
 # ------------------------------------------------------------------------------------------------
 def test_rule_table_order_is_the_specification_order():
     from pypto._core.rules import RULES
+
     assert [rule_id for rule_id, _, _ in RULES] == [
-        "T1", "R1", "D1", "D2", "D3", "D4", "S1", "S2", "A1", "A2", "A3", "A4", "G1", "C1", "O1",
-        "B1", "TS0", "TS1", "TS2", "TS3", "TS4", "TS5", "TS6", "V1"]
+        "T1",
+        "R1",
+        "D1",
+        "D2",
+        "D3",
+        "D4",
+        "S1",
+        "S2",
+        "A1",
+        "A2",
+        "A3",
+        "A4",
+        "G1",
+        "C1",
+        "O1",
+        "B1",
+        "TS0",
+        "TS1",
+        "TS2",
+        "TS3",
+        "TS4",
+        "TS5",
+        "TS6",
+        "V1",
+    ]
 
 
 def test_signature_groups_keyword_only_and_no_bias():
     params = inspect.signature(pypto.conv_backward_input).parameters
-    assert list(params) == ["grad_output", "input_size", "weight", "out_dtype", "strides",
-                            "paddings", "dilations", "groups"]
+    assert list(params) == [
+        "grad_output",
+        "input_size",
+        "weight",
+        "out_dtype",
+        "strides",
+        "paddings",
+        "dilations",
+        "groups",
+    ]
     assert params["groups"].kind is inspect.Parameter.KEYWORD_ONLY
     assert params["groups"].default == 1
 
 
 def test_baseline_passes_with_lists_and_tuples():
     expect_pass()
-    r = call(go=[1, 16, 16, 16], w=[16, 16, 3, 3], size=[1, 16, 16, 16], strides=[1, 1],
-             pads=[1, 1, 1, 1], dil=[1, 1])
+    r = call(
+        go=[1, 16, 16, 16],
+        w=[16, 16, 3, 3],
+        size=[1, 16, 16, 16],
+        strides=[1, 1],
+        pads=[1, 1, 1, 1],
+        dil=[1, 1],
+    )
     assert r.shape == [1, 16, 16, 16] and r.dtype == FP16
     assert not r.has_data
 
@@ -115,10 +168,16 @@ def _cls(v):
     return f"<class '{type(v).__module__ + '.' if type(v).__module__ != 'builtins' else ''}{type(v).__name__}'>"
 
 
-@pytest.mark.parametrize("name, value", [
-    ("grad_output", None), ("grad_output", np.zeros((1, 16, 16, 16), np.float16)),
-    ("grad_output", [1, 16, 16, 16]), ("weight", "weight"), ("weight", 3.0),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("grad_output", None),
+        ("grad_output", np.zeros((1, 16, 16, 16), np.float16)),
+        ("grad_output", [1, 16, 16, 16]),
+        ("weight", "weight"),
+        ("weight", 3.0),
+    ],
+)
 def test_T1_tensor_arguments(name, value):
     text = f"Argument '{name}' must be of type Tensor, but got {_cls(value)}."
     expect_fail("T1", text, "TypeError", **{name: value})
@@ -130,32 +189,46 @@ def test_T1_out_dtype(value):
     expect_fail("T1", text, "TypeError", out_dtype=value)
 
 
-@pytest.mark.parametrize("arg, value", [
-    ("size", None), ("size", "1,16,16,16"), ("strides", 1), ("strides", "11"),
-    ("pads", {1, 2}), ("dil", np.array([1, 1])), ("dil", 1.0), ("pads", None),
-])
+@pytest.mark.parametrize(
+    "arg, value",
+    [
+        ("size", None),
+        ("size", "1,16,16,16"),
+        ("strides", 1),
+        ("strides", "11"),
+        ("pads", {1, 2}),
+        ("dil", np.array([1, 1])),
+        ("dil", 1.0),
+        ("pads", None),
+    ],
+)
 def test_T1_not_a_list(arg, value):
     name = {"size": "input_size", "strides": "strides", "pads": "paddings", "dil": "dilations"}[arg]
     text = f"Argument '{name}' must be of type list, but got {_cls(value)}."
     expect_fail("T1", text, "TypeError", **{arg: value})
 
 
-@pytest.mark.parametrize("arg, value, bad", [
-    ("size", [1, 16, 16.0, 16], 16.0),
-    ("size", (1, 16, "16", 16), "16"),
-    ("strides", [1, True], True),
-    ("strides", [np.float64(1.0), 1], np.float64(1.0)),
-    ("strides", [np.True_, 1], np.True_),
-    ("pads", [[1, 1], [1, 1]], [1, 1]),
-    ("pads", [1, 1, 1, None], None),
-    ("dil", [1.5, 1], 1.5),
-    ("dil", ("1", "1"), "1"),
-    ("dil", [False, 1], False),
-])
+@pytest.mark.parametrize(
+    "arg, value, bad",
+    [
+        ("size", [1, 16, 16.0, 16], 16.0),
+        ("size", (1, 16, "16", 16), "16"),
+        ("strides", [1, True], True),
+        ("strides", [np.float64(1.0), 1], np.float64(1.0)),
+        ("strides", [np.True_, 1], np.True_),
+        ("pads", [[1, 1], [1, 1]], [1, 1]),
+        ("pads", [1, 1, 1, None], None),
+        ("dil", [1.5, 1], 1.5),
+        ("dil", ("1", "1"), "1"),
+        ("dil", [False, 1], False),
+    ],
+)
 def test_T1_list_items(arg, value, bad):
     name = {"size": "input_size", "strides": "strides", "pads": "paddings", "dil": "dilations"}[arg]
-    text = (f"Argument '{name}' must be a list of ints, but it holds {bad!r} "
-            f"of type {type(bad).__name__}.")
+    text = (
+        f"Argument '{name}' must be a list of ints, but it holds {bad!r} "
+        f"of type {type(bad).__name__}."
+    )
     expect_fail("T1", text, "TypeError", **{arg: value})
 
 
@@ -167,9 +240,15 @@ def test_T1_groups(value):
 
 def test_T1_numpy_ints_are_accepted_as_ints():
     i64, i32, i8 = np.int64, np.int32, np.int8
-    r = call(go=(i64(1), i32(16), i64(16), i8(16)), w=[i64(16), i64(16), i32(3), i32(3)],
-             size=[i64(1), i32(16), i64(16), np.uint16(16)], strides=(i64(1), i32(1)),
-             pads=[i8(1), i64(1), i32(1), np.uint8(1)], dil=[i64(1), i32(1)], groups=i64(1))
+    r = call(
+        go=(i64(1), i32(16), i64(16), i8(16)),
+        w=[i64(16), i64(16), i32(3), i32(3)],
+        size=[i64(1), i32(16), i64(16), np.uint16(16)],
+        strides=(i64(1), i32(1)),
+        pads=[i8(1), i64(1), i32(1), np.uint8(1)],
+        dil=[i64(1), i32(1)],
+        groups=i64(1),
+    )
     assert r.shape == [1, 16, 16, 16]
     assert all(type(v) is int for v in r.shape)
 
@@ -188,32 +267,39 @@ def test_T1_junk_never_raises_a_bare_python_exception():
 # ------------------------------------------------------------------------------------------------
 # R1: ranks
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kw, name, got", [
-    (dict(go=(16, 16, 16)), "grad_output", 3),
-    (dict(go=(1, 1, 16, 16, 16)), "grad_output", 5),
-    (dict(go=()), "grad_output", 0),
-    (dict(w=(16, 16, 3, 3, 1)), "weight", 5),
-    (dict(w=(16, 16, 3)), "weight", 3),
-    (dict(size=(1, 16, 16)), "input_size", 3),
-    (dict(size=[]), "input_size", 0),
-])
+@pytest.mark.parametrize(
+    "kw, name, got",
+    [
+        (dict(go=(16, 16, 16)), "grad_output", 3),
+        (dict(go=(1, 1, 16, 16, 16)), "grad_output", 5),
+        (dict(go=()), "grad_output", 0),
+        (dict(w=(16, 16, 3, 3, 1)), "weight", 5),
+        (dict(w=(16, 16, 3)), "weight", 3),
+        (dict(size=(1, 16, 16)), "input_size", 3),
+        (dict(size=[]), "input_size", 0),
+    ],
+)
 def test_R1_tensor_ranks(kw, name, got):
-    text = (f"Input illegal {name} dim:{got}, which must be 4 "
-            "(only 2-D convolution in NCHW is supported).")
+    text = (
+        f"Input illegal {name} dim:{got}, which must be 4 "
+        "(only 2-D convolution in NCHW is supported)."
+    )
     expect_fail("R1", text, **kw)
 
 
-@pytest.mark.parametrize("kw, name, got, want, form", [
-    (dict(strides=[1, 1, 1]), "strides", 3, 2, "[h, w]"),
-    (dict(strides=[1]), "strides", 1, 2, "[h, w]"),
-    (dict(pads=[1, 1]), "paddings", 2, 4, "[top, bottom, left, right]"),
-    (dict(pads=(1, 1, 1, 1, 1)), "paddings", 5, 4, "[top, bottom, left, right]"),
-    (dict(dil=[1]), "dilations", 1, 2, "[h, w]"),
-    (dict(dil=()), "dilations", 0, 2, "[h, w]"),
-])
+@pytest.mark.parametrize(
+    "kw, name, got, want, form",
+    [
+        (dict(strides=[1, 1, 1]), "strides", 3, 2, "[h, w]"),
+        (dict(strides=[1]), "strides", 1, 2, "[h, w]"),
+        (dict(pads=[1, 1]), "paddings", 2, 4, "[top, bottom, left, right]"),
+        (dict(pads=(1, 1, 1, 1, 1)), "paddings", 5, 4, "[top, bottom, left, right]"),
+        (dict(dil=[1]), "dilations", 1, 2, "[h, w]"),
+        (dict(dil=()), "dilations", 0, 2, "[h, w]"),
+    ],
+)
 def test_R1_attribute_lengths(kw, name, got, want, form):
-    text = (f"Input illegal {name} size:{got}, which must be {want} for a 2-D convolution "
-            f"({form}).")
+    text = f"Input illegal {name} size:{got}, which must be {want} for a 2-D convolution ({form})."
     expect_fail("R1", text, **kw)
 
 
@@ -238,17 +324,29 @@ def test_D2_weight_dtype(dt):
 
 
 def test_D3_same_dtype():
-    expect_fail("D3", "grad_output and weight data types must be consistent, but got grad_output: "
-                "DataType.DT_FP16, weight: DataType.DT_BF16", dtype=FP16, wdtype=BF16)
-    expect_fail("D3", "grad_output and weight data types must be consistent, but got grad_output: "
-                "DataType.DT_BF16, weight: DataType.DT_FP16", dtype=BF16, wdtype=FP16,
-                out_dtype=BF16)
+    expect_fail(
+        "D3",
+        "grad_output and weight data types must be consistent, but got grad_output: "
+        "DataType.DT_FP16, weight: DataType.DT_BF16",
+        dtype=FP16,
+        wdtype=BF16,
+    )
+    expect_fail(
+        "D3",
+        "grad_output and weight data types must be consistent, but got grad_output: "
+        "DataType.DT_BF16, weight: DataType.DT_FP16",
+        dtype=BF16,
+        wdtype=FP16,
+        out_dtype=BF16,
+    )
 
 
 @pytest.mark.parametrize("dt, out", [(FP16, BF16), (BF16, FP16), (FP16, pypto.DT_FP32)])
 def test_D4_out_dtype(dt, out):
-    text = (f"Output data type must be consistent with grad_output, but got out_dtype: "
-            f"DataType.{out.name}, grad_output: DataType.{dt.name}")
+    text = (
+        f"Output data type must be consistent with grad_output, but got out_dtype: "
+        f"DataType.{out.name}, grad_output: DataType.{dt.name}"
+    )
     expect_fail("D4", text, dtype=dt, out_dtype=out)
 
 
@@ -259,31 +357,39 @@ def test_S1_all_ones_passes():
     expect_pass(go=(1, 1, 1, 1), w=(1, 1, 1, 1), size=(1, 1, 1, 1), pads=(0, 0, 0, 0))
 
 
-@pytest.mark.parametrize("kw", [
-    dict(go=(1000000, 16, 16, 16), size=(1000000, 16, 16, 16)),             # N
-    dict(go=(1, 1000000, 16, 16), w=(1000000, 16, 3, 3)),                    # Cout
-    dict(w=(16, 1000000, 3, 3), size=(1, 1000000, 16, 16)),                  # Cin
-    dict(go=(1, 16, 1000000, 1), w=(16, 16, 1, 1), size=(1, 16, 1000000, 1),
-         pads=(0, 0, 0, 0)),                                                 # Hout, Hin
-    dict(go=(1, 16, 1, 1000000), w=(16, 16, 1, 1), size=(1, 16, 1, 1000000),
-         pads=(0, 0, 0, 0)),                                                 # Wout, Win
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(go=(1000000, 16, 16, 16), size=(1000000, 16, 16, 16)),  # N
+        dict(go=(1, 1000000, 16, 16), w=(1000000, 16, 3, 3)),  # Cout
+        dict(w=(16, 1000000, 3, 3), size=(1, 1000000, 16, 16)),  # Cin
+        dict(
+            go=(1, 16, 1000000, 1), w=(16, 16, 1, 1), size=(1, 16, 1000000, 1), pads=(0, 0, 0, 0)
+        ),  # Hout, Hin
+        dict(
+            go=(1, 16, 1, 1000000), w=(16, 16, 1, 1), size=(1, 16, 1, 1000000), pads=(0, 0, 0, 0)
+        ),  # Wout, Win
+    ],
+)
 def test_S1_one_million_passes(kw):
     expect_pass(**kw)
 
 
-@pytest.mark.parametrize("kw, name, i, v", [
-    (dict(go=(0, 16, 16, 16)), "grad_output", 0, 0),
-    (dict(go=(1, 16, 16, 0)), "grad_output", 3, 0),
-    (dict(go=(1000001, 16, 16, 16), size=(1000001, 16, 16, 16)), "grad_output", 0, 1000001),
-    (dict(go=(1, 16, 1000001, 16)), "grad_output", 2, 1000001),
-    (dict(w=(0, 16, 3, 3)), "weight", 0, 0),
-    (dict(w=(16, 16, 3, 0)), "weight", 3, 0),
-    (dict(w=(16, 1000001, 3, 3), size=(1, 1000001, 16, 16)), "weight", 1, 1000001),
-    (dict(size=(1, 0, 16, 16)), "input_size", 1, 0),
-    (dict(size=(1, 16, 16, 1000001)), "input_size", 3, 1000001),
-    (dict(size=(1, 16, -5, 16)), "input_size", 2, -5),
-])
+@pytest.mark.parametrize(
+    "kw, name, i, v",
+    [
+        (dict(go=(0, 16, 16, 16)), "grad_output", 0, 0),
+        (dict(go=(1, 16, 16, 0)), "grad_output", 3, 0),
+        (dict(go=(1000001, 16, 16, 16), size=(1000001, 16, 16, 16)), "grad_output", 0, 1000001),
+        (dict(go=(1, 16, 1000001, 16)), "grad_output", 2, 1000001),
+        (dict(w=(0, 16, 3, 3)), "weight", 0, 0),
+        (dict(w=(16, 16, 3, 0)), "weight", 3, 0),
+        (dict(w=(16, 1000001, 3, 3), size=(1, 1000001, 16, 16)), "weight", 1, 1000001),
+        (dict(size=(1, 0, 16, 16)), "input_size", 1, 0),
+        (dict(size=(1, 16, 16, 1000001)), "input_size", 3, 1000001),
+        (dict(size=(1, 16, -5, 16)), "input_size", 2, -5),
+    ],
+)
 def test_S1_out_of_range_fails(kw, name, i, v):
     expect_fail("S1", range_msg(i, name, 1, 1000000, v), **kw)
 
@@ -298,14 +404,12 @@ def test_S1_dynamic_dim_fails_with_hint():
 # ------------------------------------------------------------------------------------------------
 def test_S2_kh_255_passes():
     set_tiles(kl1=16 * 255)
-    expect_pass(go=(1, 16, 1, 16), w=(16, 16, 255, 1), size=(1, 16, 255, 16),
-                pads=(0, 0, 0, 0))
+    expect_pass(go=(1, 16, 1, 16), w=(16, 16, 255, 1), size=(1, 16, 255, 16), pads=(0, 0, 0, 0))
 
 
 def test_S2_kw_255_passes():
     set_tiles(kl1=16 * 255)
-    expect_pass(go=(1, 16, 16, 1), w=(16, 16, 1, 255), size=(1, 16, 16, 255),
-                pads=(0, 0, 0, 0))
+    expect_pass(go=(1, 16, 16, 1), w=(16, 16, 1, 255), size=(1, 16, 16, 255), pads=(0, 0, 0, 0))
 
 
 def test_S2_largest_kernel_that_fits_l1_passes():
@@ -315,23 +419,35 @@ def test_S2_largest_kernel_that_fits_l1_passes():
 
 
 def test_S2_kh_256_fails():
-    expect_fail("S2", "Weight shapes do not satisfy Load3D's limits: kh=256, kw=1, which must "
-                "<= 255.", go=(1, 16, 1, 16), w=(16, 16, 256, 1), size=(1, 16, 256, 16),
-                pads=(0, 0, 0, 0))
+    expect_fail(
+        "S2",
+        "Weight shapes do not satisfy Load3D's limits: kh=256, kw=1, which must <= 255.",
+        go=(1, 16, 1, 16),
+        w=(16, 16, 256, 1),
+        size=(1, 16, 256, 16),
+        pads=(0, 0, 0, 0),
+    )
 
 
 def test_S2_kw_256_fails():
-    expect_fail("S2", "Weight shapes do not satisfy Load3D's limits: kh=3, kw=256, which must "
-                "<= 255.", w=(16, 16, 3, 256))
+    expect_fail(
+        "S2",
+        "Weight shapes do not satisfy Load3D's limits: kh=3, kw=256, which must <= 255.",
+        w=(16, 16, 3, 256),
+    )
 
 
-@pytest.mark.parametrize("kh, kw, product", [(255, 255, 1040400), (64, 64, 65536),
-                                             (4096 // 64 + 1, 64, 65 * 64 * 16)])
+@pytest.mark.parametrize(
+    "kh, kw, product", [(255, 255, 1040400), (64, 64, 65536), (4096 // 64 + 1, 64, 65 * 64 * 16)]
+)
 def test_S2_load3d_product_fails(kh, kw, product):
-    text = (f"Weight shapes do not satisfy Load3D's limits: kh*kw*k0={product}"
-            "(k0 = 16, mmad K block size), which must <=65535.")
-    expect_fail("S2", text, go=(1, 16, 1, 1), w=(16, 16, kh, kw), size=(1, 16, kh, kw),
-                pads=(0, 0, 0, 0))
+    text = (
+        f"Weight shapes do not satisfy Load3D's limits: kh*kw*k0={product}"
+        "(k0 = 16, mmad K block size), which must <=65535."
+    )
+    expect_fail(
+        "S2", text, go=(1, 16, 1, 1), w=(16, 16, kh, kw), size=(1, 16, kh, kw), pads=(0, 0, 0, 0)
+    )
 
 
 @pytest.mark.parametrize("dtype", [FP16, BF16])
@@ -339,9 +455,15 @@ def test_S2_64x63_passes_s2(dtype):
     # 64*63*16 = 64512 <= 65535: S2 holds. No full call can pass with it, because TS3 forces
     # tileKL1 >= 16*64*63 and TS2 tileNL1 >= 16, which already overflows L1 (TS6).
     set_tiles(kl1=16 * 64 * 63)
-    err = expect_fail("TS6", "MinL1LoadSize > L1size, current MinL1LoadSize: 2064416, L1size: "
-                      "524288.", go=(1, 16, 1, 1), w=(16, 16, 64, 63), size=(1, 16, 64, 63),
-                      pads=(0, 0, 0, 0), dtype=dtype)
+    err = expect_fail(
+        "TS6",
+        "MinL1LoadSize > L1size, current MinL1LoadSize: 2064416, L1size: 524288.",
+        go=(1, 16, 1, 1),
+        w=(16, 16, 64, 63),
+        size=(1, 16, 64, 63),
+        pads=(0, 0, 0, 0),
+        dtype=dtype,
+    )
     assert err.rule != "S2"
 
 
@@ -359,8 +481,10 @@ def test_A1_stride_63_passes():
     expect_pass(go=(1, 16, 2, 2), size=(1, 16, 126, 126), strides=[63, 63])
 
 
-@pytest.mark.parametrize("strides, i, v", [([0, 1], 0, 0), ([1, 0], 1, 0), ([63, 64], 1, 64),
-                                           ([64, 1], 0, 64), ([-1, 1], 0, -1)])
+@pytest.mark.parametrize(
+    "strides, i, v",
+    [([0, 1], 0, 0), ([1, 0], 1, 0), ([63, 64], 1, 64), ([64, 1], 0, 64), ([-1, 1], 0, -1)],
+)
 def test_A1_stride_out_of_range_fails(strides, i, v):
     expect_fail("A1", range_msg(i, "strides", 1, 63, v), strides=strides)
 
@@ -370,8 +494,9 @@ def test_A2_dilation_63_passes():
     expect_pass(go=(1, 16, 4, 4), size=(1, 16, 128, 128), dil=[63, 63])
 
 
-@pytest.mark.parametrize("dil, i, v", [([0, 1], 0, 0), ([1, 0], 1, 0), ([64, 1], 0, 64),
-                                       ([1, 64], 1, 64)])
+@pytest.mark.parametrize(
+    "dil, i, v", [([0, 1], 0, 0), ([1, 0], 1, 0), ([64, 1], 0, 64), ([1, 64], 1, 64)]
+)
 def test_A2_dilation_out_of_range_fails(dil, i, v):
     expect_fail("A2", range_msg(i, "dilations", 1, 63, v), dil=dil)
 
@@ -384,7 +509,7 @@ def test_A3_zero_padding_passes():
 
 
 def test_A3_padding_equal_to_dilated_kernel_minus_one_passes():
-    set_tiles(ml1=12)                  # tileML1 <= Win (TS1)
+    set_tiles(ml1=12)  # tileML1 <= Win (TS1)
     # K=3, d=1: pad 2 == (K-1)*d; Hin = 15 - 4 + 2 + 1 = 14
     expect_pass(size=(1, 16, 14, 14), pads=[2, 2, 2, 2])
     # K=3, d=2: pad 4 == (K-1)*d; Hin = 15 - 8 + 4 + 1 = 12
@@ -394,24 +519,39 @@ def test_A3_padding_equal_to_dilated_kernel_minus_one_passes():
 def test_A3_padding_255_passes():
     # Kh=6, dh=63: extent 316 > 255; Hin = 199 - 510 + 315 + 1 = 5
     set_tiles(kl1=16 * 6)
-    expect_pass(go=(1, 16, 200, 1), w=(16, 16, 6, 1), size=(1, 16, 5, 1),
-                pads=[255, 255, 0, 0], dil=[63, 1])
+    expect_pass(
+        go=(1, 16, 200, 1), w=(16, 16, 6, 1), size=(1, 16, 5, 1), pads=[255, 255, 0, 0], dil=[63, 1]
+    )
 
 
-@pytest.mark.parametrize("pads, i, v", [([256, 256, 1, 1], 0, 256), ([1, 1, 1, 256], 3, 256),
-                                        ([1, 1, -1, -1], 2, -1)])
+@pytest.mark.parametrize(
+    "pads, i, v", [([256, 256, 1, 1], 0, 256), ([1, 1, 1, 256], 3, 256), ([1, 1, -1, -1], 2, -1)]
+)
 def test_A3_padding_out_of_range_fails(pads, i, v):
     expect_fail("A3", range_msg(i, "paddings", 0, 255, v), pads=pads)
 
 
 def test_A3_padding_equal_to_dilated_kernel_fails():
-    expect_fail("A3", "The value of the H dimension of weight must be > padding.Current weight "
-                "value after dilation :3,padding value:3 and 3.", pads=[3, 3, 1, 1])
-    expect_fail("A3", "The value of the W dimension of weight must be > padding.Current weight "
-                "value after dilation :5,padding value:5 and 5.", pads=[1, 1, 5, 5], dil=[1, 2])
-    expect_fail("A3", "The value of the W dimension of weight must be > padding.Current weight "
-                "value after dilation :1,padding value:1 and 1.", w=(16, 16, 3, 1),
-                pads=[1, 1, 1, 1])
+    expect_fail(
+        "A3",
+        "The value of the H dimension of weight must be > padding.Current weight "
+        "value after dilation :3,padding value:3 and 3.",
+        pads=[3, 3, 1, 1],
+    )
+    expect_fail(
+        "A3",
+        "The value of the W dimension of weight must be > padding.Current weight "
+        "value after dilation :5,padding value:5 and 5.",
+        pads=[1, 1, 5, 5],
+        dil=[1, 2],
+    )
+    expect_fail(
+        "A3",
+        "The value of the W dimension of weight must be > padding.Current weight "
+        "value after dilation :1,padding value:1 and 1.",
+        w=(16, 16, 3, 1),
+        pads=[1, 1, 1, 1],
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -424,14 +564,20 @@ def test_A4_symmetric_passes_with_different_h_and_w():
 
 @pytest.mark.parametrize("pads", [[1, 0, 1, 1], [0, 1, 1, 1], [1, 1, 2, 1], [1, 1, 0, 1]])
 def test_A4_asymmetric_fails(pads):
-    text = ("Only symmetric padding is supported: paddings [top, bottom, left, right] needs "
-            f"top == bottom and left == right, but got {pads}.")
+    text = (
+        "Only symmetric padding is supported: paddings [top, bottom, left, right] needs "
+        f"top == bottom and left == right, but got {pads}."
+    )
     expect_fail("A4", text, pads=pads)
 
 
 def test_A4_message_shows_a_tuple_as_a_list():
-    expect_fail("A4", "Only symmetric padding is supported: paddings [top, bottom, left, right] "
-                "needs top == bottom and left == right, but got [0, 1, 1, 1].", pads=(0, 1, 1, 1))
+    expect_fail(
+        "A4",
+        "Only symmetric padding is supported: paddings [top, bottom, left, right] "
+        "needs top == bottom and left == right, but got [0, 1, 1, 1].",
+        pads=(0, 1, 1, 1),
+    )
 
 
 def test_G1_groups_1_passes():
@@ -441,8 +587,11 @@ def test_G1_groups_1_passes():
 
 @pytest.mark.parametrize("groups", [2, 0, -1, 16])
 def test_G1_other_groups_fail(groups):
-    expect_fail("G1", f"Invalid groups:{groups}, expected range [1,1] (only groups=1 is "
-                "supported).", groups=groups)
+    expect_fail(
+        "G1",
+        f"Invalid groups:{groups}, expected range [1,1] (only groups=1 is supported).",
+        groups=groups,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -453,18 +602,26 @@ def test_C1_matching_channels_pass():
 
 
 def test_C1_cout_mismatch_fails():
-    expect_fail("C1", "Cout of gradOutput (16) is not equal to Cout of weight (32).",
-                w=(32, 16, 3, 3))
+    expect_fail(
+        "C1", "Cout of gradOutput (16) is not equal to Cout of weight (32).", w=(32, 16, 3, 3)
+    )
 
 
 def test_C1_cin_mismatch_fails():
-    expect_fail("C1", "Input illegal cin size:32. input_size[1] must equal Cin of weight "
-                "(weight.shape[1] = 16).", size=(1, 32, 16, 16))
+    expect_fail(
+        "C1",
+        "Input illegal cin size:32. input_size[1] must equal Cin of weight (weight.shape[1] = 16).",
+        size=(1, 32, 16, 16),
+    )
 
 
 def test_C1_batch_mismatch_fails():
-    expect_fail("C1", "Input illegal n size:2. input_size[0] must equal the batch of grad_output "
-                "(grad_output.shape[0] = 1).", size=(2, 16, 16, 16))
+    expect_fail(
+        "C1",
+        "Input illegal n size:2. input_size[0] must equal the batch of grad_output "
+        "(grad_output.shape[0] = 1).",
+        size=(2, 16, 16, 16),
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -476,25 +633,42 @@ S2_CASE = dict(go=(1, 16, 7, 7), strides=[2, 2])
 S3_CASE = dict(go=(1, 16, 7, 7), strides=[3, 3])
 
 
-@pytest.mark.parametrize("case, h, w", [
-    (S2_CASE, 13, 13), (S2_CASE, 14, 14), (S2_CASE, 13, 14), (S2_CASE, 14, 13),
-    (S3_CASE, 19, 19), (S3_CASE, 20, 21), (S3_CASE, 21, 19),
-])
+@pytest.mark.parametrize(
+    "case, h, w",
+    [
+        (S2_CASE, 13, 13),
+        (S2_CASE, 14, 14),
+        (S2_CASE, 13, 14),
+        (S2_CASE, 14, 13),
+        (S3_CASE, 19, 19),
+        (S3_CASE, 20, 21),
+        (S3_CASE, 21, 19),
+    ],
+)
 def test_O1_both_ends_pass(case, h, w):
-    set_tiles(ml1=13)                  # tileML1 <= Win for every Win here (TS1)
+    set_tiles(ml1=13)  # tileML1 <= Win for every Win here (TS1)
     expect_pass(size=(1, 16, h, w), **case)
 
 
-@pytest.mark.parametrize("case, h, w, axis, lo, hi, s", [
-    (S2_CASE, 12, 13, "h", 13, 14, 2), (S2_CASE, 15, 13, "h", 13, 14, 2),
-    (S2_CASE, 13, 12, "w", 13, 14, 2), (S2_CASE, 14, 15, "w", 13, 14, 2),
-    (S3_CASE, 18, 19, "h", 19, 21, 3), (S3_CASE, 22, 19, "h", 19, 21, 3),
-    (S3_CASE, 21, 18, "w", 19, 21, 3), (S3_CASE, 19, 22, "w", 19, 21, 3),
-])
+@pytest.mark.parametrize(
+    "case, h, w, axis, lo, hi, s",
+    [
+        (S2_CASE, 12, 13, "h", 13, 14, 2),
+        (S2_CASE, 15, 13, "h", 13, 14, 2),
+        (S2_CASE, 13, 12, "w", 13, 14, 2),
+        (S2_CASE, 14, 15, "w", 13, 14, 2),
+        (S3_CASE, 18, 19, "h", 19, 21, 3),
+        (S3_CASE, 22, 19, "h", 19, 21, 3),
+        (S3_CASE, 21, 18, "w", 19, 21, 3),
+        (S3_CASE, 19, 22, "w", 19, 21, 3),
+    ],
+)
 def test_O1_outside_range_fails(case, h, w, axis, lo, hi, s):
     v, idx, word = (h, 2, "height") if axis == "h" else (w, 3, "width")
-    text = (f"Input illegal {axis}in size:{v}. input_size[{idx}] must be in [{lo}, {hi}] for "
-            f"grad_output {word} 7, kernel 3, stride {s}, paddings 1+1, dilation 1.")
+    text = (
+        f"Input illegal {axis}in size:{v}. input_size[{idx}] must be in [{lo}, {hi}] for "
+        f"grad_output {word} 7, kernel 3, stride {s}, paddings 1+1, dilation 1."
+    )
     err = expect_fail("O1", text, size=(1, 16, h, w), **case)
     assert f"[{lo}, {hi}]" in str(err)
 
@@ -505,29 +679,48 @@ def test_O1_range_with_dilation_and_asymmetric_axes():
     kw = dict(go=(1, 16, 5, 4), w=(16, 16, 2, 5), strides=[3, 1], pads=[0, 0, 2, 2], dil=[1, 2])
     for h in (14, 15, 16):
         expect_pass(size=(1, 16, h, 8), **kw)
-    expect_fail("O1", "Input illegal hin size:17. input_size[2] must be in [14, 16] for "
-                "grad_output height 5, kernel 2, stride 3, paddings 0+0, dilation 1.",
-                size=(1, 16, 17, 8), **kw)
-    expect_fail("O1", "Input illegal win size:9. input_size[3] must be in [8, 8] for "
-                "grad_output width 4, kernel 5, stride 1, paddings 2+2, dilation 2.",
-                size=(1, 16, 14, 9), **kw)
+    expect_fail(
+        "O1",
+        "Input illegal hin size:17. input_size[2] must be in [14, 16] for "
+        "grad_output height 5, kernel 2, stride 3, paddings 0+0, dilation 1.",
+        size=(1, 16, 17, 8),
+        **kw,
+    )
+    expect_fail(
+        "O1",
+        "Input illegal win size:9. input_size[3] must be in [8, 8] for "
+        "grad_output width 4, kernel 5, stride 1, paddings 2+2, dilation 2.",
+        size=(1, 16, 14, 9),
+        **kw,
+    )
 
 
 def test_O1_range_clipped_below_at_1():
     # dy 1, K 3, s 3, p 2: HinMin = 0 - 4 + 2 + 1 = -1, HinMax = 1 -> valid sizes {1}
     kw = dict(go=(1, 16, 1, 16), strides=[3, 1], pads=[2, 2, 1, 1])
     expect_pass(size=(1, 16, 1, 16), **kw)
-    expect_fail("O1", "Input illegal hin size:2. input_size[2] must be in [1, 1] for "
-                "grad_output height 1, kernel 3, stride 3, paddings 2+2, dilation 1.",
-                size=(1, 16, 2, 16), **kw)
+    expect_fail(
+        "O1",
+        "Input illegal hin size:2. input_size[2] must be in [1, 1] for "
+        "grad_output height 1, kernel 3, stride 3, paddings 2+2, dilation 1.",
+        size=(1, 16, 2, 16),
+        **kw,
+    )
 
 
 def test_O1_range_above_the_dimension_limit_is_empty():
     # dy height 1000000, K 1, s 2: HinMin = 1999999 > 1000000
-    expect_fail("O1", "Input illegal hin size:1000000. input_size[2] must be in empty: no input "
-                "size gives this output for grad_output height 1000000, kernel 1, stride 2, "
-                "paddings 0+0, dilation 1.", go=(1, 16, 1000000, 1), w=(16, 16, 1, 1),
-                size=(1, 16, 1000000, 1), strides=[2, 1], pads=[0, 0, 0, 0])
+    expect_fail(
+        "O1",
+        "Input illegal hin size:1000000. input_size[2] must be in empty: no input "
+        "size gives this output for grad_output height 1000000, kernel 1, stride 2, "
+        "paddings 0+0, dilation 1.",
+        go=(1, 16, 1000000, 1),
+        w=(16, 16, 1, 1),
+        size=(1, 16, 1000000, 1),
+        strides=[2, 1],
+        pads=[0, 0, 0, 0],
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -547,8 +740,11 @@ def test_B1_non_int_shape_entries_fail():
             return [1, 16, 16.0, 16]
 
     go = OddTensor([1, 16, 16, 16], FP16)
-    expect_fail("B1", "Dynamic shape is not supported: grad_output has shape [1, 16, 16.0, 16].",
-                grad_output=go)
+    expect_fail(
+        "B1",
+        "Dynamic shape is not supported: grad_output has shape [1, 16, 16.0, 16].",
+        grad_output=go,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -556,46 +752,66 @@ def test_B1_non_int_shape_entries_fail():
 # ------------------------------------------------------------------------------------------------
 def test_TS0_no_tiles():
     pypto.reset_options()
-    err = expect_fail("TS0", "Tile shapes are not set: call pypto.set_convbp_input_tile_shapes("
-                      "tile_l1_info, tile_l0_info) before pypto.conv_backward_input.",
-                      "RuntimeError")
+    err = expect_fail(
+        "TS0",
+        "Tile shapes are not set: call pypto.set_convbp_input_tile_shapes("
+        "tile_l1_info, tile_l0_info) before pypto.conv_backward_input.",
+        "RuntimeError",
+    )
     assert "set_convbp_input_tile_shapes" in str(err)
 
 
 def test_TS0_no_tiles_even_with_vec_tiles():
     pypto.reset_options()
     pypto.set_vec_tile_shapes(16, 16, 16, 16)
-    expect_fail("TS0", "Tile shapes are not set: call pypto.set_convbp_input_tile_shapes("
-                "tile_l1_info, tile_l0_info) before pypto.conv_backward_input.", "RuntimeError")
+    expect_fail(
+        "TS0",
+        "Tile shapes are not set: call pypto.set_convbp_input_tile_shapes("
+        "tile_l1_info, tile_l0_info) before pypto.conv_backward_input.",
+        "RuntimeError",
+    )
 
 
 def test_TS0_all_zero_tiles_count_as_not_set():
     set_tiles(0, 0, 0, 0, 0, 0)
-    expect_fail("TS0", "Tile shapes are not set: call pypto.set_convbp_input_tile_shapes("
-                "tile_l1_info, tile_l0_info) before pypto.conv_backward_input.", "RuntimeError")
+    expect_fail(
+        "TS0",
+        "Tile shapes are not set: call pypto.set_convbp_input_tile_shapes("
+        "tile_l1_info, tile_l0_info) before pypto.conv_backward_input.",
+        "RuntimeError",
+    )
 
 
 def test_TS0_no_vec_tiles():
     pypto.reset_options()
     set_tiles()
-    err = expect_fail("TS0", "Vector tile shapes are not set: call pypto.set_vec_tile_shapes(...) "
-                      "(4 or 5 ints, e.g. 16, 16, 16, 16) before pypto.conv_backward_input.",
-                      "RuntimeError")
+    err = expect_fail(
+        "TS0",
+        "Vector tile shapes are not set: call pypto.set_vec_tile_shapes(...) "
+        "(4 or 5 ints, e.g. 16, 16, 16, 16) before pypto.conv_backward_input.",
+        "RuntimeError",
+    )
     assert "set_vec_tile_shapes" in str(err)
 
 
 def test_TS0_empty_vec_tiles():
     pypto.set_vec_tile_shapes()
-    expect_fail("TS0", "Vector tile shapes are not set: call pypto.set_vec_tile_shapes(...) "
-                "(4 or 5 ints, e.g. 16, 16, 16, 16) before pypto.conv_backward_input.",
-                "RuntimeError")
+    expect_fail(
+        "TS0",
+        "Vector tile shapes are not set: call pypto.set_vec_tile_shapes(...) "
+        "(4 or 5 ints, e.g. 16, 16, 16, 16) before pypto.conv_backward_input.",
+        "RuntimeError",
+    )
 
 
 def test_TS0_non_int_tile_values():
-    pypto.set_convbp_input_tile_shapes(ConvBpTileL1Info(16.0, 144, 16), ConvBpTileL0Info(16, 16, 16))
+    pypto.set_convbp_input_tile_shapes(
+        ConvBpTileL1Info(16.0, 144, 16), ConvBpTileL0Info(16, 16, 16)
+    )
     expect_fail("TS0", "Invalid tileML1:16.0, a tile size must be an int.", "RuntimeError")
-    pypto.set_convbp_input_tile_shapes(ConvBpTileL1Info(16, 144, 16),
-                                       ConvBpTileL0Info(16, None, 16))
+    pypto.set_convbp_input_tile_shapes(
+        ConvBpTileL1Info(16, 144, 16), ConvBpTileL0Info(16, None, 16)
+    )
     expect_fail("TS0", "Invalid tileKL0:None, a tile size must be an int.", "RuntimeError")
 
 
@@ -669,8 +885,9 @@ def test_TS3_passes(kl1):
 @pytest.mark.parametrize("kl1", [16, 128, 160, 143])
 def test_TS3_unaligned_fails(kl1):
     set_tiles(kl1=kl1)
-    expect_fail("TS3", f"Invalid tileKL1:{kl1}, requires 144-element alignment "
-                "(16 * Kh * Kw = 16 * 3 * 3).")
+    expect_fail(
+        "TS3", f"Invalid tileKL1:{kl1}, requires 144-element alignment (16 * Kh * Kw = 16 * 3 * 3)."
+    )
 
 
 def test_TS3_non_square_kernel():
@@ -678,8 +895,11 @@ def test_TS3_non_square_kernel():
     set_tiles(kl1=80)
     expect_pass(**kw)
     set_tiles(kl1=144)
-    expect_fail("TS3", "Invalid tileKL1:144, requires 80-element alignment "
-                "(16 * Kh * Kw = 16 * 1 * 5).", **kw)
+    expect_fail(
+        "TS3",
+        "Invalid tileKL1:144, requires 80-element alignment (16 * Kh * Kw = 16 * 1 * 5).",
+        **kw,
+    )
 
 
 def test_TS3_non_positive_fails():
@@ -696,33 +916,42 @@ def test_TS4_l0_equal_to_l1_passes():
 
 
 def test_TS4_ml0_may_reach_the_aligned_ml1():
-    set_tiles(ml1=13, ml0=16)          # CeilAlign(13, 16) = 16
+    set_tiles(ml1=13, ml0=16)  # CeilAlign(13, 16) = 16
     expect_pass(**W13)
-    set_tiles(ml1=39, ml0=48)          # CeilAlign(39, 16) = 48
+    set_tiles(ml1=39, ml0=48)  # CeilAlign(39, 16) = 48
     expect_pass(**W13)
 
 
-@pytest.mark.parametrize("tiles, name, v, upper", [
-    (dict(ml1=16, ml0=32), "tileML0", 32, 16),
-    (dict(ml1=13, ml0=32), "tileML0", 32, 16),
-    (dict(ml0=0), "tileML0", 0, 16),
-    (dict(ml0=-16), "tileML0", -16, 16),
-    (dict(kl1=144, kl0=160), "tileKL0", 160, 144),
-    (dict(kl0=0), "tileKL0", 0, 144),
-    (dict(nl1=16, nl0=32), "tileNL0", 32, 16),
-    (dict(nl0=0), "tileNL0", 0, 16),
-])
+@pytest.mark.parametrize(
+    "tiles, name, v, upper",
+    [
+        (dict(ml1=16, ml0=32), "tileML0", 32, 16),
+        (dict(ml1=13, ml0=32), "tileML0", 32, 16),
+        (dict(ml0=0), "tileML0", 0, 16),
+        (dict(ml0=-16), "tileML0", -16, 16),
+        (dict(kl1=144, kl0=160), "tileKL0", 160, 144),
+        (dict(kl0=0), "tileKL0", 0, 144),
+        (dict(nl1=16, nl0=32), "tileNL0", 32, 16),
+        (dict(nl0=0), "tileNL0", 0, 16),
+    ],
+)
 def test_TS4_range_fails(tiles, name, v, upper):
     set_tiles(**tiles)
     kw = W13 if tiles.get("ml1") == 13 else {}
     expect_fail("TS4", f"Invalid {name}:{v}, expected range [1,{upper}].", **kw)
 
 
-@pytest.mark.parametrize("tiles, name, v", [
-    (dict(ml0=8), "tileML0", 8), (dict(ml1=48, ml0=40), "tileML0", 40),
-    (dict(kl0=24), "tileKL0", 24), (dict(kl0=136), "tileKL0", 136),
-    (dict(nl1=32, nl0=8), "tileNL0", 8), (dict(nl1=32, nl0=17), "tileNL0", 17),
-])
+@pytest.mark.parametrize(
+    "tiles, name, v",
+    [
+        (dict(ml0=8), "tileML0", 8),
+        (dict(ml1=48, ml0=40), "tileML0", 40),
+        (dict(kl0=24), "tileKL0", 24),
+        (dict(kl0=136), "tileKL0", 136),
+        (dict(nl1=32, nl0=8), "tileNL0", 8),
+        (dict(nl1=32, nl0=17), "tileNL0", 17),
+    ],
+)
 def test_TS4_alignment_fails(tiles, name, v):
     set_tiles(**tiles)
     expect_fail("TS4", f"Invalid {name}:{v}, requires 16-element alignment.")
@@ -736,45 +965,56 @@ K1 = dict(w=(16, 16, 1, 1), pads=[0, 0, 0, 0])
 
 def l0_msg(buf, a, av, b, bv, tail):
     size = 131072 if buf == "L0C" else 65536
-    return (f"Shape does not satisfy {buf} load constraints, {a}({av}) × {b}({bv}) × dtypesize "
-            f"≤ {buf} Size({size}). {tail}")
+    return (
+        f"Shape does not satisfy {buf} load constraints, {a}({av}) × {b}({bv}) × dtypesize "
+        f"≤ {buf} Size({size}). {tail}"
+    )
 
 
 @pytest.mark.parametrize("dtype", [FP16, BF16])
 def test_TS5_l0a_at_limit_passes(dtype):
-    set_tiles(ml1=128, kl1=256, nl1=16, ml0=128, kl0=256, nl0=16)   # 128*256*2 = 65536
+    set_tiles(ml1=128, kl1=256, nl1=16, ml0=128, kl0=256, nl0=16)  # 128*256*2 = 65536
     expect_pass(dtype=dtype, **K1)
 
 
 def test_TS5_l0a_over_limit_fails():
-    set_tiles(ml1=144, kl1=256, nl1=16, ml0=144, kl0=256, nl0=16)   # 73728
-    expect_fail("TS5", l0_msg("L0A", "tileML0", 144, "tileKL0", 256,
-                              "(dtypesize 2: 73728 bytes)"), **K1)
-    set_tiles(ml1=128, kl1=272, nl1=16, ml0=128, kl0=272, nl0=16)   # 69632
-    expect_fail("TS5", l0_msg("L0A", "tileML0", 128, "tileKL0", 272,
-                              "(dtypesize 2: 69632 bytes)"), dtype=BF16, **K1)
+    set_tiles(ml1=144, kl1=256, nl1=16, ml0=144, kl0=256, nl0=16)  # 73728
+    expect_fail(
+        "TS5", l0_msg("L0A", "tileML0", 144, "tileKL0", 256, "(dtypesize 2: 73728 bytes)"), **K1
+    )
+    set_tiles(ml1=128, kl1=272, nl1=16, ml0=128, kl0=272, nl0=16)  # 69632
+    expect_fail(
+        "TS5",
+        l0_msg("L0A", "tileML0", 128, "tileKL0", 272, "(dtypesize 2: 69632 bytes)"),
+        dtype=BF16,
+        **K1,
+    )
 
 
 def test_TS5_l0b_at_limit_passes():
-    set_tiles(ml1=16, kl1=256, nl1=128, ml0=16, kl0=256, nl0=128)   # 256*128*2 = 65536
+    set_tiles(ml1=16, kl1=256, nl1=128, ml0=16, kl0=256, nl0=128)  # 256*128*2 = 65536
     expect_pass(**K1)
 
 
 def test_TS5_l0b_over_limit_fails():
-    set_tiles(ml1=16, kl1=256, nl1=144, ml0=16, kl0=256, nl0=144)   # 73728
-    expect_fail("TS5", l0_msg("L0B", "tileKL0", 256, "tileNL0", 144,
-                              "(dtypesize 2: 73728 bytes)"), **K1)
+    set_tiles(ml1=16, kl1=256, nl1=144, ml0=16, kl0=256, nl0=144)  # 73728
+    expect_fail(
+        "TS5", l0_msg("L0B", "tileKL0", 256, "tileNL0", 144, "(dtypesize 2: 73728 bytes)"), **K1
+    )
 
 
 def test_TS5_l0c_at_limit_passes():
-    set_tiles(ml1=128, kl1=16, nl1=256, ml0=128, kl0=16, nl0=256)   # 128*256*4 = 131072
+    set_tiles(ml1=128, kl1=16, nl1=256, ml0=128, kl0=16, nl0=256)  # 128*256*4 = 131072
     expect_pass(**K1)
 
 
 def test_TS5_l0c_over_limit_fails():
-    set_tiles(ml1=144, kl1=16, nl1=256, ml0=144, kl0=16, nl0=256)   # 147456
-    expect_fail("TS5", l0_msg("L0C", "tileML0", 144, "tileNL0", 256,
-                              "(fp32 accumulator: 147456 bytes)"), **K1)
+    set_tiles(ml1=144, kl1=16, nl1=256, ml0=144, kl0=16, nl0=256)  # 147456
+    expect_fail(
+        "TS5",
+        l0_msg("L0C", "tileML0", 144, "tileNL0", 256, "(fp32 accumulator: 147456 bytes)"),
+        **K1,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -787,9 +1027,10 @@ def test_TS6_exactly_at_limit_passes():
 
 
 def test_TS6_over_limit_fails():
-    set_tiles(ml1=16, kl1=8208, nl1=16)   # (8208*16 + 16*8208)*2 = 525312
-    expect_fail("TS6", "MinL1LoadSize > L1size, current MinL1LoadSize: 525312, L1size: 524288.",
-                **K1)
+    set_tiles(ml1=16, kl1=8208, nl1=16)  # (8208*16 + 16*8208)*2 = 525312
+    expect_fail(
+        "TS6", "MinL1LoadSize > L1size, current MinL1LoadSize: 525312, L1size: 524288.", **K1
+    )
 
 
 def test_TS6_dy_window_is_clipped_to_the_zero_inserted_dy():
@@ -797,18 +1038,27 @@ def test_TS6_dy_window_is_clipped_to_the_zero_inserted_dy():
     # houtL1 = min(2 + 6, 27) = 8, woutL1 = min(32 + 6, 27) = 27, coutL1 = kl1 / 9.
     # bytes = (kl1*16 + 8*27*kl1/9) * 2 = 11520 * (kl1/144)
     kw = dict(go=(1, 16, 14, 14), size=(1, 16, 32, 32), strides=[2, 2], dil=[3, 3])
-    set_tiles(ml1=64, kl1=144 * 45, nl1=16)          # 518400 bytes
+    set_tiles(ml1=64, kl1=144 * 45, nl1=16)  # 518400 bytes
     expect_pass(**kw)
-    set_tiles(ml1=64, kl1=144 * 46, nl1=16)          # 529920 bytes
-    expect_fail("TS6", "MinL1LoadSize > L1size, current MinL1LoadSize: 529920, L1size: 524288.",
-                **kw)
+    set_tiles(ml1=64, kl1=144 * 46, nl1=16)  # 529920 bytes
+    expect_fail(
+        "TS6", "MinL1LoadSize > L1size, current MinL1LoadSize: 529920, L1size: 524288.", **kw
+    )
 
 
 # ------------------------------------------------------------------------------------------------
 # V1: vector tiles
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("vec", [(16, 16, 16, 16), (16, 16, 1, 16, 16), (1, 1, 1, 16),
-                                 (7, 3, 5, 32), (np.int64(16), 16, 16, np.int32(16))])
+@pytest.mark.parametrize(
+    "vec",
+    [
+        (16, 16, 16, 16),
+        (16, 16, 1, 16, 16),
+        (1, 1, 1, 16),
+        (7, 3, 5, 32),
+        (np.int64(16), 16, 16, np.int32(16)),
+    ],
+)
 def test_V1_passes(vec):
     pypto.set_vec_tile_shapes(*vec)
     expect_pass()
@@ -817,23 +1067,33 @@ def test_V1_passes(vec):
 @pytest.mark.parametrize("vec", [(16, 16, 16), (16,), (16, 16, 16, 16, 16, 16)])
 def test_V1_wrong_count_fails(vec):
     pypto.set_vec_tile_shapes(*vec)
-    expect_fail("V1", f"Invalid vec_tile_shapes:{list(vec)}, expected 4 or 5 values (one per "
-                "dimension of NCHW, or NCDHW with D = 1).")
+    expect_fail(
+        "V1",
+        f"Invalid vec_tile_shapes:{list(vec)}, expected 4 or 5 values (one per "
+        "dimension of NCHW, or NCDHW with D = 1).",
+    )
 
 
-@pytest.mark.parametrize("vec, i, v", [((16, 0, 16, 16), 1, 0), ((-16, 16, 16, 16), 0, -16),
-                                       ((16, 16, 1, 16, 0), 4, 0)])
+@pytest.mark.parametrize(
+    "vec, i, v", [((16, 0, 16, 16), 1, 0), ((-16, 16, 16, 16), 0, -16), ((16, 16, 1, 16, 0), 4, 0)]
+)
 def test_V1_non_positive_entry_fails(vec, i, v):
     pypto.set_vec_tile_shapes(*vec)
-    expect_fail("V1", f"The value of the {i}-th dimension of vec_tile_shapes must be in the range "
-                f"[1,+inf). Current value:{v}.")
+    expect_fail(
+        "V1",
+        f"The value of the {i}-th dimension of vec_tile_shapes must be in the range "
+        f"[1,+inf). Current value:{v}.",
+    )
 
 
 @pytest.mark.parametrize("last", [8, 24, 1])
 def test_V1_last_not_multiple_of_16_fails(last):
     pypto.set_vec_tile_shapes(16, 16, 16, last)
-    expect_fail("V1", "The last dimension of `tile_shape` should be 32-byte aligned. "
-                f"vec_tile_shapes[-1] = {last} is not a multiple of 16.")
+    expect_fail(
+        "V1",
+        "The last dimension of `tile_shape` should be 32-byte aligned. "
+        f"vec_tile_shapes[-1] = {last} is not a multiple of 16.",
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -845,40 +1105,46 @@ def _rule_of(**kw):
     return e.value.rule
 
 
-@pytest.mark.parametrize("first, kw", [
-    ("T1", dict(strides=[1.0], dtype=pypto.DT_INT8)),                  # + R1, D1
-    ("T1", dict(groups=None, go=(0, 16, 16, 16))),                     # + S1
-    ("R1", dict(go=(16, 16, 16), dtype=pypto.DT_INT8)),                # + D1
-    ("R1", dict(pads=[1, 1], go=(1, 16, 0, 16))),                      # + S1
-    ("D1", dict(dtype=pypto.DT_INT8, wdtype=pypto.DT_FP32)),           # + D2, D3
-    ("D2", dict(dtype=FP16, wdtype=pypto.DT_INT8)),                    # + D3
-    ("D3", dict(dtype=FP16, wdtype=BF16, out_dtype=BF16)),             # + D4
-    ("D4", dict(out_dtype=BF16, go=(0, 16, 16, 16))),                  # + S1
-    ("S1", dict(w=(16, 16, 0, 256))),                                  # + S2
-    ("S2", dict(w=(16, 16, 256, 3), strides=[0, 1])),                  # + A1
-    ("A1", dict(strides=[0, 1], dil=[0, 1])),                          # + A2
-    ("A2", dict(dil=[64, 1], pads=[256, 256, 1, 1])),                  # + A3
-    ("A3", dict(pads=[3, 1, 1, 1])),                                   # + A4
-    ("A4", dict(pads=[1, 0, 1, 1], groups=2)),                         # + G1
-    ("G1", dict(groups=2, w=(32, 16, 3, 3))),                          # + C1
-    ("C1", dict(size=(1, 32, 99, 16))),                                # + O1
-    ("O1", dict(size=(1, 16, 99, 16), pads=[1, 1, 1, 1])),             # + TS (below)
-])
+@pytest.mark.parametrize(
+    "first, kw",
+    [
+        ("T1", dict(strides=[1.0], dtype=pypto.DT_INT8)),  # + R1, D1
+        ("T1", dict(groups=None, go=(0, 16, 16, 16))),  # + S1
+        ("R1", dict(go=(16, 16, 16), dtype=pypto.DT_INT8)),  # + D1
+        ("R1", dict(pads=[1, 1], go=(1, 16, 0, 16))),  # + S1
+        ("D1", dict(dtype=pypto.DT_INT8, wdtype=pypto.DT_FP32)),  # + D2, D3
+        ("D2", dict(dtype=FP16, wdtype=pypto.DT_INT8)),  # + D3
+        ("D3", dict(dtype=FP16, wdtype=BF16, out_dtype=BF16)),  # + D4
+        ("D4", dict(out_dtype=BF16, go=(0, 16, 16, 16))),  # + S1
+        ("S1", dict(w=(16, 16, 0, 256))),  # + S2
+        ("S2", dict(w=(16, 16, 256, 3), strides=[0, 1])),  # + A1
+        ("A1", dict(strides=[0, 1], dil=[0, 1])),  # + A2
+        ("A2", dict(dil=[64, 1], pads=[256, 256, 1, 1])),  # + A3
+        ("A3", dict(pads=[3, 1, 1, 1])),  # + A4
+        ("A4", dict(pads=[1, 0, 1, 1], groups=2)),  # + G1
+        ("G1", dict(groups=2, w=(32, 16, 3, 3))),  # + C1
+        ("C1", dict(size=(1, 32, 99, 16))),  # + O1
+        ("O1", dict(size=(1, 16, 99, 16), pads=[1, 1, 1, 1])),  # + TS (below)
+    ],
+)
 def test_order_first_rule_reported(first, kw):
     if first == "O1":
-        pypto.reset_options()                                          # + TS0
+        pypto.reset_options()  # + TS0
     assert _rule_of(**kw) == first
 
 
-@pytest.mark.parametrize("first, tiles, vec", [
-    ("TS1", dict(ml1=17, nl1=24), None),
-    ("TS2", dict(nl1=24, kl1=16), None),
-    ("TS3", dict(kl1=16, ml0=8), None),
-    ("TS4", dict(ml1=256, ml0=248, kl1=288, kl0=256), None),           # + TS5 (L0A 126976)
-    ("TS5", dict(ml1=144, ml0=144, kl1=144 * 60, kl0=256), None),     # + TS6
-    ("TS6", dict(kl1=144 * 100), (16, 16, 16)),                        # + V1
-    ("TS1", dict(ml1=17), (16, 16, 16, 8)),                            # + V1
-])
+@pytest.mark.parametrize(
+    "first, tiles, vec",
+    [
+        ("TS1", dict(ml1=17, nl1=24), None),
+        ("TS2", dict(nl1=24, kl1=16), None),
+        ("TS3", dict(kl1=16, ml0=8), None),
+        ("TS4", dict(ml1=256, ml0=248, kl1=288, kl0=256), None),  # + TS5 (L0A 126976)
+        ("TS5", dict(ml1=144, ml0=144, kl1=144 * 60, kl0=256), None),  # + TS6
+        ("TS6", dict(kl1=144 * 100), (16, 16, 16)),  # + V1
+        ("TS1", dict(ml1=17), (16, 16, 16, 8)),  # + V1
+    ],
+)
 def test_order_tile_rules(first, tiles, vec):
     set_tiles(**tiles)
     if vec is not None:
@@ -887,25 +1153,35 @@ def test_order_tile_rules(first, tiles, vec):
 
 
 def test_order_within_C1_cout_reported_before_cin_and_batch():
-    expect_fail("C1", "Cout of gradOutput (16) is not equal to Cout of weight (32).",
-                w=(32, 16, 3, 3), size=(2, 48, 16, 16))
-    expect_fail("C1", "Input illegal cin size:48. input_size[1] must equal Cin of weight "
-                "(weight.shape[1] = 16).", size=(2, 48, 16, 16))
+    expect_fail(
+        "C1",
+        "Cout of gradOutput (16) is not equal to Cout of weight (32).",
+        w=(32, 16, 3, 3),
+        size=(2, 48, 16, 16),
+    )
+    expect_fail(
+        "C1",
+        "Input illegal cin size:48. input_size[1] must equal Cin of weight (weight.shape[1] = 16).",
+        size=(2, 48, 16, 16),
+    )
 
 
 # ------------------------------------------------------------------------------------------------
 # conv_backward_input_size_range
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("go, w, s, p, d, expected", [
-    ((1, 16, 7, 7), (16, 16, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], ((13, 14), (13, 14))),
-    ((1, 16, 16, 16), (16, 16, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], ((16, 16), (16, 16))),
-    ((1, 16, 14, 14), (16, 16, 3, 3), [2, 2], [1, 1, 1, 1], [3, 3], ((31, 32), (31, 32))),
-    ((1, 16, 14, 14), (16, 16, 3, 3), [1, 1], [0, 0, 0, 0], [1, 1], ((16, 16), (16, 16))),
-    ((1, 1, 5, 4), (1, 1, 2, 5), (3, 1), (0, 0, 2, 2), (1, 2), ((14, 16), (8, 8))),
-    ((2, 8, 7, 7), (8, 4, 3, 3), [3, 3], [1, 1, 1, 1], [1, 1], ((19, 21), (19, 21))),
-    ((1, 1, 1, 1), (1, 1, 3, 3), [3, 3], [2, 2, 2, 2], [1, 1], ((1, 1), (1, 1))),   # clipped
-    ((1, 1, 2, 2), (1, 1, 1, 1), [63, 63], [0, 0, 0, 0], [1, 1], ((64, 126), (64, 126))),
-])
+@pytest.mark.parametrize(
+    "go, w, s, p, d, expected",
+    [
+        ((1, 16, 7, 7), (16, 16, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], ((13, 14), (13, 14))),
+        ((1, 16, 16, 16), (16, 16, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], ((16, 16), (16, 16))),
+        ((1, 16, 14, 14), (16, 16, 3, 3), [2, 2], [1, 1, 1, 1], [3, 3], ((31, 32), (31, 32))),
+        ((1, 16, 14, 14), (16, 16, 3, 3), [1, 1], [0, 0, 0, 0], [1, 1], ((16, 16), (16, 16))),
+        ((1, 1, 5, 4), (1, 1, 2, 5), (3, 1), (0, 0, 2, 2), (1, 2), ((14, 16), (8, 8))),
+        ((2, 8, 7, 7), (8, 4, 3, 3), [3, 3], [1, 1, 1, 1], [1, 1], ((19, 21), (19, 21))),
+        ((1, 1, 1, 1), (1, 1, 3, 3), [3, 3], [2, 2, 2, 2], [1, 1], ((1, 1), (1, 1))),  # clipped
+        ((1, 1, 2, 2), (1, 1, 1, 1), [63, 63], [0, 0, 0, 0], [1, 1], ((64, 126), (64, 126))),
+    ],
+)
 def test_size_range_hand_computed(go, w, s, p, d, expected):
     assert pypto.conv_backward_input_size_range(go, w, s, p, d) == expected
 
@@ -923,18 +1199,57 @@ def test_size_range_agrees_with_the_op():
         assert _rule_of(size=(1, 16, h, wi), **kw) == "O1"
 
 
-@pytest.mark.parametrize("args, rule, kind", [
-    (((1, 16, 7, 7), (16, 16, 3, 3), [0, 1], [1, 1, 1, 1], [1, 1]), "A1", pypto.error.ConvBpValueError),
-    (((1, 16, 7, 7), (16, 16, 3, 3), [1, 1], [1, 1, 1, 1], [64, 1]), "A2", pypto.error.ConvBpValueError),
-    (((1, 16, 7, 7), (16, 16, 3, 3), [1, 1], [1, 1, 256, 1], [1, 1]), "A3", pypto.error.ConvBpValueError),
-    (((1, 16, 7), (16, 16, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1]), "R1", pypto.error.ConvBpValueError),
-    (((1, 16, 7, 7), (16, 16, 3, 3), [1, 1], [1, 1], [1, 1]), "R1", pypto.error.ConvBpValueError),
-    (((1, 16, 0, 7), (16, 16, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1]), "S1", pypto.error.ConvBpValueError),
-    (((1, 16, 7, 7), (16, 16, 3, 3), "11", [1, 1, 1, 1], [1, 1]), "T1", pypto.error.ConvBpTypeError),
-    (((1, 16, 7, 7), None, [1, 1], [1, 1, 1, 1], [1, 1]), "T1", pypto.error.ConvBpTypeError),
-    (((1, 16, 7, 7), (16, 16, 3, 3), [1.0, 1], [1, 1, 1, 1], [1, 1]), "T1", pypto.error.ConvBpTypeError),
-    (((1, 16, 1000000, 1), (16, 16, 1, 1), [2, 1], [0, 0, 0, 0], [1, 1]), "O1", pypto.error.ConvBpValueError),
-])
+@pytest.mark.parametrize(
+    "args, rule, kind",
+    [
+        (
+            ((1, 16, 7, 7), (16, 16, 3, 3), [0, 1], [1, 1, 1, 1], [1, 1]),
+            "A1",
+            pypto.error.ConvBpValueError,
+        ),
+        (
+            ((1, 16, 7, 7), (16, 16, 3, 3), [1, 1], [1, 1, 1, 1], [64, 1]),
+            "A2",
+            pypto.error.ConvBpValueError,
+        ),
+        (
+            ((1, 16, 7, 7), (16, 16, 3, 3), [1, 1], [1, 1, 256, 1], [1, 1]),
+            "A3",
+            pypto.error.ConvBpValueError,
+        ),
+        (
+            ((1, 16, 7), (16, 16, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1]),
+            "R1",
+            pypto.error.ConvBpValueError,
+        ),
+        (
+            ((1, 16, 7, 7), (16, 16, 3, 3), [1, 1], [1, 1], [1, 1]),
+            "R1",
+            pypto.error.ConvBpValueError,
+        ),
+        (
+            ((1, 16, 0, 7), (16, 16, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1]),
+            "S1",
+            pypto.error.ConvBpValueError,
+        ),
+        (
+            ((1, 16, 7, 7), (16, 16, 3, 3), "11", [1, 1, 1, 1], [1, 1]),
+            "T1",
+            pypto.error.ConvBpTypeError,
+        ),
+        (((1, 16, 7, 7), None, [1, 1], [1, 1, 1, 1], [1, 1]), "T1", pypto.error.ConvBpTypeError),
+        (
+            ((1, 16, 7, 7), (16, 16, 3, 3), [1.0, 1], [1, 1, 1, 1], [1, 1]),
+            "T1",
+            pypto.error.ConvBpTypeError,
+        ),
+        (
+            ((1, 16, 1000000, 1), (16, 16, 1, 1), [2, 1], [0, 0, 0, 0], [1, 1]),
+            "O1",
+            pypto.error.ConvBpValueError,
+        ),
+    ],
+)
 def test_size_range_invalid_arguments(args, rule, kind):
     with pytest.raises(kind) as e:
         pypto.conv_backward_input_size_range(*args)
@@ -944,19 +1259,26 @@ def test_size_range_invalid_arguments(args, rule, kind):
 
 def test_size_range_messages():
     with pytest.raises(pypto.error.ConvBpValueError) as e:
-        pypto.conv_backward_input_size_range((1, 16, 7, 7), (16, 16, 3, 3), [0, 1],
-                                             [1, 1, 1, 1], [1, 1])
+        pypto.conv_backward_input_size_range(
+            (1, 16, 7, 7), (16, 16, 3, 3), [0, 1], [1, 1, 1, 1], [1, 1]
+        )
     check_error(e.value, "A1", range_msg(0, "strides", 1, 63, 0))
     with pytest.raises(pypto.error.ConvBpValueError) as e:
-        pypto.conv_backward_input_size_range((1, 16, 1000000, 1), (16, 16, 1, 1), [2, 1],
-                                             [0, 0, 0, 0], [1, 1])
-    check_error(e.value, "O1", "No input size along H gives grad_output size 1000000 with these "
-                "kernel, stride, padding and dilation values.")
+        pypto.conv_backward_input_size_range(
+            (1, 16, 1000000, 1), (16, 16, 1, 1), [2, 1], [0, 0, 0, 0], [1, 1]
+        )
+    check_error(
+        e.value,
+        "O1",
+        "No input size along H gives grad_output size 1000000 with these "
+        "kernel, stride, padding and dilation values.",
+    )
 
 
 def test_size_range_accepts_numpy_ints_and_returns_ints():
     r = pypto.conv_backward_input_size_range(
-        [np.int64(1), 16, 7, 7], (16, 16, np.int32(3), 3), [np.int64(2), 2], [1, 1, 1, 1], [1, 1])
+        [np.int64(1), 16, 7, 7], (16, 16, np.int32(3), 3), [np.int64(2), 2], [1, 1, 1, 1], [1, 1]
+    )
     assert r == ((13, 14), (13, 14))
     assert all(type(v) is int for pair in r for v in pair)
 
@@ -964,13 +1286,17 @@ def test_size_range_accepts_numpy_ints_and_returns_ints():
 # ------------------------------------------------------------------------------------------------
 # Upstream UT (python/tests/ut/operation/test_convbp_op.py) inside pypto.function
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("dtype, go, w, size, strides, pads, dil", [
-    (FP16, (1, 16, 16, 16), (16, 16, 3, 3), [1, 16, 16, 16], [1, 1], [1, 1, 1, 1], [1, 1]),
-    (BF16, (1, 16, 16, 16), (16, 16, 3, 3), [1, 16, 16, 16], [1, 1], [1, 1, 1, 1], [1, 1]),
-    (FP16, (1, 16, 16, 16), (16, 16, 3, 3), [1, 16, 18, 18], [1, 1], [1, 1, 1, 1], [2, 2]),
-    (FP16, (1, 16, 14, 14), (16, 16, 3, 3), [1, 16, 16, 16], [1, 1], [0, 0, 0, 0], [1, 1]),
-    (FP16, (2, 16, 16, 16), (16, 16, 3, 3), [2, 16, 16, 16], [1, 1], [1, 1, 1, 1], [1, 1]),
-], ids=["fp16", "bf16", "dilation", "no_pad", "fp16_batch"])
+@pytest.mark.parametrize(
+    "dtype, go, w, size, strides, pads, dil",
+    [
+        (FP16, (1, 16, 16, 16), (16, 16, 3, 3), [1, 16, 16, 16], [1, 1], [1, 1, 1, 1], [1, 1]),
+        (BF16, (1, 16, 16, 16), (16, 16, 3, 3), [1, 16, 16, 16], [1, 1], [1, 1, 1, 1], [1, 1]),
+        (FP16, (1, 16, 16, 16), (16, 16, 3, 3), [1, 16, 18, 18], [1, 1], [1, 1, 1, 1], [2, 2]),
+        (FP16, (1, 16, 14, 14), (16, 16, 3, 3), [1, 16, 16, 16], [1, 1], [0, 0, 0, 0], [1, 1]),
+        (FP16, (2, 16, 16, 16), (16, 16, 3, 3), [2, 16, 16, 16], [1, 1], [1, 1, 1, 1], [1, 1]),
+    ],
+    ids=["fp16", "bf16", "dilation", "no_pad", "fp16_batch"],
+)
 def test_upstream_ut_graph_cases(dtype, go, w, size, strides, pads, dil):
     pypto.reset_options()
     grad_output = pypto.tensor(go, dtype, "grad_output")
@@ -978,10 +1304,12 @@ def test_upstream_ut_graph_cases(dtype, go, w, size, strides, pads, dil):
     with pypto.function("CONV_BP", grad_output, weight):
         pypto.set_convbp_input_tile_shapes(
             ConvBpTileL1Info(tileML1=16, tileNL1=16, tileKL1=144),
-            ConvBpTileL0Info(tileML0=16, tileNL0=16, tileKL0=16))
+            ConvBpTileL0Info(tileML0=16, tileNL0=16, tileKL0=16),
+        )
         pypto.set_vec_tile_shapes(16, 16, 16, 16)
-        result = pypto.conv_backward_input(grad_output, size, weight, dtype, strides, pads, dil,
-                                           groups=1)
+        result = pypto.conv_backward_input(
+            grad_output, size, weight, dtype, strides, pads, dil, groups=1
+        )
     assert isinstance(result, pypto.tensor)
     assert result.shape == size
     assert result.dtype == dtype
@@ -989,38 +1317,53 @@ def test_upstream_ut_graph_cases(dtype, go, w, size, strides, pads, dil):
     assert pypto.get_vec_tile_shapes() == []
 
 
-@pytest.mark.parametrize("dtype, go, size, strides, dil", [
-    (FP16, (1, 16, 14, 14), [1, 16, 32, 32], [2, 2], [3, 3]),
-    (BF16, (1, 16, 14, 14), [1, 16, 32, 32], [2, 2], [3, 3]),
-    (FP16, (1, 16, 32, 32), [1, 16, 32, 32], [1, 1], [1, 1]),
-], ids=["cpp_fp16", "cpp_bf16", "cpp_fp16_stride1"])
+@pytest.mark.parametrize(
+    "dtype, go, size, strides, dil",
+    [
+        (FP16, (1, 16, 14, 14), [1, 16, 32, 32], [2, 2], [3, 3]),
+        (BF16, (1, 16, 14, 14), [1, 16, 32, 32], [2, 2], [3, 3]),
+        (FP16, (1, 16, 32, 32), [1, 16, 32, 32], [1, 1], [1, 1]),
+    ],
+    ids=["cpp_fp16", "cpp_bf16", "cpp_fp16_stride1"],
+)
 def test_upstream_cpp_ut_cases(dtype, go, size, strides, dil):
     # C++ UT: L1 (16,144,16), L0 (16,144,16) positional M, K, N -> tileKL0 = 144
     grad_output = pypto.tensor(go, dtype)
     weight = pypto.tensor((16, 16, 3, 3), dtype)
     with pypto.function("CONV_BP", grad_output, weight):
-        pypto.set_convbp_input_tile_shapes(ConvBpTileL1Info(16, 144, 16),
-                                           ConvBpTileL0Info(16, 144, 16))
+        pypto.set_convbp_input_tile_shapes(
+            ConvBpTileL1Info(16, 144, 16), ConvBpTileL0Info(16, 144, 16)
+        )
         pypto.set_vec_tile_shapes(16, 16, 16, 16)
-        result = pypto.conv_backward_input(grad_output, size, weight, dtype, strides,
-                                           [1, 1, 1, 1], dil)
+        result = pypto.conv_backward_input(
+            grad_output, size, weight, dtype, strides, [1, 1, 1, 1], dil
+        )
     assert result.shape == size
 
 
-@pytest.mark.parametrize("go_dt, w_dt, out_dt, pattern", [
-    (pypto.DT_INT8, pypto.DT_INT8, pypto.DT_INT8, "Input tensor data type must in"),
-    (FP16, pypto.DT_INT8, FP16, "Weight tensor data type must in"),
-    (FP16, BF16, FP16, "grad_output and weight data types must be consistent"),
-    (FP16, FP16, BF16, "Output data type must be consistent with grad_output"),
-], ids=["grad_output_unsupported_dtype", "weight_unsupported_dtype",
-        "grad_weight_dtype_inconsistency", "out_dtype_grad_output_inconsistency"])
+@pytest.mark.parametrize(
+    "go_dt, w_dt, out_dt, pattern",
+    [
+        (pypto.DT_INT8, pypto.DT_INT8, pypto.DT_INT8, "Input tensor data type must in"),
+        (FP16, pypto.DT_INT8, FP16, "Weight tensor data type must in"),
+        (FP16, BF16, FP16, "grad_output and weight data types must be consistent"),
+        (FP16, FP16, BF16, "Output data type must be consistent with grad_output"),
+    ],
+    ids=[
+        "grad_output_unsupported_dtype",
+        "weight_unsupported_dtype",
+        "grad_weight_dtype_inconsistency",
+        "out_dtype_grad_output_inconsistency",
+    ],
+)
 def test_upstream_ut_dtype_errors(go_dt, w_dt, out_dt, pattern):
-    pypto.reset_options()          # upstream: outside any function, no tiles set
+    pypto.reset_options()  # upstream: outside any function, no tiles set
     grad_output = pypto.tensor([1, 16, 16, 16], go_dt)
     weight = pypto.tensor([16, 16, 3, 3], w_dt)
     with pytest.raises(pypto.PyptoError, match=pattern):
-        pypto.conv_backward_input(grad_output, [1, 16, 16, 16], weight, out_dt, [1, 1],
-                                  [1, 1, 1, 1], [1, 1], groups=1)
+        pypto.conv_backward_input(
+            grad_output, [1, 16, 16, 16], weight, out_dt, [1, 1], [1, 1, 1, 1], [1, 1], groups=1
+        )
 
 
 def test_error_inside_function_is_reraised_unchanged():
@@ -1028,15 +1371,22 @@ def test_error_inside_function_is_reraised_unchanged():
     weight = pypto.tensor([16, 16, 3, 3], BF16)
     with pytest.raises(pypto.error.ConvBpInputError) as e:
         with pypto.function("CONV_BP", grad_output, weight):
-            pypto.conv_backward_input(grad_output, [1, 16, 16, 16], weight, FP16, [1, 1],
-                                      [1, 1, 1, 1], [1, 1])
-    check_error(e.value, "D3", "grad_output and weight data types must be consistent, but got "
-                "grad_output: DataType.DT_FP16, weight: DataType.DT_BF16")
+            pypto.conv_backward_input(
+                grad_output, [1, 16, 16, 16], weight, FP16, [1, 1], [1, 1, 1, 1], [1, 1]
+            )
+    check_error(
+        e.value,
+        "D3",
+        "grad_output and weight data types must be consistent, but got "
+        "grad_output: DataType.DT_FP16, weight: DataType.DT_BF16",
+    )
 
 
 @pytest.mark.parametrize("bad", ["xyz", 3, None.__class__])
 def test_tensor_format_must_be_a_tile_op_format(bad):
     with pytest.raises(pypto.PyptoError, match="TileOpFormat"):
         pypto.Tensor([1, 16, 4, 4], pypto.DT_FP16, format=bad)
-    assert pypto.Tensor([1], pypto.DT_FP16, format=pypto.TileOpFormat.TILEOP_NZ).format \
+    assert (
+        pypto.Tensor([1], pypto.DT_FP16, format=pypto.TileOpFormat.TILEOP_NZ).format
         == pypto.TileOpFormat.TILEOP_NZ
+    )

@@ -28,11 +28,22 @@ def small_conv():
 # ------------------------------------------------------------------------------------------------
 # DataType
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, value", [
-    ("DT_INT4", 0), ("DT_INT8", 1), ("DT_INT16", 2), ("DT_INT32", 3), ("DT_INT64", 4),
-    ("DT_FP8", 5), ("DT_FP16", 6), ("DT_FP32", 7), ("DT_BF16", 8), ("DT_BOOL", 15),
-    ("DT_DOUBLE", 16),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("DT_INT4", 0),
+        ("DT_INT8", 1),
+        ("DT_INT16", 2),
+        ("DT_INT32", 3),
+        ("DT_INT64", 4),
+        ("DT_FP8", 5),
+        ("DT_FP16", 6),
+        ("DT_FP32", 7),
+        ("DT_BF16", 8),
+        ("DT_BOOL", 15),
+        ("DT_DOUBLE", 16),
+    ],
+)
 def test_datatype_values(name, value):
     member = getattr(pypto, name)
     assert member is pypto.DataType[name]
@@ -66,7 +77,7 @@ def test_tensor_properties():
     assert t.name == "grad_output"
     shape = t.shape
     shape[0] = 99
-    assert t.shape == [1, 16, 7, 5]          # .shape is a copy
+    assert t.shape == [1, 16, 7, 5]  # .shape is a copy
 
 
 def test_tensor_defaults():
@@ -82,9 +93,18 @@ def test_tensor_shape_accepts_numpy_ints():
     assert all(type(v) is int for v in t.shape)
 
 
-@pytest.mark.parametrize("shape, dtype", [([[1, 2]], FP16), ([1.0, 2], FP16), ([True, 2], FP16),
-                                          ("12", FP16), (3, FP16), ([1, 2], "fp16"),
-                                          ([1, 2], np.float16)])
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [
+        ([[1, 2]], FP16),
+        ([1.0, 2], FP16),
+        ([True, 2], FP16),
+        ("12", FP16),
+        (3, FP16),
+        ([1, 2], "fp16"),
+        ([1, 2], np.float16),
+    ],
+)
 def test_tensor_junk_raises_pypto_error(shape, dtype):
     with pytest.raises(pypto.PyptoError):
         pypto.Tensor(shape, dtype)
@@ -102,8 +122,9 @@ def test_tensor_move_rejects_non_tensor(other):
     with pytest.raises(pypto.PyptoError) as e:
         t.move(other)
     assert "type cannot be moved to Tensor" in str(e.value)
-    assert str(e.value) == (f"ErrCode: F00001, TypeError: '{type(other).__name__}' type cannot "
-                            "be moved to Tensor")
+    assert str(e.value) == (
+        f"ErrCode: F00001, TypeError: '{type(other).__name__}' type cannot be moved to Tensor"
+    )
 
 
 def test_tensor_move_binds_a_result():

@@ -39,7 +39,6 @@ import pytest
 import pypto
 from pypto._core.options import MAX_THREADS
 from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
-
 from support.numerics import call_op, check_accuracy, make_data, make_problem, set_tiles
 from support.slowdown import limit
 
@@ -47,8 +46,9 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 FP16 = np.dtype(np.float16)
 BARRIER_TIMEOUT = 20
 
-PROB = make_problem(n=2, cin=48, cout=40, hout=20, wout=24, kh=3, kw=3, strides=(1, 2),
-                    pads=(1, 1), win="max")
+PROB = make_problem(
+    n=2, cin=48, cout=40, hout=20, wout=24, kh=3, kw=3, strides=(1, 2), pads=(1, 1), win="max"
+)
 # legal tile sets for PROB (checked in test_tile_sets_are_legal), each with its vector tile
 TILE_SETS = [  # Win = 48
     ((16, 144, 16), (16, 16, 16), (16, 16, 16, 16)),
@@ -60,7 +60,6 @@ TILE_SETS = [  # Win = 48
     ((144, 288, 64), (96, 96, 64), (1, 16, 4, 16)),
     ((48, 432, 16), (48, 16, 16), (4, 4, 4, 32)),
 ]
-
 
 
 def run(prob, dy, w):
@@ -83,6 +82,7 @@ def datasets(count, seed=0):
 
 def test_tile_sets_are_legal():
     from support.numerics import tiles_legal
+
     for l1, l0, _ in TILE_SETS:
         assert tiles_legal(PROB, l1, l0), (l1, l0)
 
@@ -181,6 +181,7 @@ def _scope(kind, l1, l0, vec):
                 yield
         else:
             raise AssertionError(kind)
+
     return cm()
 
 
@@ -213,31 +214,33 @@ def test_scoped_config_does_not_leak_between_threads(kind):
 
     def thread_a():
         def body():
-            barrier.wait()                      # 1: A's scope is open
-            barrier.wait()                      # 2: B has looked at the config and run
-            barrier.wait()                      # 3: B's (illegal) scope is open
+            barrier.wait()  # 1: A's scope is open
+            barrier.wait()  # 2: B has looked at the config and run
+            barrier.wait()  # 3: B's (illegal) scope is open
             seen["a_in_scope"] = (tile_values(), pypto.get_vec_tile_shapes())
             seen["a_result"] = run(PROB, dy, w)
-            barrier.wait()                      # 4
+            barrier.wait()  # 4
             return None
+
         _in_scope(kind, *A_TILES, body)
-        barrier.wait()                          # 5: A's scope has closed
+        barrier.wait()  # 5: A's scope has closed
         seen["a_after"] = tile_values()
 
     def thread_b():
-        barrier.wait()                          # 1
+        barrier.wait()  # 1
         seen["b_outside"] = (tile_values(), pypto.get_vec_tile_shapes())
         seen["b_result"] = run(PROB, dy, w)
-        barrier.wait()                          # 2
+        barrier.wait()  # 2
 
         def body():
-            barrier.wait()                      # 3
-            barrier.wait()                      # 4
+            barrier.wait()  # 3
+            barrier.wait()  # 4
             with pytest.raises(pypto.error.ConvBpInputError) as e:
                 run(PROB, dy, w)
             return e.value.rule
+
         seen["b_rule"] = _in_scope(kind, *B_BAD, body)
-        barrier.wait()                          # 5
+        barrier.wait()  # 5
 
     def guarded(fn):
         def wrapper():
@@ -246,6 +249,7 @@ def test_scoped_config_does_not_leak_between_threads(kind):
             except BaseException as exc:  # noqa: BLE001 - reported by the main thread
                 errors.append(exc)
                 barrier.abort()
+
         return wrapper
 
     threads = [threading.Thread(target=guarded(f)) for f in (thread_a, thread_b)]
@@ -330,8 +334,10 @@ def _count_during(action):
     return counted, elapsed
 
 
-@pytest.mark.skipif(hasattr(sys, "_is_gil_enabled") and not sys._is_gil_enabled(),
-                    reason="free-threaded Python: there is no GIL to release")
+@pytest.mark.skipif(
+    hasattr(sys, "_is_gil_enabled") and not sys._is_gil_enabled(),
+    reason="free-threaded Python: there is no GIL to release",
+)
 def test_kernel_releases_the_gil():
     set_tiles(*LONG_TILES, vec=(16, 16, 16, 16))
     pypto.set_num_threads(1)
@@ -347,16 +353,22 @@ def test_kernel_releases_the_gil():
     counted_free, slept = _count_during(lambda: time.sleep(duration))
     # counting while the main thread holds the GIL in one long C call (sum over a range does
     # not return to the interpreter loop, so it never hands the GIL over)
-    n = 10 ** 6
+    n = 10**6
     t0 = time.perf_counter()
     sum(range(n))
     per_item = (time.perf_counter() - t0) / n
     counted_held, held = _count_during(lambda: sum(range(int(duration / per_item))))
-    rate = {name: c / t for name, c, t in (("kernel", counted_kernel, duration),
-                                           ("free", counted_free, slept),
-                                           ("held", counted_held, held))}
-    print(f"[threads] counts per second: {rate} (kernel call {duration:.2f} s, "
-          f"C call {held:.2f} s)")
+    rate = {
+        name: c / t
+        for name, c, t in (
+            ("kernel", counted_kernel, duration),
+            ("free", counted_free, slept),
+            ("held", counted_held, held),
+        )
+    }
+    print(
+        f"[threads] counts per second: {rate} (kernel call {duration:.2f} s, C call {held:.2f} s)"
+    )
     assert duration > 0.1
     # the counter ran at a good part of its free rate while the kernel ran ...
     assert rate["kernel"] > 0.25 * rate["free"], rate
@@ -413,16 +425,22 @@ _SIGINT_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.parametrize("kernel_threads", [1, 0])
 def test_ctrl_c_interrupts_a_long_call(kernel_threads, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-c", _SIGINT_SCRIPT, str(kernel_threads)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SIGINT_SCRIPT, str(kernel_threads)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
     try:
         line = proc.stdout.readline()
         assert line.startswith("start"), (line, proc.stderr.read() if proc.poll() else "")
         expected_duration = float(line.split()[2])
         if expected_duration < 1.5:
-            pytest.skip(f"this machine runs the largest call in {expected_duration} s: too "
-                        "short to interrupt reliably")
+            pytest.skip(
+                f"this machine runs the largest call in {expected_duration} s: too "
+                "short to interrupt reliably"
+            )
         time.sleep(0.3)
         proc.send_signal(signal.SIGINT)
         sent = time.monotonic()
@@ -439,10 +457,13 @@ def test_ctrl_c_interrupts_a_long_call(kernel_threads, tmp_path):
     assert out.startswith("interrupted"), (out, err)
     assert out.split()[2:4] == ["untouched", "True"], f"the output array was written: {out}"
     assert proc.returncode in (-signal.SIGINT, 1, 130), proc.returncode
-    print(f"[threads] SIGINT after 0.3 s of a ~{expected_duration:.1f} s call "
-          f"(threads={kernel_threads or 'all'}): process ended {ended:.2f} s later")
-    assert ended < limit(2.0), \
+    print(
+        f"[threads] SIGINT after 0.3 s of a ~{expected_duration:.1f} s call "
+        f"(threads={kernel_threads or 'all'}): process ended {ended:.2f} s later"
+    )
+    assert ended < limit(2.0), (
         f"took {ended:.2f} s after SIGINT (call would take {expected_duration} s)"
+    )
 
 
 # --- fork ---------------------------------------------------------------------------------------
@@ -491,8 +512,13 @@ _FORK_SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("how", ["os.fork", "multiprocessing fork pool"])
 def test_a_forked_child_computes_instead_of_hanging(how, tmp_path):
     try:
-        done = subprocess.run([sys.executable, "-c", _FORK_SCRIPT, how], capture_output=True,
-                              text=True, timeout=limit(60), cwd=tmp_path)
+        done = subprocess.run(
+            [sys.executable, "-c", _FORK_SCRIPT, how],
+            capture_output=True,
+            text=True,
+            timeout=limit(60),
+            cwd=tmp_path,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"a call in a child made by {how} after a 2-thread call did not return")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -546,8 +572,13 @@ def test_a_fork_during_another_threads_first_call_does_not_hang_the_child(window
     """Adversarial round 3, finding 2: the thread probe and the kernel's import run under
     pypto's lock; a fork meanwhile left it (and CPython's lock of the module being imported)
     held in the child forever. Now a fork waits for them, and the child gets a fresh lock."""
-    done = subprocess.run([sys.executable, "-c", _FORK_MID_FIRST_CALL_SCRIPT, window],
-                          capture_output=True, text=True, timeout=limit(120), cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_MID_FIRST_CALL_SCRIPT, window],
+        capture_output=True,
+        text=True,
+        timeout=limit(120),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-2:] == ["child", "0"], done.stdout
 
@@ -569,9 +600,16 @@ _STACK_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("env", [{"OMP_STACKSIZE": "64G"}, {"GOMP_STACKSIZE": "64g"},
-                                 {"OMP_STACKSIZE": "100000000"},  # KiB by default: 95 TiB
-                                 {"OMP_STACKSIZE": " 1T "}, {"OMP_STACKSIZE": "16M"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"OMP_STACKSIZE": "64G"},
+        {"GOMP_STACKSIZE": "64g"},
+        {"OMP_STACKSIZE": "100000000"},  # KiB by default: 95 TiB
+        {"OMP_STACKSIZE": " 1T "},
+        {"OMP_STACKSIZE": "16M"},
+    ],
+)
 def test_stack_sizes_libgomp_cannot_map_mean_fewer_threads_not_an_exit(env, tmp_path):
     """Adversarial round 3, finding 3: the probe starts its threads with the stack libgomp will
     ask for (OMP_STACKSIZE, else GOMP_STACKSIZE); where those cannot be mapped the call runs on
@@ -579,8 +617,14 @@ def test_stack_sizes_libgomp_cannot_map_mean_fewer_threads_not_an_exit(env, tmp_
     libgomp reads: it keeps its default, and so does the probe.)"""
     import os
 
-    done = subprocess.run([sys.executable, "-c", _STACK_SCRIPT], capture_output=True, text=True,
-                          timeout=limit(120), cwd=tmp_path, env=dict(os.environ, **env))
+    done = subprocess.run(
+        [sys.executable, "-c", _STACK_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=limit(120),
+        cwd=tmp_path,
+        env=dict(os.environ, **env),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     words = done.stdout.split(maxsplit=2)
     assert words[:2] == ["ok", "144"], done.stdout
@@ -627,8 +671,13 @@ _THREAD_LIMIT_SCRIPT = textwrap.dedent("""
 
 
 def test_more_threads_than_can_start_run_on_those_that_can(tmp_path):
-    done = subprocess.run([sys.executable, "-c", _THREAD_LIMIT_SCRIPT], capture_output=True,
-                          text=True, timeout=limit(120), cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", _THREAD_LIMIT_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=limit(120),
+        cwd=tmp_path,
+    )
     assert "Thread creation failed" not in done.stderr, "libgomp ended the process"
     assert done.returncode == 0, done.stderr[-2000:]
     verdict, _, warned = (part.strip() for part in done.stdout.partition("|"))

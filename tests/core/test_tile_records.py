@@ -62,28 +62,38 @@ def test_tile_infos_reject_bad_construction():
 
 def test_convbp_tile_repr():
     tile = pypto_impl.ConvBpTile(ConvBpTileL1Info(16, 144, 16), ConvBpTileL0Info(16, 16, 16))
-    text = ("ConvBpTile: {tileL1Info: {tileML1: 16, tileKL1: 144, tileNL1: 16}, "
-            "tileL0Info: {tileML0: 16, tileKL0: 16, tileNL0: 16}};")
+    text = (
+        "ConvBpTile: {tileL1Info: {tileML1: 16, tileKL1: 144, tileNL1: 16}, "
+        "tileL0Info: {tileML0: 16, tileKL0: 16, tileNL0: 16}};"
+    )
     assert repr(tile) == text
     assert str(tile) == text
     assert tile.ToString() == text
-    assert repr(pypto.ConvBpTile(ConvBpTileL1Info(16, 144, 16), ConvBpTileL0Info(16, 16, 16))) \
-        == text
+    assert (
+        repr(pypto.ConvBpTile(ConvBpTileL1Info(16, 144, 16), ConvBpTileL0Info(16, 16, 16))) == text
+    )
 
 
 def test_convbp_tile_default_and_valid():
     assert repr(pypto_impl.ConvBpTile()) == (
         "ConvBpTile: {tileL1Info: {tileML1: 0, tileKL1: 0, tileNL1: 0}, "
-        "tileL0Info: {tileML0: 0, tileKL0: 0, tileNL0: 0}};")
+        "tileL0Info: {tileML0: 0, tileKL0: 0, tileNL0: 0}};"
+    )
     assert not pypto_impl.ConvBpTile().valid()
     assert pypto_impl.ConvBpTile(l1(), l0()).valid()
     assert not pypto_impl.ConvBpTile(l1(), l0(32, 16, 16)).valid()
 
 
-@pytest.mark.parametrize("make", [lambda: pypto.ConvBpTile(l1(32, 288, 16), l0(16, 144, 16)),
-                                  lambda: pypto_impl.ConvBpTile(l1(32, 288, 16), l0(16, 144, 16)),
-                                  lambda: l1(32, 288, 16), lambda: l0(16, 144, 16)],
-                         ids=["config.ConvBpTile", "pypto_impl.ConvBpTile", "L1Info", "L0Info"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: pypto.ConvBpTile(l1(32, 288, 16), l0(16, 144, 16)),
+        lambda: pypto_impl.ConvBpTile(l1(32, 288, 16), l0(16, 144, 16)),
+        lambda: l1(32, 288, 16),
+        lambda: l0(16, 144, 16),
+    ],
+    ids=["config.ConvBpTile", "pypto_impl.ConvBpTile", "L1Info", "L0Info"],
+)
 def test_tile_records_copy_and_pickle(make):
     original = make()
     for how in (copy.copy, copy.deepcopy, lambda t: pickle.loads(pickle.dumps(t))):

@@ -14,24 +14,31 @@ import sys
 
 import pytest
 
-from pypto._kernels.dispatch import BUILT_LEVELS, CPU_FEATURES, CPU_LEVELS, kernel_info
 from pypto._kernels import levels as isa_levels
-
+from pypto._kernels.dispatch import BUILT_LEVELS, CPU_FEATURES, CPU_LEVELS, kernel_info
 from support.slowdown import limit
-
 
 # not the checkout's root, where the source tree would shadow the installed package
 HERE = pathlib.Path(__file__).resolve().parent
 
 
 def _python(code, **env):
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=dict(os.environ, **env), timeout=limit(300), cwd=HERE)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, **env),
+        timeout=limit(300),
+        cwd=HERE,
+    )
 
 
 def _loaded_kernels_after(code, **env):
-    done = _python(code + "\nimport sys, json\nprint(json.dumps(sorted(m for m in sys.modules "
-                   "if m.startswith('pypto._kernels.kernel.dgrad_'))))", **env)
+    done = _python(
+        code + "\nimport sys, json\nprint(json.dumps(sorted(m for m in sys.modules "
+        "if m.startswith('pypto._kernels.kernel.dgrad_'))))",
+        **env,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -54,7 +61,9 @@ def test_import_loads_no_kernel_module():
 
 @pytest.mark.parametrize("level", [lv for lv in CPU_LEVELS if lv in BUILT_LEVELS])
 def test_only_the_chosen_level_is_loaded(level):
-    assert _loaded_kernels_after(_ONE_CALL, PYPTO_CPU_ISA=level) == [f"pypto._kernels.kernel.dgrad_{level}"]
+    assert _loaded_kernels_after(_ONE_CALL, PYPTO_CPU_ISA=level) == [
+        f"pypto._kernels.kernel.dgrad_{level}"
+    ]
 
 
 def test_default_is_the_best_runnable_level():
@@ -91,9 +100,14 @@ def test_forced_level_the_cpu_lacks_is_a_clear_error():
     absent = [lv for lv in isa_levels.LEVEL_NAMES if lv not in CPU_LEVELS]
     if not absent:
         pytest.skip("this CPU runs every level")
-    done = subprocess.run([sys.executable, "-m", "pypto", "info"], capture_output=True, text=True,
-                          env=dict(os.environ, PYPTO_CPU_ISA=absent[0]), timeout=limit(300),
-                          cwd=HERE)
+    done = subprocess.run(
+        [sys.executable, "-m", "pypto", "info"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYPTO_CPU_ISA=absent[0]),
+        timeout=limit(300),
+        cwd=HERE,
+    )
     assert done.returncode == 2
     assert f"PYPTO_CPU_ISA={absent[0]!r} cannot be used here" in done.stderr
     assert "Traceback" not in done.stderr
@@ -103,15 +117,32 @@ def test_every_level_requires_what_its_flags_allow():
     """x86-64-v3 is more than AVX2 (BMI, LZCNT, MOVBE, F16C, FMA, the v2 set); v4 adds the
     AVX-512 subsets and the OS's ZMM state. Each level needs everything the one below needs."""
     by_name = isa_levels.BY_NAME
-    assert set(by_name["avx2"].requires) >= {"avx2", "fma", "f16c", "bmi1", "bmi2", "lzcnt",
-                                             "movbe", "os_avx", "sse4_2", "popcnt"}
+    assert set(by_name["avx2"].requires) >= {
+        "avx2",
+        "fma",
+        "f16c",
+        "bmi1",
+        "bmi2",
+        "lzcnt",
+        "movbe",
+        "os_avx",
+        "sse4_2",
+        "popcnt",
+    }
     assert set(by_name["avx512"].requires) >= set(by_name["avx2"].requires) | {
-        "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "os_avx512"}
-    assert set(by_name["avx512_bf16"].requires) >= set(by_name["avx512"].requires) | {
-        "avx512_bf16"}
+        "avx512f",
+        "avx512bw",
+        "avx512cd",
+        "avx512dq",
+        "avx512vl",
+        "os_avx512",
+    }
+    assert set(by_name["avx512_bf16"].requires) >= set(by_name["avx512"].requires) | {"avx512_bf16"}
     for level in isa_levels.LEVELS[1:]:
-        assert all(name in CPU_FEATURES for name in level.requires) or \
-            platform.machine() not in ("x86_64", "AMD64"), level
+        assert all(name in CPU_FEATURES for name in level.requires) or platform.machine() not in (
+            "x86_64",
+            "AMD64",
+        ), level
 
 
 # Linux's /proc/cpuinfo names for our feature names where they differ (an independent reading:

@@ -10,8 +10,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pypto._kernels.dispatch import BUILT_LEVELS, CPU_LEVELS, load_level
 from pypto._core.tiling import ConvProblem, Tiling
+from pypto._kernels.dispatch import BUILT_LEVELS, CPU_LEVELS, load_level
 
 LEVELS = [level for level in CPU_LEVELS if level in BUILT_LEVELS]
 
@@ -82,8 +82,9 @@ def test_scan_magnitudes_matches_numpy(level, dtype, threads):
         assert kernel.scan_magnitudes(bits, dtype, threads)[0]
     # least exponents: random normal values with one small one planted anywhere
     for length in (3, 1000, 150_001):
-        bits = (rng.integers(0x3F00, 0x4100, length) | (rng.integers(0, 2, length) << 15)
-                ).astype(np.uint16)
+        bits = (rng.integers(0x3F00, 0x4100, length) | (rng.integers(0, 2, length) << 15)).astype(
+            np.uint16
+        )
         bits[rng.integers(length)] = rng.integers(1, 0x7F00)
         bits[rng.integers(length)] = 0  # zeros do not count
         assert kernel.scan_magnitudes(bits, 1, threads) == (False, _least_exponent(bits))
@@ -95,11 +96,19 @@ def test_release_kernel_buffers_frees_what_the_op_kept():
 
     dy = np.random.default_rng(0).uniform(-1, 1, (1, 32, 8, 8)).astype(np.float16)
     w = np.random.default_rng(1).uniform(-1, 1, (32, 32, 3, 3)).astype(np.float16)
-    tiles = pypto.suggest_convbp_input_tile_shapes(dy.shape, w.shape, [1, 32, 8, 8],
-                                                   pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1])
+    tiles = pypto.suggest_convbp_input_tile_shapes(
+        dy.shape, w.shape, [1, 32, 8, 8], pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1]
+    )
     with pypto.options(convbp_tile_shapes=tiles, vec_tile_shapes=[16, 16, 16, 16]):
-        pypto.conv_backward_input(pypto.from_numpy(dy), [1, 32, 8, 8], pypto.from_numpy(w),
-                                  pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1])
+        pypto.conv_backward_input(
+            pypto.from_numpy(dy),
+            [1, 32, 8, 8],
+            pypto.from_numpy(w),
+            pypto.DT_FP16,
+            [1, 1],
+            [1, 1, 1, 1],
+            [1, 1],
+        )
     kernel = _cpu._kernel()
     assert kernel.kept_buffer_bytes() > 0
     _cpu.release_kernel_buffers()

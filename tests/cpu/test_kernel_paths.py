@@ -15,28 +15,29 @@ import numpy as np
 import pytest
 
 import pypto
-from pypto._kernels.dispatch import BUILT_LEVELS, CPU_LEVELS, load_level
 from pypto._core.shapes import forward_out_size
 from pypto._core.tiling import ConvProblem, Tiling
+from pypto._kernels.dispatch import BUILT_LEVELS, CPU_LEVELS, load_level
 
-CHAN_VEC_LEVELS = [level for level in CPU_LEVELS
-                   if level in BUILT_LEVELS and load_level(level).HAS_CHAN_VEC]
+CHAN_VEC_LEVELS = [
+    level for level in CPU_LEVELS if level in BUILT_LEVELS and load_level(level).HAS_CHAN_VEC
+]
 FEW_LEVELS = [level for level in CPU_LEVELS if level in BUILT_LEVELS and load_level(level).HAS_FEW]
 
 # (n, cin, cout, hin, win, kh, kw, (sh, sw), (pt, pl), (dh, dw), nl1 or None: suggested)
 PROBLEMS = [
-    (2, 64, 40, 9, 13, 3, 3, (1, 1), (1, 1), (1, 1), None),     # 117 pixels: 16 x 7 + 5
-    (1, 32, 16, 7, 7, 3, 3, (1, 1), (1, 1), (1, 1), None),      # 49 = 7 x 7
-    (1, 60, 24, 11, 10, 3, 3, (2, 2), (1, 1), (1, 1), None),    # Cin 60: one block, padded
-    (1, 96, 33, 12, 17, 3, 3, (2, 1), (1, 0), (1, 2), 32),      # three N-L1 blocks of 32
-    (2, 128, 20, 5, 23, 1, 1, (1, 1), (0, 0), (1, 1), 64),      # 1x1, odd Cout
-    (1, 32, 17, 20, 19, 5, 5, (3, 3), (2, 2), (1, 1), None),    # stride 3: 9 phases
+    (2, 64, 40, 9, 13, 3, 3, (1, 1), (1, 1), (1, 1), None),  # 117 pixels: 16 x 7 + 5
+    (1, 32, 16, 7, 7, 3, 3, (1, 1), (1, 1), (1, 1), None),  # 49 = 7 x 7
+    (1, 60, 24, 11, 10, 3, 3, (2, 2), (1, 1), (1, 1), None),  # Cin 60: one block, padded
+    (1, 96, 33, 12, 17, 3, 3, (2, 1), (1, 0), (1, 2), 32),  # three N-L1 blocks of 32
+    (2, 128, 20, 5, 23, 1, 1, (1, 1), (0, 0), (1, 1), 64),  # 1x1, odd Cout
+    (1, 32, 17, 20, 19, 5, 5, (3, 3), (2, 2), (1, 1), None),  # stride 3: 9 phases
     (1, 64, 16, 14, 14, 7, 7, (2, 2), (3, 3), (1, 1), None),
-    (1, 32, 48, 6, 40, 3, 3, (1, 1), (1, 1), (2, 2), None),     # dilation, wide rows
-    (3, 96, 20, 6, 7, 3, 3, (1, 1), (1, 1), (1, 1), 32),       # image groups of 3, or 2 + 1
-    (5, 64, 24, 4, 4, 3, 3, (2, 2), (1, 1), (1, 1), None),      # 5 images: 4 + 1
-    (4, 128, 18, 7, 7, 3, 3, (1, 1), (1, 1), (1, 1), 64),      # 6-pixel blocks across images
-    (1, 64, 24, 9, 10, 1, 1, (2, 2), (0, 0), (1, 1), None),     # phases without taps: zeros
+    (1, 32, 48, 6, 40, 3, 3, (1, 1), (1, 1), (2, 2), None),  # dilation, wide rows
+    (3, 96, 20, 6, 7, 3, 3, (1, 1), (1, 1), (1, 1), 32),  # image groups of 3, or 2 + 1
+    (5, 64, 24, 4, 4, 3, 3, (2, 2), (1, 1), (1, 1), None),  # 5 images: 4 + 1
+    (4, 128, 18, 7, 7, 3, 3, (1, 1), (1, 1), (1, 1), 64),  # 6-pixel blocks across images
+    (1, 64, 24, 9, 10, 1, 1, (2, 2), (0, 0), (1, 1), None),  # phases without taps: zeros
 ]
 # problem index: {threads: images per item}; groups keep two work items per thread
 GROUPED = {4: {1: 2}, 8: {1: 3, 2: 2}, 9: {1: 4}, 10: {1: 4, 2: 3}}
@@ -53,14 +54,25 @@ def _case(problem, dtype, rng, non_finite=False):
     if non_finite:
         dy[0, 0, 0, 0], dy[-1, -1, -1, -1] = np.inf, np.nan
     l1, l0 = pypto.suggest_convbp_input_tile_shapes(
-        dy.shape, w.shape, [n, cin, hin, win], pypto.DT_FP16 if dtype == 0 else pypto.DT_BF16,
-        [sh, sw], [pt, pt, pl, pl], [dh, dw])
+        dy.shape,
+        w.shape,
+        [n, cin, hin, win],
+        pypto.DT_FP16 if dtype == 0 else pypto.DT_BF16,
+        [sh, sw],
+        [pt, pt, pl, pl],
+        [dh, dw],
+    )
     tiling = Tiling.from_infos(l1, l0)
     if nl1:
         tiling = tiling._replace(nl1=nl1, nl0=min(tiling.nl0, nl1))
     p = ConvProblem(n, cin, cout, hin, win, hout, wout, kh, kw, sh, sw, pt, pt, pl, pl, dh, dw)
-    return dy.view(np.uint16), w.view(np.uint16), (sh, sw, pt, pl, dh, dw), \
-        tiling.kernel_tiles(p), (n, cin, hin, win)
+    return (
+        dy.view(np.uint16),
+        w.view(np.uint16),
+        (sh, sw, pt, pl, dh, dw),
+        tiling.kernel_tiles(p),
+        (n, cin, hin, win),
+    )
 
 
 def _run(kernel, case, dtype, vec, threads, dot, shape_kind):
@@ -69,9 +81,20 @@ def _run(kernel, case, dtype, vec, threads, dot, shape_kind):
     7 x 32) or "few"."""
     dy, w, attrs, tiles, shape = case
     out = np.full(shape, 0xABCD, np.uint16)  # a pattern no write leaves behind
-    path = kernel.dgrad(dy, w, out, dtype, attrs, tiles, vec, threads, dot,
-                        shape_kind in ("chan_vec", "wide"), shape_kind == "few",
-                        shape_kind == "wide")
+    path = kernel.dgrad(
+        dy,
+        w,
+        out,
+        dtype,
+        attrs,
+        tiles,
+        vec,
+        threads,
+        dot,
+        shape_kind in ("chan_vec", "wide"),
+        shape_kind == "few",
+        shape_kind == "wide",
+    )
     return path, out
 
 
@@ -80,7 +103,7 @@ def _same_bits_as_pixel_kernels(kernel, case, dtype, shape_kind, label, groups=N
     result equals the pixel kernels' bit for bit (groups: {threads: images per item})."""
     for i, vec in enumerate(VEC_CHUNKS):
         threads = 1 + i % 2
-        for dot in ((True, False) if dtype == 1 else (True,)):
+        for dot in (True, False) if dtype == 1 else (True,):
             path, expected = _run(kernel, case, dtype, vec, threads, dot, "pixel")
             assert "+chan_vec" not in path and "+few" not in path, path
             kinds = [shape_kind]
@@ -103,13 +126,14 @@ def _same_bits_as_pixel_kernels(kernel, case, dtype, shape_kind, label, groups=N
 @pytest.mark.parametrize("index", range(len(PROBLEMS)))
 def test_channel_vector_kernels_give_the_pixel_kernels_bits(level, dtype, index):
     case = _case(PROBLEMS[index], dtype, np.random.default_rng(index), non_finite=index % 3 == 0)
-    _same_bits_as_pixel_kernels(load_level(level), case, dtype, "chan_vec", PROBLEMS[index],
-                                GROUPED.get(index))
+    _same_bits_as_pixel_kernels(
+        load_level(level), case, dtype, "chan_vec", PROBLEMS[index], GROUPED.get(index)
+    )
 
 
 FEW_PROBLEMS = [
-    (2, 3, 64, 30, 30, 7, 7, (2, 2), (3, 3), (1, 1), None),     # the RGB stem, small
-    (1, 1, 17, 9, 70, 3, 3, (1, 1), (1, 1), (1, 1), None),      # one channel, wide rows
+    (2, 3, 64, 30, 30, 7, 7, (2, 2), (3, 3), (1, 1), None),  # the RGB stem, small
+    (1, 1, 17, 9, 70, 3, 3, (1, 1), (1, 1), (1, 1), None),  # one channel, wide rows
     (3, 4, 20, 11, 13, 5, 3, (1, 2), (2, 1), (2, 1), None),
     (1, 2, 33, 16, 16, 1, 1, (1, 1), (0, 0), (1, 1), None),
 ]
@@ -120,6 +144,7 @@ FEW_PROBLEMS = [
 @pytest.mark.parametrize("dtype", [0, 1], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("index", range(len(FEW_PROBLEMS)))
 def test_few_channel_kernels_give_the_pixel_kernels_bits(level, dtype, index):
-    case = _case(FEW_PROBLEMS[index], dtype, np.random.default_rng(index),
-                 non_finite=index % 2 == 0)
+    case = _case(
+        FEW_PROBLEMS[index], dtype, np.random.default_rng(index), non_finite=index % 2 == 0
+    )
     _same_bits_as_pixel_kernels(load_level(level), case, dtype, "few", FEW_PROBLEMS[index])

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from pypto._kernels.dispatch import BUILT_LEVELS, CPU_LEVELS, kernel_info, load_level
-
 from support.slowdown import limit
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -20,23 +19,33 @@ RUNNABLE = [level for level in CPU_LEVELS if level in BUILT_LEVELS]
 
 def _run(code_or_args, level):
     env = dict(os.environ, PYPTO_CPU_ISA=level)
-    return subprocess.run([sys.executable, *code_or_args], capture_output=True, text=True,
-                          env=env, cwd=HERE, timeout=limit(600))
+    return subprocess.run(
+        [sys.executable, *code_or_args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=HERE,
+        timeout=limit(600),
+    )
 
 
 @pytest.mark.parametrize("level", [lv for lv in RUNNABLE if lv != kernel_info()["isa"]])
 def test_numerics_suite_passes_at_level(level):
     """The accuracy tests, re-run in a process forced to ``level`` (the default level runs them
     in this process already)."""
-    done = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "test_numerics.py")],
-                level)
+    done = _run(
+        ["-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "test_numerics.py")], level
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert " passed" in done.stdout
 
 
 @pytest.mark.parametrize("level", RUNNABLE)
 def test_forced_level_is_used(level):
-    done = _run(["-c", "from pypto._kernels.dispatch import kernel_info; print(kernel_info()['isa'])"], level)
+    done = _run(
+        ["-c", "from pypto._kernels.dispatch import kernel_info; print(kernel_info()['isa'])"],
+        level,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == level
 
@@ -49,8 +58,17 @@ def test_unknown_level_is_a_clear_error():
 
 def _kernel_call(kernel, dy, w, use_dot):
     out = np.empty((dy.shape[0], w.shape[1], dy.shape[2], dy.shape[3]), np.uint16)
-    path = kernel.dgrad(dy.view(np.uint16), w.view(np.uint16), out, 1, (1, 1, 0, 0, 1, 1),
-                        (dy.shape[2], dy.shape[3], 16, 16, 32, 16, 16), (16, 16), 1, use_dot)
+    path = kernel.dgrad(
+        dy.view(np.uint16),
+        w.view(np.uint16),
+        out,
+        1,
+        (1, 1, 0, 0, 1, 1),
+        (dy.shape[2], dy.shape[3], 16, 16, 32, 16, 16),
+        (16, 16),
+        1,
+        use_dot,
+    )
     return path, out
 
 
@@ -68,7 +86,7 @@ def test_bf16_dot_path_only_where_exact():
     assert np.abs(dot.astype(np.int32) - plain.astype(np.int32)).max() <= 1
     # a product below 2^-126 would be flushed by the instruction: the kernel must not use it
     tiny = dy.copy()
-    tiny[0, 0, 0, 0] = ml_dtypes.bfloat16(2.0 ** -120)
+    tiny[0, 0, 0, 0] = ml_dtypes.bfloat16(2.0**-120)
     assert _kernel_call(kernel, tiny, w, True)[0] == "fp32"
     subnormal = dy.copy()
     subnormal[0, 0, 0, 1] = np.uint16(0x0001).view(ml_dtypes.bfloat16)
@@ -82,10 +100,10 @@ def test_bf16_dot_path_threshold_on_least_exponents(least_dy):
     values (zeros, signs and large values aside) sum to at least 142."""
     kernel = load_level("avx512_bf16")
     rng = np.random.default_rng(least_dy)
-    dy = rng.uniform(1, 2, (1, 16, 4, 8)).astype(ml_dtypes.bfloat16)   # exponent 127
+    dy = rng.uniform(1, 2, (1, 16, 4, 8)).astype(ml_dtypes.bfloat16)  # exponent 127
     w = rng.uniform(-2, -1, (16, 16, 1, 1)).astype(ml_dtypes.bfloat16)
-    dy[0, 1], w[2, 3] = 0, 0                                  # zeros never count
-    dy[0, 2, 1, 1] = ml_dtypes.bfloat16(-(2.0 ** 100))       # large values neither
+    dy[0, 1], w[2, 3] = 0, 0  # zeros never count
+    dy[0, 2, 1, 1] = ml_dtypes.bfloat16(-(2.0**100))  # large values neither
     dy[0, 3, 2, 2] = ml_dtypes.bfloat16(-1.5 * 2.0 ** (least_dy - 127))
     for least_w in (142 - least_dy - 1, 142 - least_dy, 142 - least_dy + 1):
         if not 1 <= least_w <= 126:

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from pypto._kernels.dispatch import kernel_info
-
 from support.slowdown import limit
 
 HERE = Path(__file__).resolve().parent
@@ -29,9 +28,20 @@ def test_vector_narrowing_equals_the_scalar_one_on_every_fp32_pattern(tmp_path, 
     if level not in kernel_info()["cpu_levels"]:
         pytest.skip(f"this CPU cannot run {level} code")
     exe = tmp_path / "narrow_exhaustive"
-    subprocess.run(["gcc", "-O2", f"-march={march}", "-ffp-contract=off", "-fno-math-errno",
-                    f"-I{ROOT / 'pypto' / '_kernels' / 'kernel'}",
-                    str(HERE / "c" / "narrow_exhaustive.c"), "-o", str(exe)], check=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-O2",
+            f"-march={march}",
+            "-ffp-contract=off",
+            "-fno-math-errno",
+            f"-I{ROOT / 'pypto' / '_kernels' / 'kernel'}",
+            str(HERE / "c" / "narrow_exhaustive.c"),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
     done = subprocess.run([str(exe)], capture_output=True, text=True, timeout=limit(300))
     assert done.returncode == 0, done.stdout
     assert done.stdout.startswith("0 mismatches"), done.stdout

@@ -17,9 +17,20 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import pypto
-
-from support.numerics import (BF16, DTYPES, FP16, U32, ceil16, check_against, check_accuracy,
-                              geometry, make_data, make_problem, run_op, tiles_legal)
+from support.numerics import (
+    BF16,
+    DTYPES,
+    FP16,
+    U32,
+    ceil16,
+    check_accuracy,
+    check_against,
+    geometry,
+    make_data,
+    make_problem,
+    run_op,
+    tiles_legal,
+)
 from support.reference import (
     conv2d_forward_reference,
     dgrad_abs_reference,
@@ -34,12 +45,15 @@ from support.reference import (
 # ---------------------------------------------------------------------------------------------
 # The reference itself: a sanity check against a brute-force loop and the exact roundings
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("geom", [
-    ((2, 1), (1, 0), (1, 2), (3, 2), "max"),
-    ((3, 3), (0, 2), (2, 1), (1, 5), "max"),
-    ((1, 2), (1, 1), (1, 1), (3, 3), "min"),
-    ((3, 1), (0, 0), (1, 1), (1, 1), "max"),
-])
+@pytest.mark.parametrize(
+    "geom",
+    [
+        ((2, 1), (1, 0), (1, 2), (3, 2), "max"),
+        ((3, 3), (0, 2), (2, 1), (1, 5), "max"),
+        ((1, 2), (1, 1), (1, 1), (3, 3), "min"),
+        ((3, 1), (0, 0), (1, 1), (1, 1), "max"),
+    ],
+)
 def test_reference_matches_brute_force(geom):
     s, p, d, k, which = geom
     rng = np.random.default_rng(1)
@@ -47,31 +61,66 @@ def test_reference_matches_brute_force(geom):
     dy = rng.standard_normal((2, 4, 4, 5))
     w = rng.standard_normal((4, 3) + k)
     hw = (prob["hin"], prob["win"])
-    np.testing.assert_allclose(dgrad_reference(dy, w, hw, s, p, d),
-                               dgrad_brute_force(dy, w, hw, s, p, d), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        dgrad_reference(dy, w, hw, s, p, d),
+        dgrad_brute_force(dy, w, hw, s, p, d),
+        rtol=0,
+        atol=1e-12,
+    )
 
 
 def test_round_once_matches_numpy_and_ml_dtypes():
     rng = np.random.default_rng(2)
     v = rng.standard_normal(200000) * np.exp2(rng.uniform(-150, 130, 200000))
     # exact ties and the overflow thresholds
-    v = np.concatenate([v, [65504.0, 65519.999, 65520.0, -65520.0, 2.0 ** -25, 3 * 2.0 ** -25,
-                            1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8,
-                            (2 - 2.0 ** -8) * 2.0 ** 127, 2.0 ** -134, 3 * 2.0 ** -134, 0.0]])
+    v = np.concatenate(
+        [
+            v,
+            [
+                65504.0,
+                65519.999,
+                65520.0,
+                -65520.0,
+                2.0**-25,
+                3 * 2.0**-25,
+                1 + 2.0**-11,
+                1 + 3 * 2.0**-11,
+                1 + 2.0**-8,
+                1 + 3 * 2.0**-8,
+                (2 - 2.0**-8) * 2.0**127,
+                2.0**-134,
+                3 * 2.0**-134,
+                0.0,
+            ],
+        ]
+    )
     with np.errstate(over="ignore"):
         assert np.array_equal(round_once(v, FP16).view(np.uint16), v.astype(FP16).view(np.uint16))
         # ml_dtypes casts float64 -> bf16 with one rounding (1 + 2**-8 + 2**-30 -> 1 + 2**-7;
         # going through fp32 would give 1.0); our own rounding must agree bit for bit.
         assert np.array_equal(round_once(v, BF16).view(np.uint16), v.astype(BF16).view(np.uint16))
-    assert float(round_once([1 + 2.0 ** -8 + 2.0 ** -30], BF16)[0]) == 1 + 2.0 ** -7
-    assert float(np.array([1 + 2.0 ** -8 + 2.0 ** -30]).astype(BF16)[0]) == 1 + 2.0 ** -7
+    assert float(round_once([1 + 2.0**-8 + 2.0**-30], BF16)[0]) == 1 + 2.0**-7
+    assert float(np.array([1 + 2.0**-8 + 2.0**-30]).astype(BF16)[0]) == 1 + 2.0**-7
 
 
 def test_ulp_helper():
-    assert list(ulp([0.0, 1.0, 1.5, 2.0 ** -14, 1e-6, 65504.0, 65510.0], FP16)) == [
-        2.0 ** -24, 2.0 ** -10, 2.0 ** -10, 2.0 ** -24, 2.0 ** -24, 32.0, 32.0]
-    assert list(ulp([0.0, 1.0, 3.0, 2.0 ** -126, 1e-40, 3e38], BF16)) == [
-        2.0 ** -133, 2.0 ** -7, 2.0 ** -6, 2.0 ** -133, 2.0 ** -133, 2.0 ** 120]
+    assert list(ulp([0.0, 1.0, 1.5, 2.0**-14, 1e-6, 65504.0, 65510.0], FP16)) == [
+        2.0**-24,
+        2.0**-10,
+        2.0**-10,
+        2.0**-24,
+        2.0**-24,
+        32.0,
+        32.0,
+    ]
+    assert list(ulp([0.0, 1.0, 3.0, 2.0**-126, 1e-40, 3e38], BF16)) == [
+        2.0**-133,
+        2.0**-7,
+        2.0**-6,
+        2.0**-133,
+        2.0**-133,
+        2.0**120,
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,49 +128,145 @@ def test_ulp_helper():
 # ---------------------------------------------------------------------------------------------
 # (id, problem kwargs, tiles or None, data distribution, slow)
 CASES = [
-    ("spec_example", dict(n=1, cin=16, cout=16, hout=5, wout=32, kh=3, kw=3, pads=(1, 1)),
-     ((16, 144, 16), (16, 16, 16)), "normal"),
-    ("st_stride2_13x13", dict(n=1, cin=16, cout=16, hout=7, wout=7, kh=3, kw=3, strides=(2, 2),
-                              pads=(1, 1)), ((13, 144, 16), (16, 16, 16)), "uniform"),
-    ("st_batch2_8x8", dict(n=2, cin=16, cout=16, hout=8, wout=8, kh=3, kw=3, pads=(1, 1)),
-     ((16, 144, 16), (16, 16, 16)), "uniform"),
-    ("dilation2", dict(n=1, cin=16, cout=32, hout=10, wout=12, kh=3, kw=3, pads=(2, 2),
-                       dil=(2, 2)), None, "normal"),
+    (
+        "spec_example",
+        dict(n=1, cin=16, cout=16, hout=5, wout=32, kh=3, kw=3, pads=(1, 1)),
+        ((16, 144, 16), (16, 16, 16)),
+        "normal",
+    ),
+    (
+        "st_stride2_13x13",
+        dict(n=1, cin=16, cout=16, hout=7, wout=7, kh=3, kw=3, strides=(2, 2), pads=(1, 1)),
+        ((13, 144, 16), (16, 16, 16)),
+        "uniform",
+    ),
+    (
+        "st_batch2_8x8",
+        dict(n=2, cin=16, cout=16, hout=8, wout=8, kh=3, kw=3, pads=(1, 1)),
+        ((16, 144, 16), (16, 16, 16)),
+        "uniform",
+    ),
+    (
+        "dilation2",
+        dict(n=1, cin=16, cout=32, hout=10, wout=12, kh=3, kw=3, pads=(2, 2), dil=(2, 2)),
+        None,
+        "normal",
+    ),
     ("no_padding", dict(n=1, cin=32, cout=16, hout=6, wout=9, kh=3, kw=3), None, "normal"),
-    ("stride3_dil2", dict(n=1, cin=16, cout=16, hout=5, wout=6, kh=3, kw=3, strides=(3, 3),
-                          pads=(1, 1), dil=(2, 2), hin="max", win="max"), None, "normal"),
-    ("stride_2x1", dict(n=1, cin=16, cout=16, hout=6, wout=7, kh=3, kw=3, strides=(2, 1),
-                        pads=(1, 1), hin="max"), None, "normal"),
-    ("stride_1x3", dict(n=1, cin=16, cout=16, hout=6, wout=5, kh=3, kw=3, strides=(1, 3),
-                        pads=(1, 1), win="max"), None, "normal"),
+    (
+        "stride3_dil2",
+        dict(
+            n=1,
+            cin=16,
+            cout=16,
+            hout=5,
+            wout=6,
+            kh=3,
+            kw=3,
+            strides=(3, 3),
+            pads=(1, 1),
+            dil=(2, 2),
+            hin="max",
+            win="max",
+        ),
+        None,
+        "normal",
+    ),
+    (
+        "stride_2x1",
+        dict(
+            n=1, cin=16, cout=16, hout=6, wout=7, kh=3, kw=3, strides=(2, 1), pads=(1, 1), hin="max"
+        ),
+        None,
+        "normal",
+    ),
+    (
+        "stride_1x3",
+        dict(
+            n=1, cin=16, cout=16, hout=6, wout=5, kh=3, kw=3, strides=(1, 3), pads=(1, 1), win="max"
+        ),
+        None,
+        "normal",
+    ),
     ("kernel_1x1", dict(n=1, cin=32, cout=48, hout=9, wout=10, kh=1, kw=1), None, "normal"),
-    ("k7x7_s2_p3_cin3", dict(n=1, cin=3, cout=16, hout=8, wout=8, kh=7, kw=7, strides=(2, 2),
-                             pads=(3, 3), hin="max", win="max"), None, "normal"),
-    ("kernel_5x1", dict(n=1, cin=16, cout=16, hout=7, wout=6, kh=5, kw=1, pads=(2, 0)),
-     None, "normal"),
-    ("kernel_1x5", dict(n=1, cin=16, cout=16, hout=6, wout=7, kh=1, kw=5, pads=(0, 2)),
-     None, "normal"),
-    ("cout20", dict(n=1, cin=16, cout=20, hout=6, wout=6, kh=3, kw=3, pads=(1, 1)),
-     None, "normal"),
+    (
+        "k7x7_s2_p3_cin3",
+        dict(
+            n=1,
+            cin=3,
+            cout=16,
+            hout=8,
+            wout=8,
+            kh=7,
+            kw=7,
+            strides=(2, 2),
+            pads=(3, 3),
+            hin="max",
+            win="max",
+        ),
+        None,
+        "normal",
+    ),
+    (
+        "kernel_5x1",
+        dict(n=1, cin=16, cout=16, hout=7, wout=6, kh=5, kw=1, pads=(2, 0)),
+        None,
+        "normal",
+    ),
+    (
+        "kernel_1x5",
+        dict(n=1, cin=16, cout=16, hout=6, wout=7, kh=1, kw=5, pads=(0, 2)),
+        None,
+        "normal",
+    ),
+    ("cout20", dict(n=1, cin=16, cout=20, hout=6, wout=6, kh=3, kw=3, pads=(1, 1)), None, "normal"),
     ("cin3", dict(n=1, cin=3, cout=16, hout=6, wout=6, kh=3, kw=3, pads=(1, 1)), None, "normal"),
-    ("cin24_cout20", dict(n=2, cin=24, cout=20, hout=5, wout=7, kh=3, kw=3, strides=(2, 2),
-                          pads=(1, 1)), ((26, 144 * 2, 32), (16, 48, 16)), "normal"),
+    (
+        "cin24_cout20",
+        dict(n=2, cin=24, cout=20, hout=5, wout=7, kh=3, kw=3, strides=(2, 2), pads=(1, 1)),
+        ((26, 144 * 2, 32), (16, 48, 16)),
+        "normal",
+    ),
     # HinMax/WinMax with no padding: the last sh-1 rows / sw-1 columns get no term: zeros
-    ("hin_max_zero_edge", dict(n=1, cin=16, cout=16, hout=5, wout=6, kh=3, kw=3, strides=(3, 3),
-                               hin="max", win="max"), None, "normal"),
+    (
+        "hin_max_zero_edge",
+        dict(
+            n=1, cin=16, cout=16, hout=5, wout=6, kh=3, kw=3, strides=(3, 3), hin="max", win="max"
+        ),
+        None,
+        "normal",
+    ),
     # stride larger than the (dilated) kernel: rows/cols between windows are exactly 0
-    ("stride_gt_kernel", dict(n=1, cin=16, cout=16, hout=5, wout=6, kh=1, kw=2, strides=(3, 3),
-                              hin="max", win="max"), None, "normal"),
+    (
+        "stride_gt_kernel",
+        dict(
+            n=1, cin=16, cout=16, hout=5, wout=6, kh=1, kw=2, strides=(3, 3), hin="max", win="max"
+        ),
+        None,
+        "normal",
+    ),
     # tileML1 < Win, not dividing it: M tiles split rows, last column tile partial; the
     # 24-pixel L1 tile is two L0 blocks (16 + 8)
-    ("m_tiles_split_rows", dict(n=1, cin=16, cout=16, hout=6, wout=40, kh=3, kw=3, pads=(1, 1)),
-     ((24, 144, 16), (16, 16, 16)), "normal"),
-    ("m_tile_7_cols", dict(n=1, cin=20, cout=16, hout=5, wout=19, kh=3, kw=3, strides=(1, 2),
-                           pads=(1, 1)), ((7, 144, 32), (16, 144, 16)), "normal"),
+    (
+        "m_tiles_split_rows",
+        dict(n=1, cin=16, cout=16, hout=6, wout=40, kh=3, kw=3, pads=(1, 1)),
+        ((24, 144, 16), (16, 16, 16)),
+        "normal",
+    ),
+    (
+        "m_tile_7_cols",
+        dict(n=1, cin=20, cout=16, hout=5, wout=19, kh=3, kw=3, strides=(1, 2), pads=(1, 1)),
+        ((7, 144, 32), (16, 144, 16)),
+        "normal",
+    ),
 ]
 
-RESNET = ("resnet_2x64x28x28", dict(n=2, cin=64, cout=64, hout=28, wout=28, kh=3, kw=3,
-                                    pads=(1, 1)), ((112, 576, 64), (112, 144, 64)), "normal")
+RESNET = (
+    "resnet_2x64x28x28",
+    dict(n=2, cin=64, cout=64, hout=28, wout=28, kh=3, kw=3, pads=(1, 1)),
+    ((112, 576, 64), (112, 144, 64)),
+    "normal",
+)
 
 
 def _run_case(case, dtype_name, seed=0):
@@ -168,10 +313,25 @@ def test_resnet_size(dtype_name):
 # ---------------------------------------------------------------------------------------------
 # PyTorch cross-check (float64 convolution_backward on the same fp16/bf16 data)
 # ---------------------------------------------------------------------------------------------
-TORCH_CASES = [c for c in CASES if c[0] in {
-    "spec_example", "st_stride2_13x13", "st_batch2_8x8", "dilation2", "stride3_dil2",
-    "stride_2x1", "stride_1x3", "k7x7_s2_p3_cin3", "cin24_cout20", "hin_max_zero_edge",
-    "stride_gt_kernel", "m_tiles_split_rows"}] + [RESNET]
+TORCH_CASES = [
+    c
+    for c in CASES
+    if c[0]
+    in {
+        "spec_example",
+        "st_stride2_13x13",
+        "st_batch2_8x8",
+        "dilation2",
+        "stride3_dil2",
+        "stride_2x1",
+        "stride_1x3",
+        "k7x7_s2_p3_cin3",
+        "cin24_cout20",
+        "hin_max_zero_edge",
+        "stride_gt_kernel",
+        "m_tiles_split_rows",
+    }
+] + [RESNET]
 
 
 def torch_dgrad64(prob, dy, w):
@@ -180,8 +340,18 @@ def torch_dgrad64(prob, dy, w):
     w_t = torch.from_numpy(w.astype(np.float64))
     x0 = torch.zeros((prob["n"], prob["cin"], prob["hin"], prob["win"]), dtype=torch.float64)
     dx = torch.ops.aten.convolution_backward(
-        dy_t, x0, w_t, None, [prob["sh"], prob["sw"]], [prob["ph"], prob["pw"]],
-        [prob["dh"], prob["dw"]], False, [0, 0], 1, [True, False, False])[0]
+        dy_t,
+        x0,
+        w_t,
+        None,
+        [prob["sh"], prob["sw"]],
+        [prob["ph"], prob["pw"]],
+        [prob["dh"], prob["dw"]],
+        False,
+        [0, 0],
+        1,
+        [True, False, False],
+    )[0]
     return dx.numpy()
 
 
@@ -200,8 +370,9 @@ def test_against_torch(case, dtype_name):
     # torch's float64 result itself agrees with the oracle to float64 accuracy
     ref = dgrad_reference(dy, w, hw, s, p, d)
     assert (np.abs(golden - ref) <= 1e-12 * abs_ref + 1e-300).all()
-    check_against(out, golden, abs_ref, prob["cout"] * prob["kh"] * prob["kw"],
-                  f"torch:{name}/{dtype_name}")
+    check_against(
+        out, golden, abs_ref, prob["cout"] * prob["kh"] * prob["kw"], f"torch:{name}/{dtype_name}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,22 +380,66 @@ def test_against_torch(case, dtype_name):
 # ---------------------------------------------------------------------------------------------
 ADJOINT_CASES = [
     dict(n=1, cin=16, cout=16, hout=5, wout=32, kh=3, kw=3, pads=(1, 1)),
-    dict(n=2, cin=8, cout=24, hout=6, wout=5, kh=3, kw=3, strides=(2, 2), pads=(1, 1),
-         hin="max", win="max"),
-    dict(n=1, cin=5, cout=16, hout=4, wout=7, kh=3, kw=2, strides=(3, 1), pads=(2, 1),
-         dil=(2, 1), hin="max"),
-    dict(n=1, cin=16, cout=7, hout=6, wout=4, kh=2, kw=4, strides=(1, 3), pads=(0, 3),
-         dil=(3, 2), win="max"),
-    dict(n=1, cin=3, cout=16, hout=5, wout=5, kh=7, kw=7, strides=(2, 2), pads=(3, 3),
-         hin="max", win="max"),
-    dict(n=1, cin=16, cout=16, hout=4, wout=4, kh=1, kw=1, strides=(3, 3), hin="max",
-         win="max"),
+    dict(
+        n=2,
+        cin=8,
+        cout=24,
+        hout=6,
+        wout=5,
+        kh=3,
+        kw=3,
+        strides=(2, 2),
+        pads=(1, 1),
+        hin="max",
+        win="max",
+    ),
+    dict(
+        n=1,
+        cin=5,
+        cout=16,
+        hout=4,
+        wout=7,
+        kh=3,
+        kw=2,
+        strides=(3, 1),
+        pads=(2, 1),
+        dil=(2, 1),
+        hin="max",
+    ),
+    dict(
+        n=1,
+        cin=16,
+        cout=7,
+        hout=6,
+        wout=4,
+        kh=2,
+        kw=4,
+        strides=(1, 3),
+        pads=(0, 3),
+        dil=(3, 2),
+        win="max",
+    ),
+    dict(
+        n=1,
+        cin=3,
+        cout=16,
+        hout=5,
+        wout=5,
+        kh=7,
+        kw=7,
+        strides=(2, 2),
+        pads=(3, 3),
+        hin="max",
+        win="max",
+    ),
+    dict(n=1, cin=16, cout=16, hout=4, wout=4, kh=1, kw=1, strides=(3, 3), hin="max", win="max"),
 ]
 
 
 @pytest.mark.parametrize("dtype_name", ["fp16", "bf16"])
-@pytest.mark.parametrize("kwargs", ADJOINT_CASES,
-                         ids=[f"adj{i}" for i in range(len(ADJOINT_CASES))])
+@pytest.mark.parametrize(
+    "kwargs", ADJOINT_CASES, ids=[f"adj{i}" for i in range(len(ADJOINT_CASES))]
+)
 def test_adjoint_identity(kwargs, dtype_name):
     dtype, _ = DTYPES[dtype_name]
     prob = make_problem(**kwargs)
@@ -237,8 +452,12 @@ def test_adjoint_identity(kwargs, dtype_name):
     assert y.shape == dy.shape  # Hin in [HinMin, HinMax] gives back Hout
     lhs = float(np.vdot(y, dy.astype(np.float64)))
     # sum_i |x_i| * abs_ref_i = <conv2d(|x|, |w|), |dy|> by the same identity on |.|
-    scale = float(np.vdot(conv2d_forward_reference(np.abs(x), np.abs(w.astype(np.float64)),
-                                                   s, p, d), np.abs(dy.astype(np.float64))))
+    scale = float(
+        np.vdot(
+            conv2d_forward_reference(np.abs(x), np.abs(w.astype(np.float64)), s, p, d),
+            np.abs(dy.astype(np.float64)),
+        )
+    )
     k_len = prob["cout"] * prob["kh"] * prob["kw"]
     # per element |out - dx| <= ulp(out)/2 + K*u*abs_ref (support/numerics.py), weighted by |x|
     tol = 0.5 * float(np.vdot(np.abs(x), ulp(out, dtype))) + k_len * U32 * scale + 1e-12 * scale
@@ -254,12 +473,12 @@ def test_adjoint_identity(kwargs, dtype_name):
 # ---------------------------------------------------------------------------------------------
 AGNOSTIC_PROB = dict(n=2, cin=40, cout=36, hout=12, wout=20, kh=3, kw=3, pads=(1, 1))
 AGNOSTIC_TILES = [  # (L1 (M, K, N), L0 (M, K, N), vec tile)
-    ((16, 144, 16), (16, 16, 16), (16, 16, 16, 16)),         # the smallest 16s
-    ((7, 288, 32), (16, 32, 16), (1, 3, 1, 16)),              # tileML1 < Win, not dividing it
-    ((20, 144, 32), (32, 144, 32), (1, 16, 1, 1, 32)),        # tileML1 == Win, whole K-L1 in L0
-    ((40, 432, 48), (32, 48, 48), (2, 5, 2, 16)),             # two rows per M tile
-    ((240, 576, 64), (128, 128, 64), (1, 64, 12, 64)),        # a whole image per M tile
-    ((320, 864, 128), (64, 256, 128), (1, 7, 3, 48)),         # every tile larger than the problem
+    ((16, 144, 16), (16, 16, 16), (16, 16, 16, 16)),  # the smallest 16s
+    ((7, 288, 32), (16, 32, 16), (1, 3, 1, 16)),  # tileML1 < Win, not dividing it
+    ((20, 144, 32), (32, 144, 32), (1, 16, 1, 1, 32)),  # tileML1 == Win, whole K-L1 in L0
+    ((40, 432, 48), (32, 48, 48), (2, 5, 2, 16)),  # two rows per M tile
+    ((240, 576, 64), (128, 128, 64), (1, 64, 12, 64)),  # a whole image per M tile
+    ((320, 864, 128), (64, 256, 128), (1, 7, 3, 48)),  # every tile larger than the problem
 ]
 
 
@@ -287,8 +506,9 @@ def test_tile_agnosticism(dtype_name):
 @pytest.mark.parametrize("dtype_name", ["fp16", "bf16"])
 def test_thread_count_bitwise(dtype_name):
     dtype, _ = DTYPES[dtype_name]
-    prob = make_problem(n=2, cin=48, cout=20, hout=9, wout=11, kh=3, kw=3, strides=(2, 1),
-                        pads=(1, 1))
+    prob = make_problem(
+        n=2, cin=48, cout=20, hout=9, wout=11, kh=3, kw=3, strides=(2, 1), pads=(1, 1)
+    )
     dy, w = make_data(prob, dtype, np.random.default_rng(6))
     tiles = ((11, 144 * 2, 16), (16, 32, 16))  # 2 images x 3 Cin blocks x 17 rows = 102 items
     outs = []
@@ -310,22 +530,57 @@ def _normal_product_pools(dtype_name):
     if dtype_name == "fp16":
         # m*2**-10 (m odd, 11 bits) times 3: 3m has 12 bits and is odd -> exactly half an ulp;
         # consecutive odd m alternate the parity of (3m-1)/2, so ties go up and down
-        ties = np.arange(1025, 1197, 2) * 2.0 ** -10
+        ties = np.arange(1025, 1197, 2) * 2.0**-10
         # 152*431 = 65512, 44*1489 = 65516, 1598*41 = 65518 -> 65504 (below the 65520 tie);
         # 63*1040 = 65520 (the tie: even is 2**16) and 362*181 = 65522 -> inf; 2047*32 = 65504
         big = np.array([152, 44, 1598, 63, 362, 2047, -63, -362, 65504])
-        wv = np.array([3.0, -3.0, 431, 1489, 41, 1040, 181, 32, 1.0, 1.5, -1.25, 0.099975586,
-                       7.0, 2.0 ** -10, 0.5, -0.5])
+        wv = np.array(
+            [
+                3.0,
+                -3.0,
+                431,
+                1489,
+                41,
+                1040,
+                181,
+                32,
+                1.0,
+                1.5,
+                -1.25,
+                0.099975586,
+                7.0,
+                2.0**-10,
+                0.5,
+                -0.5,
+            ]
+        )
     else:
-        ties = np.arange(129, 170, 2) * 2.0 ** -7  # x3: 9-bit odd products -> ties
+        ties = np.arange(129, 170, 2) * 2.0**-7  # x3: 9-bit odd products -> ties
         # (7*2**60)*(73*2**59) = 511*2**119 = the bf16 overflow tie -> inf;
         # (15*2**60)*(17*2**60) = 255*2**120 = bf16 max; (13*2**58)*(157*2**59) = 2041*2**117
         # and (9*2**58)*(227*2**59) = 2043*2**117 -> max; (66*2**58)*(31*2**59) = 2046*2**117
         # -> inf; some cross products exceed fp32's range: inf already in fp32
-        big = np.array([7 * 2.0 ** 60, 15 * 2.0 ** 60, 13 * 2.0 ** 58, 9 * 2.0 ** 58,
-                        66 * 2.0 ** 58, -7 * 2.0 ** 60])
-        wv = np.array([3.0, -3.0, 73 * 2.0 ** 59, 17 * 2.0 ** 60, 157 * 2.0 ** 59,
-                       227 * 2.0 ** 59, 31 * 2.0 ** 59, 1.0, 1.5, -1.25, 0.1, 7.0, 0.5, -0.5])
+        big = np.array(
+            [7 * 2.0**60, 15 * 2.0**60, 13 * 2.0**58, 9 * 2.0**58, 66 * 2.0**58, -7 * 2.0**60]
+        )
+        wv = np.array(
+            [
+                3.0,
+                -3.0,
+                73 * 2.0**59,
+                17 * 2.0**60,
+                157 * 2.0**59,
+                227 * 2.0**59,
+                31 * 2.0**59,
+                1.0,
+                1.5,
+                -1.25,
+                0.1,
+                7.0,
+                0.5,
+                -0.5,
+            ]
+        )
     rng = np.random.default_rng(7)
     dyv = np.concatenate([ties, -ties, big])
     return np.concatenate([dyv, rng.standard_normal(256 - dyv.size) * 4]), wv
@@ -337,15 +592,33 @@ def _subnormal_product_pools(dtype_name):
     p, emin = (11, -14) if dtype_name == "fp16" else (8, -126)
     # 2**emin * (1 + k*2**(1-p)), k odd, times 0.5: exactly half a subnormal step above a grid
     # point, alternating parity -> ties both ways
-    sub_ties = 2.0 ** emin * (1 + np.arange(1, 81, 2) * 2.0 ** (1 - p))
+    sub_ties = 2.0**emin * (1 + np.arange(1, 81, 2) * 2.0 ** (1 - p))
     step = 2.0 ** (emin + 1 - p)
     tiny = np.arange(1, 21) * step  # subnormal inputs themselves
     dyv = np.concatenate([sub_ties, -sub_ties, tiny, -tiny])
     rng = np.random.default_rng(9)
     rest = rng.integers(1, 2 ** (p + 1), 256 - dyv.size) * step  # up to twice the smallest normal
     dyv = np.concatenate([dyv, rest * rng.choice([-1.0, 1.0], rest.size)])
-    wv = np.array([0.5, -0.5, 1.0, 0.25, 0.75, 1.5, 2.0 ** -3, 3.0, 0.375, -1.0, 0.625, 0.125,
-                   0.1, 2.0, 0.9, 1.25])
+    wv = np.array(
+        [
+            0.5,
+            -0.5,
+            1.0,
+            0.25,
+            0.75,
+            1.5,
+            2.0**-3,
+            3.0,
+            0.375,
+            -1.0,
+            0.625,
+            0.125,
+            0.1,
+            2.0,
+            0.9,
+            1.25,
+        ]
+    )
     return dyv, wv
 
 
@@ -370,9 +643,9 @@ def _single_products(dtype_name, dyv, wv):
     out = run_op(prob, dy, w, ((32, 432, 16), (32, 48, 16)))
     o = out.astype(np.float64)
     mask = np.zeros(o.shape, dtype=bool)
-    mask[0][:, kh0 - 1::2, kw0 - 1::2] = True
+    mask[0][:, kh0 - 1 :: 2, kw0 - 1 :: 2] = True
     assert (o[~mask] == 0).all(), "nonzero dx where no nonzero product lands"
-    hit = out[0][:, kh0 - 1::2, kw0 - 1::2]
+    hit = out[0][:, kh0 - 1 :: 2, kw0 - 1 :: 2]
     # products in float64 are exact; the kernel forms them in fp32: exact for fp16 x fp16, and
     # for bf16 x bf16 unless below fp32's normal range (fp32 subnormal rounding) or above it
     p64 = dyv.astype(np.float64).reshape(1, 16, 16) * wv.astype(np.float64)[:, None, None]
@@ -388,8 +661,13 @@ def _assert_bitwise(p32, expected, hit, label):
     assert wrong.size == 0, (
         f"{label}: {len(wrong)} of {hit.size} single products not rounded once (RNE); "
         "first (exact product, expected, got): "
-        + str([(float(p32[tuple(i)]), float(expected[tuple(i)]), float(hit[tuple(i)]))
-               for i in wrong[:6]]))
+        + str(
+            [
+                (float(p32[tuple(i)]), float(expected[tuple(i)]), float(hit[tuple(i)]))
+                for i in wrong[:6]
+            ]
+        )
+    )
 
 
 def _ties(p32, expected, dtype):
@@ -407,8 +685,10 @@ def test_exact_rounding_of_single_products(dtype_name):
     p32, expected, hit = _single_products(dtype_name, *_normal_product_pools(dtype_name))
     up, down = _ties(p32, expected, dtype)
     e = expected.astype(np.float64)
-    print(f"[numerics] exact products {dtype_name}: ties {up.sum()} up / {down.sum()} down, "
-          f"{np.isinf(e).sum()} overflows")
+    print(
+        f"[numerics] exact products {dtype_name}: ties {up.sum()} up / {down.sum()} down, "
+        f"{np.isinf(e).sum()} overflows"
+    )
     # the data did exercise what it is meant to
     assert up.sum() >= 20 and down.sum() >= 20
     assert np.isposinf(e).any() and np.isneginf(e).any()
@@ -417,7 +697,7 @@ def test_exact_rounding_of_single_products(dtype_name):
     if dtype_name == "fp16":
         assert (p32 == 65520.0).any() and np.isposinf(e[p32 == 65520.0]).all()
     else:
-        assert (p32 == 511 * 2.0 ** 119).any() and np.isposinf(e[p32 == 511 * 2.0 ** 119]).all()
+        assert (p32 == 511 * 2.0**119).any() and np.isposinf(e[p32 == 511 * 2.0**119]).all()
     _assert_bitwise(p32, expected, hit, f"normal-range products/{dtype_name}")
 
 
@@ -429,7 +709,7 @@ def test_subnormal_products_round_once(dtype_name):
     dtype, _ = DTYPES[dtype_name]
     p32, expected, hit = _single_products(dtype_name, *_subnormal_product_pools(dtype_name))
     up, down = _ties(p32, expected, dtype)
-    smallest_normal = 2.0 ** -14 if dtype_name == "fp16" else 2.0 ** -126
+    smallest_normal = 2.0**-14 if dtype_name == "fp16" else 2.0**-126
     sub = np.abs(p32) < smallest_normal
     assert (up & sub).sum() >= 10 and (down & sub).sum() >= 10
     assert (sub & (expected.astype(np.float64) != 0)).sum() >= 1000
@@ -462,12 +742,13 @@ def test_every_bit_pattern_round_trips(dtype_name):
     print(f"[numerics] {dtype_name}: -0 comes back as bits {ob[neg_zero][0]:#06x}")
     keep = ~nan & ~neg_zero
     wrong = np.nonzero(keep & (ob != bits))[0]
-    smallest_normal = 2.0 ** -14 if dtype_name == "fp16" else 2.0 ** -126
+    smallest_normal = 2.0**-14 if dtype_name == "fp16" else 2.0**-126
     subnormal = keep & ((bits & 0x7FFF) != 0) & (np.abs(v) < smallest_normal)
     assert wrong.size == 0, (
         f"{dtype_name}: {wrong.size} bit patterns not returned unchanged "
         f"({np.isin(wrong, np.nonzero(subnormal)[0]).sum()} of them subnormal); "
-        f"first (in, out): {[(hex(bits[i]), hex(ob[i])) for i in wrong[:8]]}")
+        f"first (in, out): {[(hex(bits[i]), hex(ob[i])) for i in wrong[:8]]}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -489,8 +770,23 @@ def problems_and_tiles(draw):
     assume(hmin + sh - 1 >= 1 and wmin + sw - 1 >= 1)  # else no input size is valid
     hin = draw(st.integers(max(hmin, 1), hmin + sh - 1))
     win = draw(st.integers(max(wmin, 1), wmin + sw - 1))
-    prob = dict(n=n, cin=cin, cout=cout, hout=hout, wout=wout, kh=kh, kw=kw, sh=sh, sw=sw,
-                ph=ph, pw=pw, dh=dh, dw=dw, hin=hin, win=win)
+    prob = dict(
+        n=n,
+        cin=cin,
+        cout=cout,
+        hout=hout,
+        wout=wout,
+        kh=kh,
+        kw=kw,
+        sh=sh,
+        sw=sw,
+        ph=ph,
+        pw=pw,
+        dh=dh,
+        dw=dw,
+        hin=hin,
+        win=win,
+    )
     taps = kh * kw
     # tiles derived from the problem, sometimes larger than it
     if draw(st.booleans()):
@@ -504,25 +800,35 @@ def problems_and_tiles(draw):
     nl0 = 16 * draw(st.integers(1, nl1 // 16))
     l1, l0 = (ml1, kl1, nl1), (ml0, kl0, nl0)
     assume(tiles_legal(prob, l1, l0))  # drops the TS5/TS6 failures
-    vec = [draw(st.integers(1, 4)), draw(st.integers(1, 40)), draw(st.integers(1, 8)),
-           16 * draw(st.integers(1, 4))]
+    vec = [
+        draw(st.integers(1, 4)),
+        draw(st.integers(1, 40)),
+        draw(st.integers(1, 8)),
+        16 * draw(st.integers(1, 4)),
+    ]
     if draw(st.booleans()):
         vec.insert(2, 1)  # NCDHW form with D = 1
     dtype_name = draw(st.sampled_from(["fp16", "bf16"]))
-    seed = draw(st.integers(0, 2 ** 32 - 1))
+    seed = draw(st.integers(0, 2**32 - 1))
     return prob, (l1, l0), tuple(vec), dtype_name, seed
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much,
-                                                                  HealthCheck.too_slow])
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+)
 @given(problems_and_tiles())
 def test_property_random_problems(case):
     prob, tiles, vec, dtype_name, seed = case
     pypto.reset_options()
     (hlo, hhi), (wlo, whi) = pypto.conv_backward_input_size_range(
         [prob["n"], prob["cout"], prob["hout"], prob["wout"]],
-        [prob["cout"], prob["cin"], prob["kh"], prob["kw"]], [prob["sh"], prob["sw"]],
-        [prob["ph"]] * 2 + [prob["pw"]] * 2, [prob["dh"], prob["dw"]])
+        [prob["cout"], prob["cin"], prob["kh"], prob["kw"]],
+        [prob["sh"], prob["sw"]],
+        [prob["ph"]] * 2 + [prob["pw"]] * 2,
+        [prob["dh"], prob["dw"]],
+    )
     assert hlo <= prob["hin"] <= hhi and wlo <= prob["win"] <= whi
     dtype, _ = DTYPES[dtype_name]
     dy, w = make_data(prob, dtype, np.random.default_rng(seed))
@@ -539,16 +845,21 @@ def check_non_finite(out, prob, dy, w, label=""):
     hw, s, p, d = geometry(prob)
     with np.errstate(invalid="ignore", over="ignore"):
         ref = dgrad_reference(dy, w, hw, s, p, d)
-        abs_ref = dgrad_abs_reference(np.where(np.isfinite(dy), dy, 0),
-                                      np.where(np.isfinite(w), w, 0), hw, s, p, d)
+        abs_ref = dgrad_abs_reference(
+            np.where(np.isfinite(dy), dy, 0), np.where(np.isfinite(w), w, 0), hw, s, p, d
+        )
     o = out.astype(np.float64)
     for name, test in (("NaN", np.isnan), ("+Inf", np.isposinf), ("-Inf", np.isneginf)):
         wrong = test(o) != test(ref)
-        assert not wrong.any(), (f"{label}: {int(wrong.sum())} elements disagree on {name}, "
-                                 f"first at {tuple(np.argwhere(wrong)[0])}")
+        assert not wrong.any(), (
+            f"{label}: {int(wrong.sum())} elements disagree on {name}, "
+            f"first at {tuple(np.argwhere(wrong)[0])}"
+        )
     finite = np.isfinite(ref)
-    u = np.maximum(ulp(round_once_f64(np.where(finite, ref, 0), out.dtype), out.dtype),
-                   ulp(np.where(finite, o, 0), out.dtype))
+    u = np.maximum(
+        ulp(round_once_f64(np.where(finite, ref, 0), out.dtype), out.dtype),
+        ulp(np.where(finite, o, 0), out.dtype),
+    )
     bound = 0.5 * u + prob["cout"] * prob["kh"] * prob["kw"] * U32 * abs_ref
     assert (np.abs(o[finite] - ref[finite]) <= bound[finite]).all(), f"{label}: finite elements off"
 
@@ -571,8 +882,11 @@ def test_non_finite_weight_reaches_only_through_real_taps(value, dtype_name):
     check_non_finite(out.astype(dtype), prob, dy, w, f"single {value} {dtype_name}")
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.filter_too_much,
-                                                                  HealthCheck.too_slow])
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+)
 @given(problems_and_tiles(), st.integers(1, 4), st.integers(0, 3), st.booleans())
 def test_property_non_finite_weights_and_dy(case, n_bad_w, n_bad_dy, zeros_in_dy):
     """Random problems and tiles with Inf/NaN in w (and sometimes in dy, and exact zeros in dy

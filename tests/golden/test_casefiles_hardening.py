@@ -20,13 +20,32 @@ import pytest
 import pypto
 from pypto import __main__ as cli
 from pypto._golden.case import draw_inputs, golden_dgrad, make_case
-
 from support.reference import dgrad_reference
 
-GOLDEN_ARGS = ["--grad-output", "2,32,12,12", "--weight", "32,40,3,3", "--paddings", "1,1,1,1",
-               "--l1", "36,288,16", "--l0", "32,144,16"]
-OTHER_TILES = ["--grad-output", "2,32,12,12", "--weight", "32,40,3,3", "--paddings", "1,1,1,1",
-               "--l1", "144,288,48", "--l0", "144,128,48"]
+GOLDEN_ARGS = [
+    "--grad-output",
+    "2,32,12,12",
+    "--weight",
+    "32,40,3,3",
+    "--paddings",
+    "1,1,1,1",
+    "--l1",
+    "36,288,16",
+    "--l0",
+    "32,144,16",
+]
+OTHER_TILES = [
+    "--grad-output",
+    "2,32,12,12",
+    "--weight",
+    "32,40,3,3",
+    "--paddings",
+    "1,1,1,1",
+    "--l1",
+    "144,288,48",
+    "--l0",
+    "144,128,48",
+]
 DX_SHAPE = (2, 40, 12, 12)
 
 
@@ -36,7 +55,7 @@ def _run(*args):
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = cli.main([str(a) for a in args])
-        except SystemExit as exc:   # argparse's usage errors
+        except SystemExit as exc:  # argparse's usage errors
             code = exc.code
     return code, out.getvalue(), err.getvalue()
 
@@ -99,13 +118,17 @@ def test_golden_force_deletes_the_old_kernel_results(case):
     np.load(case / "output/pypto.npy").tofile(case / "output/output.bin")
     np.save(case / "output/output.npy", np.load(case / "output/pypto.npy"))
     (case / "output/old_run.log").write_text("x")
-    (case / "output/keep").mkdir()   # a folder is the user's: kept
+    (case / "output/keep").mkdir()  # a folder is the user's: kept
     code, out, err = _run("golden", *OTHER_TILES, "--out", case, "--force")
     assert code == 0, err
-    assert "removed the old case's output/old_run.log, output/output.bin, output/output.npy" \
-        in out
-    assert sorted(p.name for p in (case / "output").iterdir()) == \
-        ["golden.bin", "golden.npy", "keep", "pypto.bin", "pypto.npy"]
+    assert "removed the old case's output/old_run.log, output/output.bin, output/output.npy" in out
+    assert sorted(p.name for p in (case / "output").iterdir()) == [
+        "golden.bin",
+        "golden.npy",
+        "keep",
+        "pypto.bin",
+        "pypto.npy",
+    ]
     assert _manifest(case)["tiles"]["l1"] == [144, 288, 48]
     # the new case has no result yet: compare says so instead of judging the old one
     code, out, err = _run("compare", case)
@@ -140,12 +163,14 @@ def test_golden_records_sha256_and_compare_checks_it(case):
     for name in ("grad_output", "weight", "golden", "pypto"):
         entry = manifest["files"][name]
         for ext in ("bin", "npy"):
-            assert entry[f"{ext}_sha256"] == \
-                hashlib.sha256((case / entry[ext]).read_bytes()).hexdigest()
+            assert (
+                entry[f"{ext}_sha256"]
+                == hashlib.sha256((case / entry[ext]).read_bytes()).hexdigest()
+            )
     code, out, err = _run("compare", case)
     assert code == 0 and "verdict (dual-L0): PASS" in out, err
     data = bytearray((case / "input/weight.bin").read_bytes())
-    data[100] ^= 0x01   # one bit of one weight: same size, same dtype
+    data[100] ^= 0x01  # one bit of one weight: same size, same dtype
     (case / "input/weight.bin").write_bytes(bytes(data))
     code, out, err = _run("compare", case)
     _one_error(code, err, "weight.bin does not match the sha256 manifest.json records")
@@ -155,7 +180,7 @@ def test_golden_records_sha256_and_compare_checks_it(case):
 def test_compare_warns_when_the_result_is_older_than_the_manifest(case):
     code, out, err = _run("compare", case)
     assert code == 0 and err == "", err
-    stamp = os.stat(case / "manifest.json").st_mtime_ns - 10 ** 9
+    stamp = os.stat(case / "manifest.json").st_mtime_ns - 10**9
     os.utime(case / "output/output.bin", ns=(stamp, stamp))
     code, out, err = _run("compare", case)
     assert code == 0 and "verdict (dual-L0): PASS" in out
@@ -199,7 +224,7 @@ def test_a_plot_path_is_written_as_given_and_a_folder_is_refused(case, tmp_path,
         _one_error(code, err, "it is a folder")
         assert out == ""
     assert not (tmp_path / "somedir.png").exists()
-    code, out, err = _run("compare", case, "--plot", "dx")   # no extension: PNG, this name
+    code, out, err = _run("compare", case, "--plot", "dx")  # no extension: PNG, this name
     assert code == 0, err
     assert out.rstrip().endswith("plot: dx") and (tmp_path / "dx").read_bytes()[:4] == b"\x89PNG"
     assert not (tmp_path / "dx.png").exists()
@@ -212,31 +237,43 @@ def _edit(path, value):
         for key in path[:-1]:
             target = target[key]
         target[path[-1]] = value
+
     return edit
 
 
-@pytest.mark.parametrize("edit, text", [
-    (_edit(["dtype"], ["fp16"]), "'dtype' must be 'fp16' or 'bf16', but is ['fp16']"),
-    (_edit(["dtype"], {}), "'dtype' must be 'fp16' or 'bf16', but is {}"),
-    (_edit(["files", "grad_output", "bin"], None), "'bin' must be a file name"),
-    (_edit(["files", "grad_output", "bin"], 5), "'bin' must be a file name"),
-    (_edit(["files", "weight", "bin"], []), "'bin' must be a file name"),
-    (_edit(["files", "golden", "bin"], True), "'bin' must be a file name"),
-    (_edit(["files", "golden", "bin"], ""), "'bin' must be a file name"),
-    (_edit(["files", "weight", "bin"], "/etc/passwd"), "relative to the case folder and inside"),
-    (_edit(["files", "weight", "bin"], "../../x.bin"), "relative to the case folder and inside"),
-    (_edit(["files", "weight", "bin"], "input/../../case/input/weight.bin"),
-     "relative to the case folder and inside"),
-    (_edit(["files", "pypto"], "output/pypto.bin"), "files 'pypto' must be an object"),
-    (_edit(["files", "golden", "bin_sha256"], 7), "'bin_sha256' must be 64 hex digits"),
-    (_edit(["files", "golden", "shape"], [2, "40"]), "'shape' must be a list of ints"),
-    (_edit(["files", "actual", "npy_also_read"], "/tmp/x.npy"), "relative to the case folder"),
-    (_edit(["tiles", "vec"], [[16], 16, 16, 16]), "tiles 'vec' must be a list of ints"),
-    (_edit(["strides"], [1, True]), "'strides' must be a list of 2 ints"),
-    (_edit(["seed"], "7"), "'seed' must be an int >= 0"),
-    (_edit(["byte_order"], "big"), "'byte_order' must be 'little'"),
-    (_edit(["format"], ["pypto-golden/1"]), "format ['pypto-golden/1'], expected"),
-])
+@pytest.mark.parametrize(
+    "edit, text",
+    [
+        (_edit(["dtype"], ["fp16"]), "'dtype' must be 'fp16' or 'bf16', but is ['fp16']"),
+        (_edit(["dtype"], {}), "'dtype' must be 'fp16' or 'bf16', but is {}"),
+        (_edit(["files", "grad_output", "bin"], None), "'bin' must be a file name"),
+        (_edit(["files", "grad_output", "bin"], 5), "'bin' must be a file name"),
+        (_edit(["files", "weight", "bin"], []), "'bin' must be a file name"),
+        (_edit(["files", "golden", "bin"], True), "'bin' must be a file name"),
+        (_edit(["files", "golden", "bin"], ""), "'bin' must be a file name"),
+        (
+            _edit(["files", "weight", "bin"], "/etc/passwd"),
+            "relative to the case folder and inside",
+        ),
+        (
+            _edit(["files", "weight", "bin"], "../../x.bin"),
+            "relative to the case folder and inside",
+        ),
+        (
+            _edit(["files", "weight", "bin"], "input/../../case/input/weight.bin"),
+            "relative to the case folder and inside",
+        ),
+        (_edit(["files", "pypto"], "output/pypto.bin"), "files 'pypto' must be an object"),
+        (_edit(["files", "golden", "bin_sha256"], 7), "'bin_sha256' must be 64 hex digits"),
+        (_edit(["files", "golden", "shape"], [2, "40"]), "'shape' must be a list of ints"),
+        (_edit(["files", "actual", "npy_also_read"], "/tmp/x.npy"), "relative to the case folder"),
+        (_edit(["tiles", "vec"], [[16], 16, 16, 16]), "tiles 'vec' must be a list of ints"),
+        (_edit(["strides"], [1, True]), "'strides' must be a list of 2 ints"),
+        (_edit(["seed"], "7"), "'seed' must be an int >= 0"),
+        (_edit(["byte_order"], "big"), "'byte_order' must be 'little'"),
+        (_edit(["format"], ["pypto-golden/1"]), "format ['pypto-golden/1'], expected"),
+    ],
+)
 def test_a_hand_edited_manifest_is_one_error_line(case, edit, text):
     manifest = _manifest(case)
     edit(manifest)
@@ -246,11 +283,16 @@ def test_a_hand_edited_manifest_is_one_error_line(case, edit, text):
     assert out == ""
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[" * 100_000 + "]" * 100_000, "JSON nested too deep"),
-    ('{"format": "pypto-golden/1", "dtype": ' + "[" * 500 + "]" * 500 + "}",
-     "'dtype' must be 'fp16' or 'bf16'"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[" * 100_000 + "]" * 100_000, "JSON nested too deep"),
+        (
+            '{"format": "pypto-golden/1", "dtype": ' + "[" * 500 + "]" * 500 + "}",
+            "'dtype' must be 'fp16' or 'bf16'",
+        ),
+    ],
+)
 def test_deeply_nested_manifests_are_one_error_line(case, text, message):
     (case / "manifest.json").write_text(text)
     code, _, err = _run("compare", case)
@@ -260,23 +302,28 @@ def test_deeply_nested_manifests_are_one_error_line(case, text, message):
 # --- finding 10: a .npy whose header claims more than the file holds ------------------------------
 def _npy(path, shape, data=b"", descr="<f2", fortran=False):
     with open(path, "wb") as f:
-        np.lib.format.write_array_header_1_0(f, {"descr": descr, "fortran_order": fortran,
-                                                 "shape": shape})
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": descr, "fortran_order": fortran, "shape": shape}
+        )
         f.write(data)
 
 
 def test_a_npy_header_is_checked_before_anything_is_allocated(case, tmp_path):
     huge = tmp_path / "huge.npy"
-    _npy(huge, (10 ** 12,), b"\0" * 100)      # 228 bytes claiming 2 TB
+    _npy(huge, (10**12,), b"\0" * 100)  # 228 bytes claiming 2 TB
     code, _, err = _run("compare", case, "--actual", huge)
     _one_error(code, err, "has shape [1000000000000], expected [2, 40, 12, 12]")
     short = tmp_path / "short.npy"
-    _npy(short, DX_SHAPE, b"\0" * 100)        # the right shape, 100 of its 23040 bytes
+    _npy(short, DX_SHAPE, b"\0" * 100)  # the right shape, 100 of its 23040 bytes
     code, _, err = _run("compare", case, "--actual", short)
-    _one_error(code, err, "holds 100 bytes after its header, but its float16 [2, 40, 12, 12] "
-                          "needs 23040 (truncated?)")
+    _one_error(
+        code,
+        err,
+        "holds 100 bytes after its header, but its float16 [2, 40, 12, 12] "
+        "needs 23040 (truncated?)",
+    )
     wrong = tmp_path / "wrong.npy"
-    _npy(wrong, (10 ** 12,), descr="<f8")
+    _npy(wrong, (10**12,), descr="<f8")
     code, _, err = _run("compare", case, "--actual", wrong)
     _one_error(code, err, "holds float64 data; expected float16")
     bad = tmp_path / "bad.npy"
@@ -293,7 +340,7 @@ def test_a_npy_header_is_checked_before_anything_is_allocated(case, tmp_path):
 # --- finding 11: the golden is checked against the inputs -----------------------------------------
 def test_a_nan_golden_is_refused_not_passed(case):
     manifest = _manifest(case)
-    for entry in manifest["files"].values():   # as an older manifest: no sha256 to catch it
+    for entry in manifest["files"].values():  # as an older manifest: no sha256 to catch it
         entry.pop("bin_sha256", None)
         entry.pop("npy_sha256", None)
     _set_manifest(case, manifest)
@@ -313,20 +360,24 @@ def test_a_nan_golden_is_refused_not_passed(case):
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-@pytest.mark.parametrize("dy_shape, w_shape, strides, paddings, dilations, extra", [
-    ([1, 16, 5, 7], [16, 24, 3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 0),
-    ([2, 16, 4, 5], [16, 16, 3, 2], [2, 3], [1, 1, 0, 0], [1, 1], 1),
-    ([1, 32, 6, 6], [32, 8, 3, 3], [1, 1], [2, 2, 2, 2], [2, 2], 0),
-    ([1, 16, 3, 4], [16, 16, 1, 1], [2, 2], [0, 0, 0, 0], [1, 1], 1),
-    ([2, 64, 9, 9], [64, 40, 5, 5], [2, 2], [2, 2, 2, 2], [1, 1], 1),
-])
-def test_check_golden_accepts_true_goldens_and_finds_wrong_ones(dtype, dy_shape, w_shape,
-                                                                 strides, paddings, dilations,
-                                                                 extra):
+@pytest.mark.parametrize(
+    "dy_shape, w_shape, strides, paddings, dilations, extra",
+    [
+        ([1, 16, 5, 7], [16, 24, 3, 3], [1, 1], [1, 1, 1, 1], [1, 1], 0),
+        ([2, 16, 4, 5], [16, 16, 3, 2], [2, 3], [1, 1, 0, 0], [1, 1], 1),
+        ([1, 32, 6, 6], [32, 8, 3, 3], [1, 1], [2, 2, 2, 2], [2, 2], 0),
+        ([1, 16, 3, 4], [16, 16, 1, 1], [2, 2], [0, 0, 0, 0], [1, 1], 1),
+        ([2, 64, 9, 9], [64, 40, 5, 5], [2, 2], [2, 2, 2, 2], [1, 1], 1),
+    ],
+)
+def test_check_golden_accepts_true_goldens_and_finds_wrong_ones(
+    dtype, dy_shape, w_shape, strides, paddings, dilations, extra
+):
     from pypto._golden.case import check_golden
 
-    (hin, _), (win, _) = pypto.conv_backward_input_size_range(dy_shape, w_shape, strides,
-                                                              paddings, dilations)
+    (hin, _), (win, _) = pypto.conv_backward_input_size_range(
+        dy_shape, w_shape, strides, paddings, dilations
+    )
     size = [dy_shape[0], w_shape[1], hin + extra, win + extra]
     case = make_case(dy_shape, w_shape, size, dtype, strides, paddings, dilations)
     for dist in ("uniform", "normal", "ints"):
@@ -354,29 +405,46 @@ def test_check_golden_accepts_true_goldens_and_finds_wrong_ones(dtype, dy_shape,
 # --- finding 15: empty path arguments -------------------------------------------------------------
 @pytest.mark.parametrize("blank", ["", "   "])
 def test_empty_paths_are_refused(case, tmp_path, monkeypatch, blank):
-    monkeypatch.chdir(tmp_path / "case" / "input")   # a folder golden must not write into
+    monkeypatch.chdir(tmp_path / "case" / "input")  # a folder golden must not write into
     before = sorted(os.listdir("."))
     code, out, err = _run("golden", *GOLDEN_ARGS, "--out", blank)
     _one_error(code, err, "--out is")
     assert "empty or blank path" in err and out == "" and sorted(os.listdir(".")) == before
-    for args, option in ((["compare", blank], "the case folder DIR is"),
-                         (["compare", case, "--actual", blank], "--actual is"),
-                         (["compare", case, "--plot", blank], "--plot is"),
-                         (["compare", case, "--json", blank], "--json is")):
+    for args, option in (
+        (["compare", blank], "the case folder DIR is"),
+        (["compare", case, "--actual", blank], "--actual is"),
+        (["compare", case, "--plot", blank], "--plot is"),
+        (["compare", case, "--json", blank], "--json is"),
+    ):
         code, out, err = _run(*args)
         _one_error(code, err, option)
         assert "empty or blank path" in err and out == ""
     assert sorted(os.listdir(".")) == before and not os.path.exists(".png")
 
 
-@pytest.mark.parametrize("tiles, vec", [
-    (((16.5, 144, 16), (16, 16, 16)), None), (((16, 144, 16), (16, 16.0, 16)), None),
-    (((16, 144, 16), (16, 16, "16")), None), (None, [16, 16.5, 16, 16]),
-    (None, [16, True, 16, 16])])
+@pytest.mark.parametrize(
+    "tiles, vec",
+    [
+        (((16.5, 144, 16), (16, 16, 16)), None),
+        (((16, 144, 16), (16, 16.0, 16)), None),
+        (((16, 144, 16), (16, 16, "16")), None),
+        (None, [16, 16.5, 16, 16]),
+        (None, [16, True, 16, 16]),
+    ],
+)
 def test_golden_cases_take_int_tiles_only(tiles, vec):
     """make_case (pypto golden, testing.compare) read tiles with int(): 16.5 became 16."""
     from pypto._golden.case import make_case
 
     with pytest.raises(pypto.PyptoError, match="ints"):
-        make_case([1, 16, 5, 32], [16, 16, 3, 3], None, "fp16", [1, 1], [1, 1, 1, 1], [1, 1],
-                  tiles, vec=vec)
+        make_case(
+            [1, 16, 5, 32],
+            [16, 16, 3, 3],
+            None,
+            "fp16",
+            [1, 1],
+            [1, 1, 1, 1],
+            [1, 1],
+            tiles,
+            vec=vec,
+        )

@@ -15,21 +15,27 @@ import json
 import sys
 
 try:
-    import torch
     import torch.nn.functional as F
-    from torch import nn
     from msprobe.pytorch import PrecisionDebugger
-except ImportError as exc:   # the tests skip on this
+
+    import torch
+    from torch import nn
+except ImportError as exc:  # the tests skip on this
     print(f"IMPORT-ERROR {exc}")
     sys.exit(3)
 
 
 def cnn(dtype):
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(),
-                         nn.Conv2d(16, 16, 3, padding=2, dilation=2), nn.ReLU(),
-                         nn.Conv2d(16, 32, 1), nn.ReLU(),
-                         nn.Conv2d(32, 32, 3, padding=1, groups=4)).to(dtype)
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 16, 3, padding=2, dilation=2),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 1),
+        nn.ReLU(),
+        nn.Conv2d(32, 32, 3, padding=1, groups=4),
+    ).to(dtype)
 
 
 class Forms(nn.Module):
@@ -40,17 +46,23 @@ class Forms(nn.Module):
         self.w32 = nn.Parameter(torch.randn(16, 16, 3, 3).mul(0.1))
 
     def forward(self, x, x32):
-        a = F.conv2d(x, self.w, stride=(2, 1), padding="valid")   # judged: no padding
-        b = F.conv2d(x, self.w, padding="same")                    # skipped: string padding
-        c = F.conv2d(x32, self.w32, padding=1)                     # skipped: fp32
-        d = F.conv2d(x.detach(), self.w, None, 1, 1)               # skipped: no grad_input
+        a = F.conv2d(x, self.w, stride=(2, 1), padding="valid")  # judged: no padding
+        b = F.conv2d(x, self.w, padding="same")  # skipped: string padding
+        c = F.conv2d(x32, self.w32, padding=1)  # skipped: fp32
+        d = F.conv2d(x.detach(), self.w, None, 1, 1)  # skipped: no grad_input
         return a.float().sum() + b.float().sum() + c.sum() + d.float().sum()
 
 
 def main():
     out, level, task, steps = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(",")
-    config = {"task": task, "dump_path": out, "rank": [], "step": [], "level": level,
-              task: {"scope": [], "list": [], "data_mode": ["all"]}}
+    config = {
+        "task": task,
+        "dump_path": out,
+        "rank": [],
+        "step": [],
+        "level": level,
+        task: {"scope": [], "list": [], "data_mode": ["all"]},
+    }
     if task == "statistics":
         config[task]["summary_mode"] = "statistics"
     path = out + ".config.json"

@@ -20,14 +20,16 @@ import pytest
 
 try:
     import torch
-except ImportError as exc:   # not installed, or installed and broken: skip alike
-    pytest.skip(f"msprobe dumps need PyTorch, which cannot be imported: {exc}",
-                allow_module_level=True)
+except ImportError as exc:  # not installed, or installed and broken: skip alike
+    pytest.skip(
+        f"msprobe dumps need PyTorch, which cannot be imported: {exc}", allow_module_level=True
+    )
 try:
     import msprobe  # noqa: F401  (msprobe.pytorch itself is imported by make_dump.py)
 except ImportError as exc:
-    pytest.skip(f"msprobe (pip install mindstudio-probe) cannot be imported: {exc}",
-                allow_module_level=True)
+    pytest.skip(
+        f"msprobe (pip install mindstudio-probe) cannot be imported: {exc}", allow_module_level=True
+    )
 
 import pypto  # noqa: E402
 import pypto.testing  # noqa: E402
@@ -36,24 +38,39 @@ from pypto._cli import main  # noqa: E402
 HERE = pathlib.Path(__file__).resolve().parent
 MAKE_DUMP = HERE / "make_dump.py"
 # name: (level, task, steps); msprobe keeps one config per process
-DUMPS = {"mix": ("mix", "tensor", "bf16,fp16,forms"),
-         "stats": ("L1", "statistics", "bf16"),
-         "l0": ("L0", "tensor", "bf16")}
-CNN = ["Functional.conv2d.0.backward", "Module.0.Conv2d.backward.0",      # 3->16 stride 2
-       "Functional.conv2d.1.backward", "Module.2.Conv2d.backward.0",      # dilation 2
-       "Functional.conv2d.2.backward", "Module.4.Conv2d.backward.0",      # 1x1
-       "Functional.conv2d.3.backward", "Module.6.Conv2d.backward.0"]      # groups 4
+DUMPS = {
+    "mix": ("mix", "tensor", "bf16,fp16,forms"),
+    "stats": ("L1", "statistics", "bf16"),
+    "l0": ("L0", "tensor", "bf16"),
+}
+CNN = [
+    "Functional.conv2d.0.backward",
+    "Module.0.Conv2d.backward.0",  # 3->16 stride 2
+    "Functional.conv2d.1.backward",
+    "Module.2.Conv2d.backward.0",  # dilation 2
+    "Functional.conv2d.2.backward",
+    "Module.4.Conv2d.backward.0",  # 1x1
+    "Functional.conv2d.3.backward",
+    "Module.6.Conv2d.backward.0",
+]  # groups 4
 
 
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory):
     """{name: folder}: the three dumps, made at once (one process each)."""
     root = tmp_path_factory.mktemp("msprobe")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}   # three at once on few cores; reproducible
-    procs = {name: subprocess.Popen([sys.executable, str(MAKE_DUMP), str(root / name), *args],
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, cwd=root, env=env)
-             for name, args in DUMPS.items()}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # three at once on few cores; reproducible
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, str(MAKE_DUMP), str(root / name), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=root,
+            env=env,
+        )
+        for name, args in DUMPS.items()
+    }
     outputs = {name: p.communicate(timeout=600)[0] for name, p in procs.items()}
     for name, p in procs.items():
         if p.returncode == 3:
@@ -98,12 +115,14 @@ def test_reads_every_dump_json_below_the_folder(mix_report, dumps):
     labels = sorted({r["dump"].split("/")[0] for r in mix_report.rows})
     assert labels == ["step0", "step1", "step2"]
     # a step folder (or a dump.json) gives the same rows, labelled from there
-    step2 = [dict(r, dump="step2/" + r["dump"]) for r in pypto.testing.compare_msprobe(
-        str(dumps["mix"] / "step2")).rows]
+    step2 = [
+        dict(r, dump="step2/" + r["dump"])
+        for r in pypto.testing.compare_msprobe(str(dumps["mix"] / "step2")).rows
+    ]
     assert step2 == [r for r in mix_report.rows if r["dump"].startswith("step2/")]
     single = pypto.testing.compare_msprobe(str(dump_json(dumps["mix"] / "step2")))
     assert [r["dump"] for r in single.rows] == ["."] * 4
-    json.dumps(mix_report.as_dict(), allow_nan=False)          # JSON-ready
+    json.dumps(mix_report.as_dict(), allow_nan=False)  # JSON-ready
 
 
 def test_bf16_cnn_made_by_torch_passes(mix_report):
@@ -116,16 +135,24 @@ def test_bf16_cnn_made_by_torch_passes(mix_report):
         assert all(v["passed"] for v in row["verdicts"].values()), row["verdicts"]
         assert row["failing_tasks"] == []
     first, dilated, one = (rows[f"Functional.conv2d.{n}.backward"] for n in range(3))
-    assert (first["grad_output"], first["weight"], first["grad_input"]) == \
-        ([2, 16, 32, 32], [16, 3, 3, 3], [2, 3, 64, 64])
-    assert (first["strides"], first["paddings"], first["dilations"]) == \
-        ([2, 2], [1, 1, 1, 1], [1, 1])
-    assert (dilated["strides"], dilated["paddings"], dilated["dilations"]) == \
-        ([1, 1], [2, 2, 2, 2], [2, 2])
+    assert (first["grad_output"], first["weight"], first["grad_input"]) == (
+        [2, 16, 32, 32],
+        [16, 3, 3, 3],
+        [2, 3, 64, 64],
+    )
+    assert (first["strides"], first["paddings"], first["dilations"]) == (
+        [2, 2],
+        [1, 1, 1, 1],
+        [1, 1],
+    )
+    assert (dilated["strides"], dilated["paddings"], dilated["dilations"]) == (
+        [1, 1],
+        [2, 2, 2, 2],
+        [2, 2],
+    )
     assert one["weight"] == [32, 16, 1, 1] and one["paddings"] == [0, 0, 0, 0]
     # the Module entries take stride, padding and dilation from the conv2d call inside them
-    assert rows["Module.2.Conv2d.backward.0"]["parameters_from"] == \
-        "Functional.conv2d.1.forward"
+    assert rows["Module.2.Conv2d.backward.0"]["parameters_from"] == "Functional.conv2d.1.forward"
     assert rows["Module.2.Conv2d.backward.0"]["dilations"] == [2, 2]
     for api in CNN[6:]:
         assert rows[api]["status"] == "skipped" and rows[api]["passed"] is None
@@ -139,13 +166,13 @@ def test_fp16_cnn_made_by_torchs_native_cpu_path(mix_report, dumps):
     within the bound and passes dual-L0 (it fails single-2026-04, the rule's near-zero limit)."""
     rows = step_rows(mix_report, 1)
     assert list(rows) == CNN
-    for api in CNN[:4]:      # the two 3x3 layers, Functional and Module alike
+    for api in CNN[:4]:  # the two 3x3 layers, Functional and Module alike
         row = rows[api]
         assert row["dtype"] == "fp16" and row["status"] == "fail", row
         assert not row["verdicts"]["dual-L0"]["passed"]
         assert row["outside_bound"] > 0.02 * row["elements"] and row["max_ulp"] > 16
         assert row["failing_tasks"]
-    for api in CNN[4:6]:     # the 1x1
+    for api in CNN[4:6]:  # the 1x1
         row = rows[api]
         assert row["status"] == "pass" and row["outside_bound"] == 0, row
         assert all(row["verdicts"][s]["passed"] for s in ("dual-L0", "dual-L1", "dual-L2"))
@@ -158,8 +185,18 @@ def test_fp16_cnn_made_by_torchs_native_cpu_path(mix_report, dumps):
     dy = torch.load(data / "Functional.conv2d.0.backward.input.0.pt", weights_only=True)
     w = torch.load(data / "Functional.conv2d.0.forward.input.1.pt", weights_only=True)
     dx = torch.ops.aten.convolution_backward(
-        dy.float(), torch.zeros(2, 3, 64, 64), w.float(), None, [2, 2], [1, 1], [1, 1], False,
-        [0, 0], 1, [True, False, False])[0].half()
+        dy.float(),
+        torch.zeros(2, 3, 64, 64),
+        w.float(),
+        None,
+        [2, 2],
+        [1, 1],
+        [1, 1],
+        False,
+        [0, 0],
+        1,
+        [True, False, False],
+    )[0].half()
     check = pypto.testing.compare(dx, dy, w, [2, 3, 64, 64], [2, 2], [1, 1, 1, 1], [1, 1])
     assert check.passed and check.localisation.outside_count == 0
 
@@ -177,18 +214,17 @@ def test_other_conv2d_arguments(mix_report):
     assert no_grad["status"] == "skipped" and "did not require grad" in no_grad["reason"]
 
 
-def test_a_corrupted_task_fails_exactly_that_call_and_task(mix_report, dumps, tmp_path,
-                                                           capsys):
+def test_a_corrupted_task_fails_exactly_that_call_and_task(mix_report, dumps, tmp_path, capsys):
     dump = copy_step(dumps, 0, tmp_path)
     clean = step_rows(mix_report, 0)["Functional.conv2d.0.backward"]
     grid = clean["tiles"]["grid"]
-    assert grid["m_tiles"] >= 3, grid      # a grid worth localising in
+    assert grid["m_tiles"] >= 3, grid  # a grid worth localising in
     rows, channels = grid["rows_per_m_tile"], min(3, grid["channels_per_block"])
     image, tile = 1, 2
     lo, hi = tile * rows, (tile + 1) * rows
     path = tensor_file(dump, "Functional.conv2d.0.backward.output.0.pt")
     dx = torch.load(path, weights_only=True)
-    dx[image, :channels, lo:hi, :] += 1.0            # one task's rows, every channel of block 0
+    dx[image, :channels, lo:hi, :] += 1.0  # one task's rows, every channel of block 0
     torch.save(dx, path)
 
     report_json, report_csv = tmp_path / "r.json", tmp_path / "r.csv"
@@ -202,18 +238,29 @@ def test_a_corrupted_task_fails_exactly_that_call_and_task(mix_report, dumps, tm
     assert fails[0].endswith(f"; failing task(s): {where} ({elements} of {elements})")
     # the Module entry has its own files: untouched, it passes
     assert any(line.startswith("PASS  Module.0.Conv2d.backward.0") for line in lines)
-    assert lines[-3] == ("summary: 8 conv2d backward call(s) in 1 dump.json: 5 passed, 1 "
-                         "failed, 2 skipped (dual-L0); verdict FAIL")
+    assert lines[-3] == (
+        "summary: 8 conv2d backward call(s) in 1 dump.json: 5 passed, 1 "
+        "failed, 2 skipped (dual-L0); verdict FAIL"
+    )
 
     table = json.loads(report_json.read_text())
     assert table["passed"] is False
     assert table["summary"] == {"calls": 8, "judged": 6, "passed": 5, "failed": 1, "skipped": 2}
     (row,) = [r for r in table["calls"] if r["status"] == "fail"]
     assert row["api"] == "Functional.conv2d.0.backward"
-    assert [{k: t[k] for k in ("image", "channel_block", "m_tile", "outside", "elements",
-                               "where")} for t in row["failing_tasks"]] == \
-        [{"image": image, "channel_block": 0, "m_tile": tile, "outside": elements,
-          "elements": elements, "where": where}]
+    assert [
+        {k: t[k] for k in ("image", "channel_block", "m_tile", "outside", "elements", "where")}
+        for t in row["failing_tasks"]
+    ] == [
+        {
+            "image": image,
+            "channel_block": 0,
+            "m_tile": tile,
+            "outside": elements,
+            "elements": elements,
+            "where": where,
+        }
+    ]
     assert row["outside_bound"] == elements and not row["verdicts"]["dual-L0"]["passed"]
 
     with open(report_csv, newline="") as f:
@@ -228,8 +275,9 @@ def test_a_corrupted_task_fails_exactly_that_call_and_task(mix_report, dumps, tm
 def test_json_and_csv_hold_the_whole_table(mix_report, dumps, tmp_path, capsys):
     report_json, report_csv = tmp_path / "r.json", tmp_path / "r.csv"
     step = dumps["mix"] / "step2"
-    code, out, err = cli(capsys, "--msprobe", step, "--json", report_json, "--csv", report_csv,
-                         "--standard", "all")
+    code, out, err = cli(
+        capsys, "--msprobe", step, "--json", report_json, "--csv", report_csv, "--standard", "all"
+    )
     assert code == 0 and err == ""
     assert out.splitlines()[-2:] == [f"JSON report: {report_json}", f"CSV table: {report_csv}"]
     table = json.loads(report_json.read_text())
@@ -237,12 +285,32 @@ def test_json_and_csv_hold_the_whole_table(mix_report, dumps, tmp_path, capsys):
     assert table["dump_files"] == [str(dump_json(step))]
     assert table["summary"] == {"calls": 4, "judged": 1, "passed": 1, "failed": 0, "skipped": 3}
     python = pypto.testing.compare_msprobe(str(step), standard="all")
-    assert table["calls"] == json.loads(json.dumps(python.rows))   # the same table
+    assert table["calls"] == json.loads(json.dumps(python.rows))  # the same table
     judged, same = table["calls"][:2]
-    keys = {"dump", "api", "forward", "parameters_from", "status", "reason", "dtype",
-            "grad_output", "weight", "grad_input", "strides", "paddings", "dilations",
-            "groups", "standard", "passed", "verdicts", "max_ulp", "outside_bound", "elements",
-            "failing_tasks", "tiles"}
+    keys = {
+        "dump",
+        "api",
+        "forward",
+        "parameters_from",
+        "status",
+        "reason",
+        "dtype",
+        "grad_output",
+        "weight",
+        "grad_input",
+        "strides",
+        "paddings",
+        "dilations",
+        "groups",
+        "standard",
+        "passed",
+        "verdicts",
+        "max_ulp",
+        "outside_bound",
+        "elements",
+        "failing_tasks",
+        "tiles",
+    }
     assert set(judged) == keys and set(same) == keys
     assert set(judged["verdicts"]) == set(pypto.testing.STANDARDS)
     msprobe = judged["verdicts"]["msprobe"]
@@ -252,16 +320,31 @@ def test_json_and_csv_hold_the_whole_table(mix_report, dumps, tmp_path, capsys):
 
     with open(report_csv, newline="") as f:
         header, *records = list(csv.reader(f))
-    assert header[:18] == ["dump", "api", "status", "reason", "dtype", "grad_output", "weight",
-                           "grad_input", "strides", "paddings", "dilations", "groups",
-                           "standard", "passed", "max_ulp", "outside_bound", "elements",
-                           "failing_tasks"]
+    assert header[:18] == [
+        "dump",
+        "api",
+        "status",
+        "reason",
+        "dtype",
+        "grad_output",
+        "weight",
+        "grad_input",
+        "strides",
+        "paddings",
+        "dilations",
+        "groups",
+        "standard",
+        "passed",
+        "max_ulp",
+        "outside_bound",
+        "elements",
+        "failing_tasks",
+    ]
     assert header[18:] == [c for s in pypto.testing.STANDARDS for c in (s, f"{s} detail")]
     assert len(records) == 4
     first = dict(zip(header, records[0]))
     assert first["status"] == "pass" and first["strides"] == "[2,1]"
-    assert first["dual-L0"] == "pass" and "ratios to pypto's bf16 result" in first[
-        "dual-L0 detail"]
+    assert first["dual-L0"] == "pass" and "ratios to pypto's bf16 result" in first["dual-L0 detail"]
     skipped = dict(zip(header, records[2]))
     assert skipped["status"] == "skipped" and skipped["reason"].startswith("dtype fp32")
     assert skipped["dual-L0"] == "" and skipped["passed"] == ""
@@ -273,7 +356,7 @@ def test_a_statistics_dump_is_one_error_line(dumps, capsys):
     assert len(err.splitlines()) == 1 and err.startswith("error: ")
     assert str(dump_json(dumps["stats"])) in err
     assert "task 'statistics', which holds statistics (Max, Min, Mean, Norm) only" in err
-    with pytest.raises(pypto.PyptoError, match="task \"tensor\""):
+    with pytest.raises(pypto.PyptoError, match='task "tensor"'):
         pypto.testing.compare_msprobe(str(dumps["stats"]))
 
 
@@ -284,8 +367,10 @@ def test_a_missing_tensor_file_is_one_error_line(dumps, tmp_path, capsys):
     code, out, err = cli(capsys, "--msprobe", dump)
     assert code == 2 and out == ""
     assert len(err.splitlines()) == 1 and err.startswith("error: ")
-    assert ("1 tensor file(s) that dump.json names are missing: "
-            f"{missing} (Functional.conv2d.1.backward weight)") in err
+    assert (
+        "1 tensor file(s) that dump.json names are missing: "
+        f"{missing} (Functional.conv2d.1.backward weight)"
+    ) in err
 
 
 def test_a_level_L0_dump_lists_its_Module_calls_as_skipped(dumps, capsys):
@@ -294,7 +379,7 @@ def test_a_level_L0_dump_lists_its_Module_calls_as_skipped(dumps, capsys):
     assert err == "warning: no call was judged (every one is skipped, reasons above)\n"
     lines = out.splitlines()[1:-1]
     assert [line.split()[1].rstrip(":") for line in lines] == CNN[1::2]
-    assert all("dump with level \"mix\" to judge Module entries" in line for line in lines)
+    assert all('dump with level "mix" to judge Module entries' in line for line in lines)
     assert out.splitlines()[-1].endswith("verdict nothing judged")
 
 
@@ -304,12 +389,14 @@ def test_npy_tensors_as_mindspore_writes_them(mix_report, dumps, tmp_path):
     path = dump_json(dump)
     data = json.loads(path.read_text())
     for entry in ("Functional.conv2d.0.forward", "Functional.conv2d.0.backward"):
-        for record in data["data"][entry].get("input_args", []) + \
-                data["data"][entry].get("input", []) + data["data"][entry]["output"]:
+        for record in (
+            data["data"][entry].get("input_args", [])
+            + data["data"][entry].get("input", [])
+            + data["data"][entry]["output"]
+        ):
             if isinstance(record, dict) and "data_name" in record:
                 pt = path.parent / "dump_tensor_data" / record["data_name"]
-                np.save(pt.with_suffix(".npy"),
-                        torch.load(pt, weights_only=True).float().numpy())
+                np.save(pt.with_suffix(".npy"), torch.load(pt, weights_only=True).float().numpy())
                 pt.unlink()
                 record["data_name"] = pt.with_suffix(".npy").name
     path.write_text(json.dumps(data))
@@ -338,8 +425,11 @@ def test_module_names_of_older_msprobe(mix_report, dumps, tmp_path):
     assert modules == [f"Module.{layer}.Conv2d.0.backward" for layer in (0, 2, 4, 6)]
     for api in modules:
         before = clean[renamed[api]]
-        assert (rows[api]["status"], rows[api]["reason"], rows[api]["verdicts"]) == \
-            (before["status"], before["reason"], before["verdicts"])
+        assert (rows[api]["status"], rows[api]["reason"], rows[api]["verdicts"]) == (
+            before["status"],
+            before["reason"],
+            before["verdicts"],
+        )
 
 
 def test_asymmetric_padding_is_skipped(dumps, tmp_path):
@@ -347,7 +437,8 @@ def test_asymmetric_padding_is_skipped(dumps, tmp_path):
     path = dump_json(dump)
     data = json.loads(path.read_text())
     data["data"]["Functional.conv2d.0.forward"]["input_kwargs"]["padding"] = [
-        {"type": "int", "value": v} for v in (1, 2, 1, 1)]
+        {"type": "int", "value": v} for v in (1, 2, 1, 1)
+    ]
     path.write_text(json.dumps(data))
     row = pypto.testing.compare_msprobe(str(dump)).rows[0]
     assert row["status"] == "skipped"
@@ -359,13 +450,14 @@ def test_bad_arguments_are_one_error_line(dumps, tmp_path, capsys):
     empty.mkdir()
     step = dumps["mix"] / "step2"
     for args, text in (
-            (["--msprobe", empty], f"no dump.json in {empty} or below"),
-            (["--msprobe", tmp_path / "nowhere"], "does not exist"),
-            ([empty, "--msprobe", step], "DIR applies to a golden case, not to --msprobe"),
-            (["--msprobe", step, "--dtype", "bf16"], "--dtype applies to a golden case"),
-            (["--csv", tmp_path / "t.csv", empty], "--csv writes the --msprobe table"),
-            ([], "compare needs DIR (a folder written by `pypto golden`) or --msprobe"),
-            (["--msprobe", step, "--csv", tmp_path], "it is a folder")):
+        (["--msprobe", empty], f"no dump.json in {empty} or below"),
+        (["--msprobe", tmp_path / "nowhere"], "does not exist"),
+        ([empty, "--msprobe", step], "DIR applies to a golden case, not to --msprobe"),
+        (["--msprobe", step, "--dtype", "bf16"], "--dtype applies to a golden case"),
+        (["--csv", tmp_path / "t.csv", empty], "--csv writes the --msprobe table"),
+        ([], "compare needs DIR (a folder written by `pypto golden`) or --msprobe"),
+        (["--msprobe", step, "--csv", tmp_path], "it is a folder"),
+    ):
         code, out, err = cli(capsys, *args)
         assert code == 2 and out == "", args
         assert len(err.splitlines()) == 1 and err.startswith("error: ") and text in err, err
@@ -374,16 +466,25 @@ def test_bad_arguments_are_one_error_line(dumps, tmp_path, capsys):
 
 
 def test_the_command_line_exit_code(dumps, tmp_path):
-    run = subprocess.run([sys.executable, "-m", "pypto", "compare", "--msprobe",
-                          str(dumps["mix"] / "step2")], capture_output=True, text=True,
-                         cwd=tmp_path, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    run = subprocess.run(
+        [sys.executable, "-m", "pypto", "compare", "--msprobe", str(dumps["mix"] / "step2")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert lines[0].startswith(f"pypto {pypto.__version__}: conv2d backward calls in the "
-                               f"msprobe dump")
-    assert lines[1].startswith("PASS  Functional.conv2d.0.backward bf16 dy [1, 16, 3, 6] w "
-                               "[16, 16, 3, 3] -> dx [1, 16, 8, 8], strides [2, 1], paddings "
-                               "[0, 0, 0, 0], dilations [1, 1]: max ")
+    assert lines[0].startswith(
+        f"pypto {pypto.__version__}: conv2d backward calls in the msprobe dump"
+    )
+    assert lines[1].startswith(
+        "PASS  Functional.conv2d.0.backward bf16 dy [1, 16, 3, 6] w "
+        "[16, 16, 3, 3] -> dx [1, 16, 8, 8], strides [2, 1], paddings "
+        "[0, 0, 0, 0], dilations [1, 1]: max "
+    )
     assert lines[1].endswith("0 of 1024 outside the bound; every standard passes")
-    assert lines[-1] == ("summary: 4 conv2d backward call(s) in 1 dump.json: 1 passed, 0 "
-                         "failed, 3 skipped (dual-L0); verdict PASS")
+    assert lines[-1] == (
+        "summary: 4 conv2d backward call(s) in 1 dump.json: 1 passed, 0 "
+        "failed, 3 skipped (dual-L0); verdict PASS"
+    )

@@ -9,22 +9,25 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from support.npu_problems import extreme_problem, legal_tiles
-from support.reference import dgrad_brute_force
 
-from pypto._dtypes import DataType
+from pypto._core.rules import tile_violation
 from pypto._core.shapes import forward_out_size
 from pypto._core.tiling import C0, ConvProblem, Tiling
-from pypto._core.rules import tile_violation
-from pypto._npu.decompose import (Piece, decompositions, dilation_phases, stride_phases,
-                                     whole_axis)
+from pypto._dtypes import DataType
+from pypto._npu.decompose import Piece, decompositions, dilation_phases, stride_phases, whole_axis
 from pypto._npu.plan import CallPlan, _call_plan
+from support.npu_problems import extreme_problem, legal_tiles
+from support.reference import dgrad_brute_force
 
 
 def _triples(size_in, size_out, kernel, stride, pad, dilation):
     """Every (dx, dy, tap) index triple of one axis: i = j*stride - pad + t*dilation."""
-    return {(j * stride - pad + t * dilation, j, t) for j in range(size_out) for t in range(kernel)
-            if 0 <= j * stride - pad + t * dilation < size_in}
+    return {
+        (j * stride - pad + t * dilation, j, t)
+        for j in range(size_out)
+        for t in range(kernel)
+        if 0 <= j * stride - pad + t * dilation < size_in
+    }
 
 
 def _piece_triples(a):
@@ -37,8 +40,13 @@ def _piece_triples(a):
                 tap = g * k + u
                 q = (m + g * a.group_shift) * a.stride - a.pad + u * a.dilation
                 if tap < a.kernel and 0 <= q < a.size_in:
-                    out.append((a.dx_start + q * a.dx_step, a.dy_start + m * a.dy_step,
-                                a.tap_start + tap * a.tap_step))
+                    out.append(
+                        (
+                            a.dx_start + q * a.dx_step,
+                            a.dy_start + m * a.dy_step,
+                            a.tap_start + tap * a.tap_step,
+                        )
+                    )
     return out
 
 
@@ -96,9 +104,14 @@ def test_pieces_recompose_the_whole_dgrad(seed):
         got = np.zeros_like(want)
         for piece in pieces:
             sub = piece.problem(p)
-            got[piece.dx_index()] = dgrad_brute_force(piece.dy(dy), piece.weight(w),
-                                                      (sub.hin, sub.win), (sub.sh, sub.sw),
-                                                      (sub.pt, sub.pl), (sub.dh, sub.dw))
+            got[piece.dx_index()] = dgrad_brute_force(
+                piece.dy(dy),
+                piece.weight(w),
+                (sub.hin, sub.win),
+                (sub.sh, sub.sw),
+                (sub.pt, sub.pl),
+                (sub.dh, sub.dw),
+            )
             assert piece.dy(dy).shape == (p.n, sub.cout, sub.hout, sub.wout)
             assert piece.weight(w).shape == (sub.cout, p.cin, sub.kh, sub.kw)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
@@ -120,7 +133,8 @@ def test_every_accepted_extreme_problem_has_an_npu_plan():
         planned += 1
         rewritten += len(plan.pieces) != 1 or plan.pieces[0].piece != Piece(
             whole_axis(p.hin, p.hout, p.kh, p.sh, p.pt, p.dh),
-            whole_axis(p.win, p.wout, p.kw, p.sw, p.pl, p.dw))
+            whole_axis(p.win, p.wout, p.kw, p.sw, p.pl, p.dw),
+        )
     assert rewritten > 100  # the sample does reach the rewrites
 
 

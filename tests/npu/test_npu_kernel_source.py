@@ -27,7 +27,6 @@ import pytest
 from pypto._npu import launch_struct as _launch_struct
 from pypto._npu.launch_struct import ConvDxLaunch
 from pypto._npu.prototypes import LAUNCH_SYMBOL, PROTOTYPES
-
 from support.slowdown import limit
 
 HERE = Path(__file__).resolve().parent
@@ -56,12 +55,12 @@ def find_structs(preprocessed):
         while depth and pos < len(preprocessed):
             depth += {"{": 1, "}": -1}.get(preprocessed[pos], 0)
             pos += 1
-        found[match.group(1)] = preprocessed[match.start():pos + 1]
+        found[match.group(1)] = preprocessed[match.start() : pos + 1]
     return found
 
 
 def member_types(definition):
-    body = definition[definition.index("{") + 1:definition.rindex("}")]
+    body = definition[definition.index("{") + 1 : definition.rindex("}")]
     return [" ".join(member.split()[:-1]) for member in body.split(";") if member.strip()]
 
 
@@ -87,8 +86,9 @@ def definitions_in_order(names, structs):
 def kernel_parameters():
     """[(type, name)] of the extern "C" __global__ kernel in pypto_conv_dx.cpp."""
     source = KERNEL.read_text()
-    match = re.search(r'extern\s+"C"\s+__global__\s+__aicore__\s+void\s+pypto_conv_dx\s*\(([^)]*)\)',
-                      source)
+    match = re.search(
+        r'extern\s+"C"\s+__global__\s+__aicore__\s+void\s+pypto_conv_dx\s*\(([^)]*)\)', source
+    )
     assert match, "kernel entry point not found in pypto_conv_dx.cpp"
     params = []
     for param in match.group(1).split(","):
@@ -99,8 +99,9 @@ def kernel_parameters():
 
 @pytest.fixture(scope="module")
 def preprocessed_header():
-    return subprocess.run([CC, "-E", "-P", "-x", "c++", str(HEADER)], capture_output=True,
-                          text=True, check=True).stdout
+    return subprocess.run(
+        [CC, "-E", "-P", "-x", "c++", str(HEADER)], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_the_finder_cannot_see_typedefd_struct_definitions():
@@ -125,8 +126,11 @@ def test_the_launch_struct_is_passed_by_pointer_as_the_prototype_says(preprocess
     assert all(t == "GM_ADDR" for t, _ in params[:-1]), params
     # the wrapper: numBlocks, stream, one void* per GM_ADDR, then the struct as a host pointer
     _, restype, argtypes = PROTOTYPES[LAUNCH_SYMBOL]
-    expected = ([ctypes.c_uint32, ctypes.c_void_p] + [ctypes.c_void_p] * (len(params) - 1)
-                + [ctypes.POINTER(ConvDxLaunch)])
+    expected = (
+        [ctypes.c_uint32, ctypes.c_void_p]
+        + [ctypes.c_void_p] * (len(params) - 1)
+        + [ctypes.POINTER(ConvDxLaunch)]
+    )
     assert restype is ctypes.c_uint32 and list(argtypes) == expected
 
 
@@ -136,23 +140,34 @@ def test_a_wrapper_built_from_what_the_generator_finds_compiles(preprocessed_hea
     structs = find_structs(preprocessed_header)
     params = kernel_parameters()
     gm = [name for t, name in params if t == "GM_ADDR"]
-    signature = ", ".join(["uint32_t numBlocks", "void* stream"] + [f"void* {n}" for n in gm]
-                          + ["PyptoConvDxLaunch* launch"])
-    stub = "\n".join([
-        "#include <stdint.h>", "#include <string.h>",
-        *definitions_in_order({"PyptoConvDxLaunch"}, structs),
-        f'extern "C" uint32_t {LAUNCH_SYMBOL}({signature}) {{',
-        "    struct { " + " ".join(f"void* {n};" for n in gm) + " PyptoConvDxLaunch launch; } args;",
-        *(f"    args.{n} = {n};" for n in gm),
-        "    memcpy(&args.launch, launch, sizeof(PyptoConvDxLaunch));",
-        "    (void)numBlocks; (void)stream;",
-        "    return sizeof(args.launch) == 328 ? 0u : 1u;",
-        "}",
-        'static_assert(sizeof(PyptoConvDxLaunch) == 328, "launch struct size");',
-    ])
+    signature = ", ".join(
+        ["uint32_t numBlocks", "void* stream"]
+        + [f"void* {n}" for n in gm]
+        + ["PyptoConvDxLaunch* launch"]
+    )
+    stub = "\n".join(
+        [
+            "#include <stdint.h>",
+            "#include <string.h>",
+            *definitions_in_order({"PyptoConvDxLaunch"}, structs),
+            f'extern "C" uint32_t {LAUNCH_SYMBOL}({signature}) {{',
+            "    struct { "
+            + " ".join(f"void* {n};" for n in gm)
+            + " PyptoConvDxLaunch launch; } args;",
+            *(f"    args.{n} = {n};" for n in gm),
+            "    memcpy(&args.launch, launch, sizeof(PyptoConvDxLaunch));",
+            "    (void)numBlocks; (void)stream;",
+            "    return sizeof(args.launch) == 328 ? 0u : 1u;",
+            "}",
+            'static_assert(sizeof(PyptoConvDxLaunch) == 328, "launch struct size");',
+        ]
+    )
     (tmp_path / "host_stub.cpp").write_text(stub)
-    done = subprocess.run([CXX, "-std=c++11", "-fsyntax-only", str(tmp_path / "host_stub.cpp")],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [CXX, "-std=c++11", "-fsyntax-only", str(tmp_path / "host_stub.cpp")],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr + "\n" + stub
 
 
@@ -238,15 +253,36 @@ def standins(tmp_path_factory):
 
 
 def _syntax_check(standins, *defines):
-    return subprocess.run([CXX, "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
-                           f"-I{standins}", f"-I{KERNEL_SOURCES}", *defines, "-x", "c++", str(KERNEL)],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [
+            CXX,
+            "-std=c++17",
+            "-fsyntax-only",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            f"-I{standins}",
+            f"-I{KERNEL_SOURCES}",
+            *defines,
+            "-x",
+            "c++",
+            str(KERNEL),
+        ],
+        capture_output=True,
+        text=True,
+    )
 
 
 @needs_cxx
-@pytest.mark.parametrize("defines", [["-D__NPU_ARCH__=2201", "-D__DAV_C220_CUBE__"],
-                                     ["-D__NPU_ARCH__=2201", "-D__DAV_C220_VEC__"], []],
-                         ids=["cube-pass", "vec-pass", "host-pass"])
+@pytest.mark.parametrize(
+    "defines",
+    [
+        ["-D__NPU_ARCH__=2201", "-D__DAV_C220_CUBE__"],
+        ["-D__NPU_ARCH__=2201", "-D__DAV_C220_VEC__"],
+        [],
+    ],
+    ids=["cube-pass", "vec-pass", "host-pass"],
+)
 def test_the_kernel_is_well_formed_cpp_against_standins_of_ascendc(standins, defines):
     done = _syntax_check(standins, *defines)
     assert done.returncode == 0, done.stderr
@@ -266,21 +302,24 @@ def _code(path):
 
 def test_the_kernel_sets_the_fixpipe_inf_nan_mode_and_restores_it():
     code = _code(KERNEL)
-    entry = code[code.index('extern "C" __global__'):]
+    entry = code[code.index('extern "C" __global__') :]
     guard = "#if defined(__NPU_ARCH__) && (__NPU_ARCH__ == 2201)"
     assert entry.count(guard) == 2, "set at entry and restored at exit, on 2201 builds"
     first, second = (entry.split(guard)[i].split("#")[0] for i in (1, 2))
     assert "AscendC::AscendCUtils::SetOverflow(1);" in first
     assert entry.index("SetOverflow(1)") < entry.index("RunTaskFor<")
-    assert "SetOverflow(overflowBitBefore)" in second and entry.index("MarkDone(") < entry.rindex(guard)
+    assert "SetOverflow(overflowBitBefore)" in second and entry.index("MarkDone(") < entry.rindex(
+        guard
+    )
     assert "#error" in entry  # a dav-c220 pass without the arch macro fails instead of skipping it
 
 
 def test_the_kernel_reads_the_tiling_through_its_real_type_and_no_system_workspace():
     code = _code(KERNEL)
     assert "reinterpret_cast<const TConv3DBackpropInputTiling" not in code
-    assert re.search(r"TConv3DBackpropInputTiling t;\s*__builtin_memcpy\(&t, &launch\.api, sizeof\(t\)\);",
-                     code)
+    assert re.search(
+        r"TConv3DBackpropInputTiling t;\s*__builtin_memcpy\(&t, &launch\.api, sizeof\(t\)\);", code
+    )
     assert "dgrad.Init(&t);" in code
     # the done slots start at the workspace's first byte; no system workspace anywhere
     assert "SYSTEM_WORKSPACE" not in code and "MarkDone(workspace, launch)" in code
@@ -290,7 +329,9 @@ def test_the_kernel_reads_the_tiling_through_its_real_type_and_no_system_workspa
 
 # --- F3: the SoC from npu-smi ----------------------------------------------------------------------
 def _load_build():
-    spec = importlib.util.spec_from_file_location("pypto_ascendc_build", KERNEL_SOURCES / "build.py")
+    spec = importlib.util.spec_from_file_location(
+        "pypto_ascendc_build", KERNEL_SOURCES / "build.py"
+    )
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)  # by path, as setup.py does
     return build
@@ -397,17 +438,23 @@ A3_TABLE = """\
 GARBAGE = "npu-smi: command failed\nError: the device does not exist : 0x40\n: : :\n"
 
 
-@pytest.mark.parametrize("text, soc", [
-    (A2_BOARD_CHIP, "Ascend910B3"),
-    (A3_BOARD_CHIP, "Ascend910_9392"),
-    (A3_BOARD, "Ascend910_9382"),
-    (A3_BOARD_CHIP.replace(": 9392", ": Ascend910_9391"), "Ascend910_9391"),  # the variant spelled out
-    (A2_BOARD_CHIP.replace(": 910B3", ": 910B4-1"), "Ascend910B4-1"),
-    (A2_BOARD, None),                                     # no Chip Name at board level there
-    (A3_BOARD_CHIP.replace(": 9392", ": NA"), None),      # Ascend910 alone: which A3?
-    (GARBAGE, None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "text, soc",
+    [
+        (A2_BOARD_CHIP, "Ascend910B3"),
+        (A3_BOARD_CHIP, "Ascend910_9392"),
+        (A3_BOARD, "Ascend910_9382"),
+        (
+            A3_BOARD_CHIP.replace(": 9392", ": Ascend910_9391"),
+            "Ascend910_9391",
+        ),  # the variant spelled out
+        (A2_BOARD_CHIP.replace(": 910B3", ": 910B4-1"), "Ascend910B4-1"),
+        (A2_BOARD, None),  # no Chip Name at board level there
+        (A3_BOARD_CHIP.replace(": 9392", ": NA"), None),  # Ascend910 alone: which A3?
+        (GARBAGE, None),
+        ("", None),
+    ],
+)
 def test_the_board_parser_names_a2_and_a3_socs(text, soc):
     assert _load_build().parse_npu_smi_board(text) == soc
 
@@ -422,43 +469,66 @@ def test_the_npu_smi_table_names_a2_but_cannot_name_a3():
 @pytest.fixture
 def fake_npu_smi(tmp_path, monkeypatch):
     """``install({args: output})`` puts an npu-smi on PATH that prints those (and fails otherwise)."""
+
     def install(outputs):
         folder = tmp_path / "smi"
         folder.mkdir(exist_ok=True)
         (folder / "outputs.json").write_text(json.dumps(outputs))
         script = folder / "npu-smi"
-        script.write_text(f"#!{sys.executable}\nimport json, sys\n"
-                          f"outputs = json.load(open({str(folder / 'outputs.json')!r}))\n"
-                          "key = ' '.join(sys.argv[1:])\n"
-                          "if key not in outputs:\n"
-                          "    sys.exit('Error: parameter error, usage: npu-smi info ...')\n"
-                          "sys.stdout.write(outputs[key])\n")
+        script.write_text(
+            f"#!{sys.executable}\nimport json, sys\n"
+            f"outputs = json.load(open({str(folder / 'outputs.json')!r}))\n"
+            "key = ' '.join(sys.argv[1:])\n"
+            "if key not in outputs:\n"
+            "    sys.exit('Error: parameter error, usage: npu-smi info ...')\n"
+            "sys.stdout.write(outputs[key])\n"
+        )
         script.chmod(0o755)
         monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ.get('PATH', '')}")
         monkeypatch.delenv("SOC_VERSION", raising=False)
+
     return install
 
 
-@pytest.mark.parametrize("outputs, soc", [
-    ({"info -m": A2_CHIPS, "info -t board -i 0 -c 0": A2_BOARD_CHIP, "info -t board -i 0": A2_BOARD,
-      "info": A2_TABLE}, "Ascend910B3"),
-    ({"info -m": A3_CHIPS, "info -t board -i 0 -c 0": A3_BOARD_CHIP, "info -t board -i 0": A3_BOARD,
-      "info": A3_TABLE}, "Ascend910_9392"),
-    # an npu-smi without the chip query: the board query names the A3 variant
-    ({"info -m": A3_CHIPS, "info -t board -i 0": A3_BOARD, "info": A3_TABLE}, "Ascend910_9382"),
-    # only the table: enough on A2, not on A3
-    ({"info": A2_TABLE}, "Ascend910B3"),
-    ({"info": A3_TABLE}, None),
-    ({"info -m": GARBAGE, "info -t board -i 0 -c 0": GARBAGE, "info": GARBAGE}, None),
-])
+@pytest.mark.parametrize(
+    "outputs, soc",
+    [
+        (
+            {
+                "info -m": A2_CHIPS,
+                "info -t board -i 0 -c 0": A2_BOARD_CHIP,
+                "info -t board -i 0": A2_BOARD,
+                "info": A2_TABLE,
+            },
+            "Ascend910B3",
+        ),
+        (
+            {
+                "info -m": A3_CHIPS,
+                "info -t board -i 0 -c 0": A3_BOARD_CHIP,
+                "info -t board -i 0": A3_BOARD,
+                "info": A3_TABLE,
+            },
+            "Ascend910_9392",
+        ),
+        # an npu-smi without the chip query: the board query names the A3 variant
+        ({"info -m": A3_CHIPS, "info -t board -i 0": A3_BOARD, "info": A3_TABLE}, "Ascend910_9382"),
+        # only the table: enough on A2, not on A3
+        ({"info": A2_TABLE}, "Ascend910B3"),
+        ({"info": A3_TABLE}, None),
+        ({"info -m": GARBAGE, "info -t board -i 0 -c 0": GARBAGE, "info": GARBAGE}, None),
+    ],
+)
 def test_the_soc_is_detected_from_npu_smi(fake_npu_smi, outputs, soc):
     fake_npu_smi(outputs)
     assert _load_build().detect_soc_version() == soc
 
 
 def test_the_first_ai_chip_of_npu_smi_is_queried(fake_npu_smi):
-    chips = A2_CHIPS.replace("        0                              0                              0",
-                             "        4                              0                              0")
+    chips = A2_CHIPS.replace(
+        "        0                              0                              0",
+        "        4                              0                              0",
+    )
     fake_npu_smi({"info -m": chips, "info -t board -i 4 -c 0": A2_BOARD_CHIP})
     assert _load_build().detect_soc_version() == "Ascend910B3"
 
@@ -469,8 +539,9 @@ def test_soc_version_overrides_npu_smi(fake_npu_smi, monkeypatch):
     assert _load_build().detect_soc_version() == "Ascend910_9362"
 
 
-def test_no_soc_from_npu_smi_skips_the_build_with_one_clear_line(fake_npu_smi, tmp_path, monkeypatch,
-                                                                 capsys):
+def test_no_soc_from_npu_smi_skips_the_build_with_one_clear_line(
+    fake_npu_smi, tmp_path, monkeypatch, capsys
+):
     build = _load_build()
     module_dir = tmp_path / "cann" / "compiler" / "tikcpp" / "ascendc_kernel_cmake"
     module_dir.mkdir(parents=True)
@@ -492,8 +563,9 @@ def _exports():
 
 def _dynamic_symbols(library):
     """The names `nm -D --defined-only` lists (what other objects in the process can bind to)."""
-    out = subprocess.run([NM, "-D", "--defined-only", str(library)], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [NM, "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True
+    ).stdout
     return {line.split()[-1] for line in out.splitlines() if line.strip()}
 
 
@@ -518,22 +590,43 @@ def fakes(tmp_path_factory):
     (root / "dev").mkdir()
     (root / "dev" / "davinci0").touch()
     _compile(FLAGS + ["-pthread", "-o", str(acl), str(FAKE_SOURCES / "fake_acl.c")])
-    plain, limited = root / "plain" / "libpypto_conv_dx.so", root / "limited" / "libpypto_conv_dx.so"
+    plain, limited = (
+        root / "plain" / "libpypto_conv_dx.so",
+        root / "limited" / "libpypto_conv_dx.so",
+    )
     plain.parent.mkdir()
     limited.parent.mkdir()
     source = [f"-I{KERNEL_SOURCES}", str(FAKE_SOURCES / "fake_conv_dx_kernel.c"), "-lm"]
     _compile(FLAGS + ["-o", str(plain)] + source)
     script = root / "pypto_conv_dx.map"
-    script.write_text("{\n  global:\n    " + ";\n    ".join(_exports()) + ";\n  local:\n    *;\n};\n")
-    _compile(FLAGS + ["-o", str(limited), f"-Wl,--version-script={script}", "-Wl,--exclude-libs,ALL",
-                      "-Wl,-Bsymbolic"] + source)
+    script.write_text(
+        "{\n  global:\n    " + ";\n    ".join(_exports()) + ";\n  local:\n    *;\n};\n"
+    )
+    _compile(
+        FLAGS
+        + [
+            "-o",
+            str(limited),
+            f"-Wl,--version-script={script}",
+            "-Wl,--exclude-libs,ALL",
+            "-Wl,-Bsymbolic",
+        ]
+        + source
+    )
 
     def env(kernel=plain, **extra):
-        base = {k: v for k, v in os.environ.items()
-                if not k.startswith(("ASCEND_", "PYPTO_NPU_", "FAKE_")) and k != "PYPTO_DEVICE"}
-        base.update(ASCEND_HOME_PATH=str(root / "toolkit"), PYPTO_NPU_KERNEL_LIB=str(kernel),
-                    PYPTO_NPU_DEV_DIR=str(root / "dev"), FAKE_ACL_REPORT=str(root / "report.json"),
-                    PYPTO_CACHE_DIR=str(root / "cache"))  # self-check verdicts: not in ~/.cache
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("ASCEND_", "PYPTO_NPU_", "FAKE_")) and k != "PYPTO_DEVICE"
+        }
+        base.update(
+            ASCEND_HOME_PATH=str(root / "toolkit"),
+            PYPTO_NPU_KERNEL_LIB=str(kernel),
+            PYPTO_NPU_DEV_DIR=str(root / "dev"),
+            FAKE_ACL_REPORT=str(root / "report.json"),
+            PYPTO_CACHE_DIR=str(root / "cache"),
+        )  # self-check verdicts: not in ~/.cache
         base.update({k: str(v) for k, v in extra.items()})
         return base
 
@@ -541,8 +634,14 @@ def fakes(tmp_path_factory):
 
 
 def _run(code, env):
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
-                          text=True, timeout=limit(300), cwd=str(ROOT / "tests"))
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=limit(300),
+        cwd=str(ROOT / "tests"),
+    )
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -561,7 +660,8 @@ def test_the_fake_kernel_built_like_the_real_one_exports_only_the_launch_wrapper
 def test_the_kernel_library_loads_local_and_still_resolves_acl(fakes):
     """F5: libascendcl.so joins the global scope, the kernel library does not; the kernel library
     still resolves its own imports from libascendcl.so, and computes."""
-    result = _run(f"""
+    result = _run(
+        f"""
         import ctypes, json
         import numpy as np
         from pypto._npu.acl import open_library
@@ -571,9 +671,12 @@ def test_the_kernel_library_loads_local_and_still_resolves_acl(fakes):
         print(json.dumps(dict(acl_global=hasattr(scope, "aclInit"),
                               kernel_global=hasattr(scope, {LAUNCH_SYMBOL!r}),
                               bound=callable(getattr(kernel, {LAUNCH_SYMBOL!r})))))
-    """, fakes.env(kernel=fakes.limited))
+    """,
+        fakes.env(kernel=fakes.limited),
+    )
     assert result == dict(acl_global=True, kernel_global=False, bound=True)
-    result = _run("""
+    result = _run(
+        """
         import json
         import numpy as np
         import pypto, pypto.device as device
@@ -591,7 +694,9 @@ def test_the_kernel_library_loads_local_and_still_resolves_acl(fakes):
         w = rng.integers(-4, 5, (16, 16, 3, 3)).astype(np.float16)
         npu, cpu = device.conv_backward_input_npu(call, dy, w), conv_backward_input_cpu(call, dy, w)
         print(json.dumps(bool(np.array_equal(npu, cpu))))
-    """, fakes.env(kernel=fakes.limited))
+    """,
+        fakes.env(kernel=fakes.limited),
+    )
     assert result is True
 
 
@@ -642,8 +747,12 @@ endfunction()
 @needs_cc
 @needs_nm
 @needs_cmake
-@pytest.mark.parametrize("runtime_target", [True, False], ids=["cann-module", "module-without-runtime-target"])
-def test_the_cmake_project_keeps_the_ascendc_runtime_private(runtime_target, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "runtime_target", [True, False], ids=["cann-module", "module-without-runtime-target"]
+)
+def test_the_cmake_project_keeps_the_ascendc_runtime_private(
+    runtime_target, tmp_path, monkeypatch, capsys
+):
     """F5 and F6 on the CMake project itself, with a CANN-shaped ascendc_library: the library
     exports the launch wrapper only, binds the runtime and the stub's globals inside itself (a
     library with the same names loaded first does not capture them, nor does it capture that
@@ -655,12 +764,23 @@ def test_the_cmake_project_keeps_the_ascendc_runtime_private(runtime_target, tmp
     lib64.mkdir()
     (tmp_path / "empty.c").write_text("int pypto_fake_runtime_symbol;\n")
     for name in ("ascendcl", "runtime"):  # no -soname: NEEDED must still be the bare name
-        _compile(["-shared", "-fPIC", "-o", str(lib64 / f"lib{name}.so"), str(tmp_path / "empty.c")])
+        _compile(
+            ["-shared", "-fPIC", "-o", str(lib64 / f"lib{name}.so"), str(tmp_path / "empty.c")]
+        )
     (tmp_path / "runtime.c").write_text(RUNTIME_C)
-    _compile(["-c", "-fPIC", "-DRUNTIME_ANSWER=7u", "-o", str(tmp_path / "runtime.o"),
-              str(tmp_path / "runtime.c")])
-    subprocess.run(["ar", "rcs", str(lib64 / "libascendc_runtime.a"), str(tmp_path / "runtime.o")],
-                   check=True)
+    _compile(
+        [
+            "-c",
+            "-fPIC",
+            "-DRUNTIME_ANSWER=7u",
+            "-o",
+            str(tmp_path / "runtime.o"),
+            str(tmp_path / "runtime.c"),
+        ]
+    )
+    subprocess.run(
+        ["ar", "rcs", str(lib64 / "libascendc_runtime.a"), str(tmp_path / "runtime.o")], check=True
+    )
     (tmp_path / "stub.c").write_text(STUB_C)
     module = FAKE_CANN_CMAKE.replace("@RUNTIME@", str(lib64 / "libascendc_runtime.a"))
     if not runtime_target:
@@ -678,8 +798,9 @@ def test_the_cmake_project_keeps_the_ascendc_runtime_private(runtime_target, tmp
     if runtime_target:  # CANN's module: the version script applies
         assert exported == {LAUNCH_SYMBOL}
     if READELF:
-        dynamic = subprocess.run([READELF, "-d", str(library)], capture_output=True, text=True,
-                                 check=True).stdout
+        dynamic = subprocess.run(
+            [READELF, "-d", str(library)], capture_output=True, text=True, check=True
+        ).stdout
         needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic)
         assert "libascendcl.so" in needed and "libruntime.so" in needed, needed
         assert not [n for n in needed if "/" in n], needed
@@ -688,14 +809,25 @@ def test_the_cmake_project_keeps_the_ascendc_runtime_private(runtime_target, tmp
     # and globally: it must neither capture our library's references nor be captured by ours
     (tmp_path / "other_runtime.c").write_text(RUNTIME_C.replace("RUNTIME_ANSWER", "99u"))
     other = tmp_path / "libother_kernels.so"
-    _compile(["-shared", "-fPIC", "-o", str(other), str(tmp_path / "other_runtime.c"),
-              str(tmp_path / "stub.c")])
-    result = _run(f"""
+    _compile(
+        [
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(other),
+            str(tmp_path / "other_runtime.c"),
+            str(tmp_path / "stub.c"),
+        ]
+    )
+    result = _run(
+        f"""
         import ctypes, json
         other = ctypes.CDLL({str(other)!r}, mode=ctypes.RTLD_GLOBAL)
         ours = ctypes.CDLL({str(library)!r}, mode=ctypes.RTLD_LOCAL)
         print(json.dumps([ours.{LAUNCH_SYMBOL}(), other.{LAUNCH_SYMBOL}()]))
-    """, dict(os.environ))
+    """,
+        dict(os.environ),
+    )
     assert result == [7, 99]
 
 
@@ -792,8 +924,13 @@ def test_the_fake_kernel_can_be_wrong_on_one_kernel_height(fakes, kh, wrong):
 def test_npu_check_reports_a_saturating_fixpipe(fakes):
     """examples/npu_check.py's non-finite cases catch a kernel whose Inf/NaN mode did not take."""
     example = ROOT / "examples" / "npu_check.py"
-    done = subprocess.run([sys.executable, str(example)], env=fakes.env(FAKE_KERNEL_SATURATE=1),
-                          capture_output=True, text=True, timeout=limit(300))
+    done = subprocess.run(
+        [sys.executable, str(example)],
+        env=fakes.env(FAKE_KERNEL_SATURATE=1),
+        capture_output=True,
+        text=True,
+        timeout=limit(300),
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.count("NPU and CPU agree") == 5, done.stdout  # the finite problems
     assert done.stdout.count("NPU DIFFERS from the CPU in its NaN/Inf positions") == 2, done.stdout

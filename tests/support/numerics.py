@@ -36,12 +36,11 @@ import numpy as np
 
 import pypto
 from pypto import pypto_impl
-
 from support.reference import dgrad_abs_reference, dgrad_reference, round_once_f64, ulp
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FP16 = np.dtype(np.float16)
-U32 = 2.0 ** -24  # fp32 unit roundoff
+U32 = 2.0**-24  # fp32 unit roundoff
 MAX_DIFF_FRACTION = 0.02
 
 DTYPES = {"fp16": (FP16, pypto.DT_FP16), "bf16": (BF16, pypto.DT_BF16)}
@@ -61,23 +60,25 @@ def tiles_legal(prob, l1, l0, dtype_size=2):
     taps = prob["kh"] * prob["kw"]
     win = prob["win"]
     if not (ml1 >= 1 and (ml1 <= win or ml1 % win == 0)):
-        return False                                                        # TS1
+        return False  # TS1
     if not (nl1 >= 1 and nl1 % 16 == 0):
-        return False                                                        # TS2
+        return False  # TS2
     if not (kl1 >= 1 and kl1 % (16 * taps) == 0):
-        return False                                                        # TS3
+        return False  # TS3
     if any(v < 16 or v % 16 for v in (ml0, kl0, nl0)):
-        return False                                                        # TS4
+        return False  # TS4
     if ml0 > ceil16(ml1) or kl0 > kl1 or nl0 > nl1:
         return False
     if ml0 * kl0 * dtype_size > 65536 or kl0 * nl0 * dtype_size > 65536:
-        return False                                                        # TS5
+        return False  # TS5
     if ml0 * nl0 * 4 > 131072:
         return False
-    hout_l1 = min(-(-ml1 // win) + (prob["kh"] - 1) * prob["dh"],
-                  (prob["hout"] - 1) * prob["sh"] + 1)
-    wout_l1 = min(min(ml1, win) + (prob["kw"] - 1) * prob["dw"],
-                  (prob["wout"] - 1) * prob["sw"] + 1)
+    hout_l1 = min(
+        -(-ml1 // win) + (prob["kh"] - 1) * prob["dh"], (prob["hout"] - 1) * prob["sh"] + 1
+    )
+    wout_l1 = min(
+        min(ml1, win) + (prob["kw"] - 1) * prob["dw"], (prob["wout"] - 1) * prob["sw"] + 1
+    )
     cout_l1 = kl1 // taps
     return (kl1 * nl1 + hout_l1 * wout_l1 * cout_l1) * dtype_size <= 524288  # TS6
 
@@ -98,14 +99,16 @@ def auto_tiles(prob):
     raise AssertionError(f"no legal auto tiles for {prob}")
 
 
-def make_problem(n, cin, cout, hout, wout, kh, kw, strides=(1, 1), pads=(0, 0), dil=(1, 1),
-                 hin="min", win="min"):
+def make_problem(
+    n, cin, cout, hout, wout, kh, kw, strides=(1, 1), pads=(0, 0), dil=(1, 1), hin="min", win="min"
+):
     """A problem dict; Hin/Win picked from pypto.conv_backward_input_size_range ('min'/'max')."""
     sh, sw = strides
     ph, pw = pads
     dh, dw = dil
     (hlo, hhi), (wlo, whi) = pypto.conv_backward_input_size_range(
-        [n, cout, hout, wout], [cout, cin, kh, kw], [sh, sw], [ph, ph, pw, pw], [dh, dw])
+        [n, cout, hout, wout], [cout, cin, kh, kw], [sh, sw], [ph, ph, pw, pw], [dh, dw]
+    )
     # the same range from the specification's formula (section 3)
     hmin = (hout - 1) * sh - 2 * ph + (kh - 1) * dh + 1
     wmin = (wout - 1) * sw - 2 * pw + (kw - 1) * dw + 1
@@ -114,8 +117,23 @@ def make_problem(n, cin, cout, hout, wout, kh, kw, strides=(1, 1), pads=(0, 0), 
     pick = {"min": lambda lo, hi: lo, "max": lambda lo, hi: hi}
     hin = pick[hin](hlo, hhi) if isinstance(hin, str) else hin
     win = pick[win](wlo, whi) if isinstance(win, str) else win
-    return dict(n=n, cin=cin, cout=cout, hout=hout, wout=wout, kh=kh, kw=kw, sh=sh, sw=sw,
-                ph=ph, pw=pw, dh=dh, dw=dw, hin=hin, win=win)
+    return dict(
+        n=n,
+        cin=cin,
+        cout=cout,
+        hout=hout,
+        wout=wout,
+        kh=kh,
+        kw=kw,
+        sh=sh,
+        sw=sw,
+        ph=ph,
+        pw=pw,
+        dh=dh,
+        dw=dw,
+        hin=hin,
+        win=win,
+    )
 
 
 def make_data(prob, dtype, rng, dist="normal"):
@@ -129,8 +147,9 @@ def make_data(prob, dtype, rng, dist="normal"):
 
 
 def set_tiles(l1, l0, vec=(16, 16, 16, 16)):
-    pypto.set_convbp_input_tile_shapes(pypto_impl.ConvBpTileL1Info(*l1),
-                                       pypto_impl.ConvBpTileL0Info(*l0))
+    pypto.set_convbp_input_tile_shapes(
+        pypto_impl.ConvBpTileL1Info(*l1), pypto_impl.ConvBpTileL0Info(*l0)
+    )
     pypto.set_vec_tile_shapes(*vec)
 
 
@@ -143,9 +162,14 @@ def call_op(prob, dy, w, dtype=None):
     """conv_backward_input on arrays (wrapped as given) under the configuration in effect."""
     dtype = dtype if dtype is not None else pypto.from_numpy(dy).dtype
     return pypto.conv_backward_input(
-        pypto.from_numpy(dy), size_of(prob), pypto.from_numpy(w), dtype,
-        [prob["sh"], prob["sw"]], [prob["ph"], prob["ph"], prob["pw"], prob["pw"]],
-        [prob["dh"], prob["dw"]])
+        pypto.from_numpy(dy),
+        size_of(prob),
+        pypto.from_numpy(w),
+        dtype,
+        [prob["sh"], prob["sw"]],
+        [prob["ph"], prob["ph"], prob["pw"], prob["pw"]],
+        [prob["dh"], prob["dw"]],
+    )
 
 
 def run_op(prob, dy, w, tiles=None, vec=(16, 16, 16, 16)):
@@ -158,8 +182,12 @@ def run_op(prob, dy, w, tiles=None, vec=(16, 16, 16, 16)):
 
 
 def geometry(prob):
-    return ((prob["hin"], prob["win"]), (prob["sh"], prob["sw"]), (prob["ph"], prob["pw"]),
-            (prob["dh"], prob["dw"]))
+    return (
+        (prob["hin"], prob["win"]),
+        (prob["sh"], prob["sw"]),
+        (prob["ph"], prob["pw"]),
+        (prob["dh"], prob["dw"]),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -184,7 +212,8 @@ def check_against(out, ref, abs_ref, k_len, label=""):
         raise AssertionError(
             f"{label}: {int(bad.sum())} of {o.size} elements outside the fp32-accumulation bound; "
             f"worst at {idx}: out={o[idx]!r} ref={ref[idx]!r} |err|={err[idx]:.3g} "
-            f"bound={bound[idx]:.3g} abs_ref={abs_ref[idx]:.3g}")
+            f"bound={bound[idx]:.3g} abs_ref={abs_ref[idx]:.3g}"
+        )
     # positions that no window reaches (no term at all) are exactly zero
     no_terms = abs_ref == 0
     assert (o[no_terms] == 0).all(), f"{label}: nonzero output where no dy pixel contributes"
@@ -201,7 +230,8 @@ def check_against(out, ref, abs_ref, k_len, label=""):
     print(f"[numerics] {stats}")
     assert n_diff <= MAX_DIFF_FRACTION * o.size + 1, (
         f"{label}: {n_diff} of {o.size} elements differ from the once-rounded float64 value "
-        f"(allowed {MAX_DIFF_FRACTION:.0%})")
+        f"(allowed {MAX_DIFF_FRACTION:.0%})"
+    )
     return stats
 
 

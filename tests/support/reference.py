@@ -73,8 +73,10 @@ def _scatter_taps(dy, w, input_hw, strides, pads_hw, dilations):
             contrib = np.einsum("nohw,oc->nchw", dy, w[:, :, kh, kw])
             r0 = kh * dh  # = (ho=0)*sh - pt + kh*dh, shifted by +pt
             c0 = kw * dw
-            buf[:, :, r0:r0 + (hout - 1) * sh + 1:sh, c0:c0 + (wout - 1) * sw + 1:sw] += contrib
-    return buf[:, :, pt:pt + hin, pl:pl + win]
+            buf[:, :, r0 : r0 + (hout - 1) * sh + 1 : sh, c0 : c0 + (wout - 1) * sw + 1 : sw] += (
+                contrib
+            )
+    return buf[:, :, pt : pt + hin, pl : pl + win]
 
 
 def dgrad_reference(dy, w, input_hw, strides, pads_hw, dilations):
@@ -102,8 +104,7 @@ def dgrad_brute_force(dy, w, input_hw, strides, pads_hw, dilations):
 
 def dgrad_abs_reference(dy, w, input_hw, strides, pads_hw, dilations):
     """sum |dy * w| over the terms of each dx element (the scale of the accumulation error)."""
-    return dgrad_reference(np.abs(_f64(dy)), np.abs(_f64(w)), input_hw, strides, pads_hw,
-                           dilations)
+    return dgrad_reference(np.abs(_f64(dy)), np.abs(_f64(w)), input_hw, strides, pads_hw, dilations)
 
 
 def conv2d_forward_reference(x, w, strides, pads_hw, dilations, out_hw=None):
@@ -129,12 +130,12 @@ def conv2d_forward_reference(x, w, strides, pads_hw, dilations, out_hw=None):
     hbuf = max(hin + 2 * pt, (hout - 1) * sh + (kh_n - 1) * dh + 1)
     wbuf = max(win + 2 * pl, (wout - 1) * sw + (kw_n - 1) * dw + 1)
     xp = np.zeros((n, cin, hbuf, wbuf), dtype=np.float64)
-    xp[:, :, pt:pt + hin, pl:pl + win] = x
+    xp[:, :, pt : pt + hin, pl : pl + win] = x
     y = np.zeros((n, cout, hout, wout), dtype=np.float64)
     for kh in range(kh_n):
         for kw in range(kw_n):
             r0, c0 = kh * dh, kw * dw
-            patch = xp[:, :, r0:r0 + (hout - 1) * sh + 1:sh, c0:c0 + (wout - 1) * sw + 1:sw]
+            patch = xp[:, :, r0 : r0 + (hout - 1) * sh + 1 : sh, c0 : c0 + (wout - 1) * sw + 1 : sw]
             y += np.einsum("nchw,oc->nohw", patch, w[:, :, kh, kw])
     return y
 
@@ -192,7 +193,7 @@ def round_once_f64(x64, dtype):
     e = _exponent(xf, emin)
     q = np.ldexp(1.0, (e - (p - 1)).astype(np.int64))
     r = np.rint(xf / q) * q
-    largest = (2.0 - 2.0 ** (1 - p)) * 2.0 ** emax
+    largest = (2.0 - 2.0 ** (1 - p)) * 2.0**emax
     r = np.where(np.abs(r) > largest, np.copysign(np.inf, xf), r)
     # keep the sign of zero (-tiny rounds to -0)
     r = np.where(r == 0, np.copysign(0.0, xf), r)

@@ -31,7 +31,6 @@ from hypothesis import strategies as st
 
 import pypto
 from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
-
 from support.numerics import ceil16, tiles_legal
 
 DT = pypto.DataType
@@ -39,18 +38,47 @@ SUPPORTED = (DT.DT_FP16, DT.DT_BF16)
 DTYPE_OF_NAME = {"fp16": DT.DT_FP16, "bf16": DT.DT_BF16}
 # DataTypes that can hold host data, and their NumPy dtypes (written out here, not imported)
 NUMPY_OF = {
-    DT.DT_FP16: np.dtype(np.float16), DT.DT_BF16: np.dtype(ml_dtypes.bfloat16),
-    DT.DT_FP32: np.dtype(np.float32), DT.DT_DOUBLE: np.dtype(np.float64),
-    DT.DT_INT8: np.dtype(np.int8), DT.DT_INT16: np.dtype(np.int16),
-    DT.DT_INT32: np.dtype(np.int32), DT.DT_INT64: np.dtype(np.int64),
-    DT.DT_UINT8: np.dtype(np.uint8), DT.DT_UINT16: np.dtype(np.uint16),
-    DT.DT_UINT32: np.dtype(np.uint32), DT.DT_UINT64: np.dtype(np.uint64),
+    DT.DT_FP16: np.dtype(np.float16),
+    DT.DT_BF16: np.dtype(ml_dtypes.bfloat16),
+    DT.DT_FP32: np.dtype(np.float32),
+    DT.DT_DOUBLE: np.dtype(np.float64),
+    DT.DT_INT8: np.dtype(np.int8),
+    DT.DT_INT16: np.dtype(np.int16),
+    DT.DT_INT32: np.dtype(np.int32),
+    DT.DT_INT64: np.dtype(np.int64),
+    DT.DT_UINT8: np.dtype(np.uint8),
+    DT.DT_UINT16: np.dtype(np.uint16),
+    DT.DT_UINT32: np.dtype(np.uint32),
+    DT.DT_UINT64: np.dtype(np.uint64),
     DT.DT_BOOL: np.dtype(np.bool_),
 }
 
 MAX_DIM = 1000000
-RULE_IDS = ("T1", "R1", "D1", "D2", "D3", "D4", "S1", "S2", "A1", "A2", "A3", "A4", "G1", "C1",
-            "O1", "TS0", "TS1", "TS2", "TS3", "TS4", "TS5", "TS6", "V1")
+RULE_IDS = (
+    "T1",
+    "R1",
+    "D1",
+    "D2",
+    "D3",
+    "D4",
+    "S1",
+    "S2",
+    "A1",
+    "A2",
+    "A3",
+    "A4",
+    "G1",
+    "C1",
+    "O1",
+    "TS0",
+    "TS1",
+    "TS2",
+    "TS3",
+    "TS4",
+    "TS5",
+    "TS6",
+    "V1",
+)
 # the builtin kind of each rule's error (specification section 2: TypeError / ValueError /
 # RuntimeError in upstream's "ErrCode: F0000x, <Kind>: ..." text)
 RULE_KIND = dict.fromkeys(RULE_IDS, "ValueError")
@@ -88,9 +116,9 @@ class Case:
     paddings: object
     dilations: object
     groups: object
-    l1: object                  # (tileML1, tileKL1, tileNL1), or None: never set
-    l0: object                  # (tileML0, tileKL0, tileNL0)
-    vec: object                 # vector tile values, or None: never set
+    l1: object  # (tileML1, tileKL1, tileNL1), or None: never set
+    l0: object  # (tileML0, tileKL0, tileNL0)
+    vec: object  # vector tile values, or None: never set
     grad_output: object = NOT_SET  # a non-Tensor passed instead of grad_output (T1)
     weight: object = NOT_SET
     rule: object = None
@@ -98,27 +126,38 @@ class Case:
     seed: int = 0
 
     def __repr__(self):
-        extra = "".join(f", {k}={getattr(self, k)!r}" for k in ("grad_output", "weight")
-                        if getattr(self, k) is not NOT_SET)
-        return (f"Case(rule={self.rule}, how={self.how!r}, {self.dtype_name}, "
-                f"grad_output={self.go_shape}/{self.go_dtype}, "
-                f"weight={self.w_shape}/{self.w_dtype}, "
-                f"input_size={self.input_size!r}, out_dtype={self.out_dtype!r}, "
-                f"strides={self.strides!r}, paddings={self.paddings!r}, "
-                f"dilations={self.dilations!r}, groups={self.groups!r}, tiles={self.l1}/{self.l0}, "
-                f"vec={self.vec!r}, seed={self.seed}{extra})")
+        extra = "".join(
+            f", {k}={getattr(self, k)!r}"
+            for k in ("grad_output", "weight")
+            if getattr(self, k) is not NOT_SET
+        )
+        return (
+            f"Case(rule={self.rule}, how={self.how!r}, {self.dtype_name}, "
+            f"grad_output={self.go_shape}/{self.go_dtype}, "
+            f"weight={self.w_shape}/{self.w_dtype}, "
+            f"input_size={self.input_size!r}, out_dtype={self.out_dtype!r}, "
+            f"strides={self.strides!r}, paddings={self.paddings!r}, "
+            f"dilations={self.dilations!r}, groups={self.groups!r}, tiles={self.l1}/{self.l0}, "
+            f"vec={self.vec!r}, seed={self.seed}{extra})"
+        )
 
     def copy(self):
-        return dataclasses.replace(self, **{
-            f.name: copy.copy(getattr(self, f.name)) for f in dataclasses.fields(self)
-            if isinstance(getattr(self, f.name), (list, dict))})
+        return dataclasses.replace(
+            self,
+            **{
+                f.name: copy.copy(getattr(self, f.name))
+                for f in dataclasses.fields(self)
+                if isinstance(getattr(self, f.name), (list, dict))
+            },
+        )
 
     # --- options -----------------------------------------------------------------------------
     def set_options(self):
         """Set this case's tiles and vector tiles in the current scope (unset ones: not set)."""
         if self.l1 is not None:
-            pypto.set_convbp_input_tile_shapes(ConvBpTileL1Info(*self.l1),
-                                               ConvBpTileL0Info(*self.l0))
+            pypto.set_convbp_input_tile_shapes(
+                ConvBpTileL1Info(*self.l1), ConvBpTileL0Info(*self.l0)
+            )
         if self.vec is not None:
             pypto.set_vec_tile_shapes(*self.vec)
 
@@ -143,8 +182,10 @@ class Case:
     def arrays(self):
         """(dy, w) as NumPy arrays of the case's shapes and dtypes (call data_ok first)."""
         rng = np.random.default_rng(self.seed)
-        return (random_array([int(v) for v in self.go_shape], self.go_dtype, rng),
-                random_array([int(v) for v in self.w_shape], self.w_dtype, rng))
+        return (
+            random_array([int(v) for v in self.go_shape], self.go_dtype, rng),
+            random_array([int(v) for v in self.w_shape], self.w_dtype, rng),
+        )
 
     def tensors(self, arrays=None):
         """(grad_output, weight): from the arrays when given, else shape-only Tensors."""
@@ -161,9 +202,16 @@ class Case:
 
     def op(self, grad_output, weight):
         """The op itself on the given tensors and this case's other arguments."""
-        return pypto.conv_backward_input(grad_output, self.input_size, weight, self.out_dtype,
-                                         self.strides, self.paddings, self.dilations,
-                                         groups=self.groups)
+        return pypto.conv_backward_input(
+            grad_output,
+            self.input_size,
+            weight,
+            self.out_dtype,
+            self.strides,
+            self.paddings,
+            self.dilations,
+            groups=self.groups,
+        )
 
     def run(self, arrays=None):
         """configure() and call the op (with data when ``arrays`` is given)."""
@@ -194,7 +242,8 @@ class Case:
 
         kernel.__annotations__ = {
             name: pypto.Tensor(list(a.shape), pypto.from_numpy(a).dtype)
-            for name, a in (("grad_output", dy), ("weight", w), ("out", out))}
+            for name, a in (("grad_output", dy), ("weight", w), ("out", out))
+        }
         return pypto.jit(kernel)
 
 
@@ -215,9 +264,9 @@ def random_array(shape, dtype, rng):
 def _np_int(draw, v):
     """v as a plain int or, sometimes, a NumPy integer of a type that holds it (valid too)."""
     kinds = [int, int, np.int64]
-    if -2 ** 31 <= v < 2 ** 31:
+    if -(2**31) <= v < 2**31:
         kinds.append(np.int32)
-    if 0 <= v < 2 ** 16:
+    if 0 <= v < 2**16:
         kinds.append(np.uint16)
     if -128 <= v < 128:
         kinds.append(np.int8)
@@ -226,8 +275,9 @@ def _np_int(draw, v):
 
 def _form(draw, values, allow_numpy=True):
     """A list of ints as a list or a tuple, its items sometimes NumPy integers."""
-    items = [_np_int(draw, v) for v in values] if allow_numpy and draw(st.booleans()) \
-        else list(values)
+    items = (
+        [_np_int(draw, v) for v in values] if allow_numpy and draw(st.booleans()) else list(values)
+    )
     return tuple(items) if draw(st.booleans()) else items
 
 
@@ -237,12 +287,12 @@ def _axis(draw, max_in):
     s = draw(st.integers(1, 3))
     d = draw(st.integers(1, 3 if k == 1 else min(3, (max_in - 1) // (k - 1))))
     extent = (k - 1) * d + 1
-    p = draw(st.integers(0, extent - 1))              # A3: pad < (K-1)*d + 1
-    base = extent - 2 * p                             # HinMin for out = 1
-    out_lo = max(1, -(-(2 - base) // s))              # HinMax = HinMin + s - 1 >= 1
+    p = draw(st.integers(0, extent - 1))  # A3: pad < (K-1)*d + 1
+    base = extent - 2 * p  # HinMin for out = 1
+    out_lo = max(1, -(-(2 - base) // s))  # HinMax = HinMin + s - 1 >= 1
     out_hi = max(out_lo, min(8, (max_in - base) // s + 1))  # HinMin <= max_in
     out = draw(st.integers(out_lo, out_hi))
-    lo = (out - 1) * s - 2 * p + extent               # section 3
+    lo = (out - 1) * s - 2 * p + extent  # section 3
     size_in = draw(st.integers(max(lo, 1), min(lo + s - 1, max_in)))
     return k, s, d, p, out, size_in
 
@@ -255,8 +305,23 @@ def valid_problems(draw, min_kernel=1, max_in=12):
     kh, sh, dh, ph, hout, hin = _axis(draw, max_in)
     kw, sw, dw, pw, wout, win = _axis(draw, max_in)
     assume(max(kh, kw) >= min_kernel)
-    return dict(n=n, cin=cin, cout=cout, hout=hout, wout=wout, kh=kh, kw=kw, sh=sh, sw=sw,
-                ph=ph, pw=pw, dh=dh, dw=dw, hin=hin, win=win)
+    return dict(
+        n=n,
+        cin=cin,
+        cout=cout,
+        hout=hout,
+        wout=wout,
+        kh=kh,
+        kw=kw,
+        sh=sh,
+        sw=sw,
+        ph=ph,
+        pw=pw,
+        dh=dh,
+        dw=dw,
+        hin=hin,
+        win=win,
+    )
 
 
 @st.composite
@@ -274,8 +339,12 @@ def legal_tiles(draw, prob):
     c = draw(st.integers(1, max(1, min(nl1 // 16, 128 // a, 128 // b))))
     l1, l0 = (ml1, kl1, nl1), (16 * a, 16 * b, 16 * c)
     assume(tiles_legal(prob, l1, l0))
-    vec = [draw(st.integers(1, 4)), draw(st.integers(1, 40)), draw(st.integers(1, 8)),
-           16 * draw(st.integers(1, 4))]
+    vec = [
+        draw(st.integers(1, 4)),
+        draw(st.integers(1, 40)),
+        draw(st.integers(1, 8)),
+        16 * draw(st.integers(1, 4)),
+    ]
     if draw(st.booleans()):
         vec.insert(2, 1)  # NCDHW form with D = 1
     return l1, l0, tuple(vec)
@@ -284,10 +353,14 @@ def legal_tiles(draw, prob):
 def _case_from_problem(draw, prob, dtype_name, l1, l0, vec, numpy_forms=True):
     dt = DTYPE_OF_NAME[dtype_name]
     p = prob
-    tile_form = (lambda t: tuple(_np_int(draw, v) for v in t)) if numpy_forms and \
-        draw(st.booleans()) else tuple
+    tile_form = (
+        (lambda t: tuple(_np_int(draw, v) for v in t))
+        if numpy_forms and draw(st.booleans())
+        else tuple
+    )
     return Case(
-        prob=prob, dtype_name=dtype_name,
+        prob=prob,
+        dtype_name=dtype_name,
         go_shape=_form(draw, [p["n"], p["cout"], p["hout"], p["wout"]], numpy_forms),
         go_dtype=dt,
         w_shape=_form(draw, [p["cout"], p["cin"], p["kh"], p["kw"]], numpy_forms),
@@ -298,9 +371,11 @@ def _case_from_problem(draw, prob, dtype_name, l1, l0, vec, numpy_forms=True):
         paddings=_form(draw, [p["ph"], p["ph"], p["pw"], p["pw"]], numpy_forms),
         dilations=_form(draw, [p["dh"], p["dw"]], numpy_forms),
         groups=_np_int(draw, 1) if numpy_forms else 1,
-        l1=tile_form(l1), l0=tile_form(l0),
+        l1=tile_form(l1),
+        l0=tile_form(l0),
         vec=tile_form(vec),
-        seed=draw(st.integers(0, 2 ** 32 - 1)))
+        seed=draw(st.integers(0, 2**32 - 1)),
+    )
 
 
 @st.composite
@@ -315,6 +390,7 @@ def valid_cases(draw, min_kernel=1, numpy_forms=True):
 @st.composite
 def boundary_cases(draw):
     """Valid problems at the edges of every range (for shape-only calls: they can be huge)."""
+
     def edge(lo, hi):
         return draw(st.one_of(st.sampled_from([lo, hi, lo + 1, hi - 1]), st.integers(lo, hi)))
 
@@ -335,29 +411,89 @@ def boundary_cases(draw):
     (kh, sh, dh, ph, hout, hin), (kw, sw, dw, pw, wout, win) = axes
     assume(kh * kw * 16 <= 65535)  # S2
     n, cin, cout = edge(1, MAX_DIM), edge(1, MAX_DIM), edge(1, MAX_DIM)
-    prob = dict(n=n, cin=cin, cout=cout, hout=hout, wout=wout, kh=kh, kw=kw, sh=sh, sw=sw,
-                ph=ph, pw=pw, dh=dh, dw=dw, hin=hin, win=win)
+    prob = dict(
+        n=n,
+        cin=cin,
+        cout=cout,
+        hout=hout,
+        wout=wout,
+        kh=kh,
+        kw=kw,
+        sh=sh,
+        sw=sw,
+        ph=ph,
+        pw=pw,
+        dh=dh,
+        dw=dw,
+        hin=hin,
+        win=win,
+    )
     taps = kh * kw
     l1 = (draw(st.sampled_from([1, win, min(win, 16)])), 16 * taps, 16)
     l0 = (16, 16, 16)
     assume(tiles_legal(prob, l1, l0))
-    return _case_from_problem(draw, prob, draw(st.sampled_from(["fp16", "bf16"])), l1, l0,
-                              (1, 16, 1, 16))
+    return _case_from_problem(
+        draw, prob, draw(st.sampled_from(["fp16", "bf16"])), l1, l0, (1, 16, 1, 16)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # Invalid cases: one rule broken
 # ---------------------------------------------------------------------------------------------
-_NON_TENSORS = [None, 3.0, "grad_output", [1, 16, 8, 8], (1, 1, 1, 1), {"shape": [1]},
-                np.zeros((1, 1, 1, 1), np.float16), 7, b"x", object]
-_NON_DATATYPES = [None, 6, 8, 6.0, "DT_FP16", np.float16, np.dtype(np.float16), True, [6],
-                  ml_dtypes.bfloat16]
-_NON_LISTS = [None, 1, 1.0, "1111", {1, 2}, {0: 1}, np.array([1, 1, 1, 1]), range(4), b"\x01",
-              frozenset([1])]
-_NON_INTS = [1.0, 0.5, "1", None, True, False, [1], (1,), np.float64(1.0), np.float32(2.0),
-             np.bool_(True), 1 + 0j, float("nan"), float("inf")]
+_NON_TENSORS = [
+    None,
+    3.0,
+    "grad_output",
+    [1, 16, 8, 8],
+    (1, 1, 1, 1),
+    {"shape": [1]},
+    np.zeros((1, 1, 1, 1), np.float16),
+    7,
+    b"x",
+    object,
+]
+_NON_DATATYPES = [
+    None,
+    6,
+    8,
+    6.0,
+    "DT_FP16",
+    np.float16,
+    np.dtype(np.float16),
+    True,
+    [6],
+    ml_dtypes.bfloat16,
+]
+_NON_LISTS = [
+    None,
+    1,
+    1.0,
+    "1111",
+    {1, 2},
+    {0: 1},
+    np.array([1, 1, 1, 1]),
+    range(4),
+    b"\x01",
+    frozenset([1]),
+]
+_NON_INTS = [
+    1.0,
+    0.5,
+    "1",
+    None,
+    True,
+    False,
+    [1],
+    (1,),
+    np.float64(1.0),
+    np.float32(2.0),
+    np.bool_(True),
+    1 + 0j,
+    float("nan"),
+    float("inf"),
+]
 _NON_GROUPS = [None, 1.0, True, False, "1", [1], (1,), np.float32(1), np.bool_(True), 1 + 0j]
-_OUT_OF_RANGE_DIMS = [0, -1, -2, -1000, MAX_DIM + 1, 2 ** 31, 2 ** 63, 10 ** 30, -10 ** 30]
+_OUT_OF_RANGE_DIMS = [0, -1, -2, -1000, MAX_DIM + 1, 2**31, 2**63, 10**30, -(10**30)]
 
 
 def _as_list(v):
@@ -371,8 +507,21 @@ def _set_item(seq, i, value):
 
 
 def _break_T1(draw, c, data):
-    target = draw(st.sampled_from(["grad_output", "weight", "out_dtype", "input_size", "strides",
-                                   "paddings", "dilations", "groups", "item"]))
+    target = draw(
+        st.sampled_from(
+            [
+                "grad_output",
+                "weight",
+                "out_dtype",
+                "input_size",
+                "strides",
+                "paddings",
+                "dilations",
+                "groups",
+                "item",
+            ]
+        )
+    )
     if target in ("grad_output", "weight"):
         if data:
             target = "out_dtype"  # a jit kernel turns arrays into Tensors: break something else
@@ -450,8 +599,13 @@ def _break_S2(draw, c, data):
 
 
 def _bad_attr_value(draw):
-    return draw(st.one_of(st.integers(-10 ** 30, 0), st.integers(64, 10 ** 30),
-                          st.sampled_from([0, -1, 64, 65, 255, 10 ** 30])))
+    return draw(
+        st.one_of(
+            st.integers(-(10**30), 0),
+            st.integers(64, 10**30),
+            st.sampled_from([0, -1, 64, 65, 255, 10**30]),
+        )
+    )
 
 
 def _break_A1(draw, c, data):
@@ -471,8 +625,11 @@ def _break_A3(draw, c, data):
     how = draw(st.sampled_from(["range", "h_extent", "w_extent"]))
     if how == "range":
         i = draw(st.integers(0, 3))
-        v = draw(st.one_of(st.integers(-10 ** 30, -1), st.integers(256, 10 ** 30),
-                           st.sampled_from([-1, 256])))
+        v = draw(
+            st.one_of(
+                st.integers(-(10**30), -1), st.integers(256, 10**30), st.sampled_from([-1, 256])
+            )
+        )
         c.paddings = _set_item(c.paddings, i, v)
     else:  # symmetric, but not smaller than the dilated kernel
         k, d, j = (p["kh"], p["dh"], 0) if how == "h_extent" else (p["kw"], p["dw"], 2)
@@ -486,8 +643,11 @@ def _break_A3(draw, c, data):
 
 def _break_A4(draw, c, data):
     p = c.prob
-    axes = [(j, (k - 1) * d + 1) for j, k, d in ((0, p["kh"], p["dh"]), (2, p["kw"], p["dw"]))
-            if (k - 1) * d + 1 >= 2]
+    axes = [
+        (j, (k - 1) * d + 1)
+        for j, k, d in ((0, p["kh"], p["dh"]), (2, p["kw"], p["dw"]))
+        if (k - 1) * d + 1 >= 2
+    ]
     j, extent = draw(st.sampled_from(axes))
     before = draw(st.integers(0, extent - 1))
     after = (before + draw(st.integers(1, extent - 1))) % extent  # != before
@@ -498,10 +658,15 @@ def _break_A4(draw, c, data):
 
 
 def _break_G1(draw, c, data):
-    c.groups = draw(st.one_of(st.sampled_from([0, 2, 3, -1, 10 ** 30, -10 ** 30]),
-                              st.integers(2, 64), st.integers(-64, 0),
-                              st.builds(np.int64, st.integers(2, 64)),
-                              st.builds(np.int32, st.integers(-5, 0))))
+    c.groups = draw(
+        st.one_of(
+            st.sampled_from([0, 2, 3, -1, 10**30, -(10**30)]),
+            st.integers(2, 64),
+            st.integers(-64, 0),
+            st.builds(np.int64, st.integers(2, 64)),
+            st.builds(np.int32, st.integers(-5, 0)),
+        )
+    )
     return f"groups {c.groups!r}"
 
 
@@ -526,8 +691,11 @@ def _break_C1(draw, c, data):
 def _break_O1(draw, c, data):
     p = c.prob
     axis = draw(st.integers(0, 1))
-    k, s, d, pad, out = ((p["kh"], p["sh"], p["dh"], p["ph"], p["hout"]) if axis == 0
-                         else (p["kw"], p["sw"], p["dw"], p["pw"], p["wout"]))
+    k, s, d, pad, out = (
+        (p["kh"], p["sh"], p["dh"], p["ph"], p["hout"])
+        if axis == 0
+        else (p["kw"], p["sw"], p["dw"], p["pw"], p["wout"])
+    )
     lo = (out - 1) * s - 2 * pad + (k - 1) * d + 1  # section 3
     hi = lo + s - 1
     choices = [st.integers(hi + 1, hi + 30), st.just(MAX_DIM)]
@@ -539,8 +707,9 @@ def _break_O1(draw, c, data):
 
 
 def _break_TS0(draw, c, data):
-    how = draw(st.sampled_from(["tiles unset", "tiles zero", "vec unset", "vec empty",
-                                "tile not int"]))
+    how = draw(
+        st.sampled_from(["tiles unset", "tiles zero", "vec unset", "vec empty", "tile not int"])
+    )
     if how == "tiles unset":
         c.l1 = c.l0 = None
     elif how == "tiles zero":
@@ -559,7 +728,7 @@ def _break_TS0(draw, c, data):
 
 
 def _nonpositive(draw):
-    return draw(st.one_of(st.integers(-10 ** 30, 0), st.sampled_from([0, -1, -16])))
+    return draw(st.one_of(st.integers(-(10**30), 0), st.sampled_from([0, -1, -16])))
 
 
 def _break_TS1(draw, c, data):
@@ -573,16 +742,18 @@ def _break_TS1(draw, c, data):
 
 
 def _break_TS2(draw, c, data):
-    nl1 = draw(st.one_of(st.integers(1, 1000).filter(lambda v: v % 16),
-                         st.just(_nonpositive(draw))))
+    nl1 = draw(
+        st.one_of(st.integers(1, 1000).filter(lambda v: v % 16), st.just(_nonpositive(draw)))
+    )
     c.l1 = (c.l1[0], c.l1[1], nl1)
     return f"tileNL1 {nl1}"
 
 
 def _break_TS3(draw, c, data):
     unit = 16 * c.prob["kh"] * c.prob["kw"]
-    kl1 = draw(st.one_of(st.integers(1, 5 * unit).filter(lambda v: v % unit),
-                         st.just(_nonpositive(draw))))
+    kl1 = draw(
+        st.one_of(st.integers(1, 5 * unit).filter(lambda v: v % unit), st.just(_nonpositive(draw)))
+    )
     c.l1 = (c.l1[0], kl1, c.l1[2])
     return f"tileKL1 {kl1} (unit {unit})"
 
@@ -616,9 +787,9 @@ def _break_TS5(draw, c, data):
     else:
         a, cc = x, y
     ml0, kl0, nl0 = 16 * a, 16 * b, 16 * cc
-    ml1 = win * -(-ml0 // win)          # a multiple of Win (TS1) and >= ml0 (TS4)
-    kl1 = unit * -(-kl0 // unit)        # a multiple of 16*Kh*Kw (TS3) and >= kl0
-    nl1 = nl0                           # a multiple of 16 (TS2)
+    ml1 = win * -(-ml0 // win)  # a multiple of Win (TS1) and >= ml0 (TS4)
+    kl1 = unit * -(-kl0 // unit)  # a multiple of 16*Kh*Kw (TS3) and >= kl0
+    nl1 = nl0  # a multiple of 16 (TS2)
     c.l1, c.l0 = (ml1, kl1, nl1), (ml0, kl0, nl0)
     return f"{buffer}: tiles {c.l1} {c.l0}"
 
@@ -644,7 +815,7 @@ def _break_V1(draw, c, data):
         c.vec = tuple(vec)
     else:
         vec = list(c.vec)
-        vec[-1] = draw(st.integers(1, 10 ** 6).filter(lambda v: v % 16))
+        vec[-1] = draw(st.integers(1, 10**6).filter(lambda v: v % 16))
         c.vec = tuple(vec)
     return f"vec {c.vec} ({how})"
 
@@ -670,20 +841,40 @@ def invalid_cases(draw, rule=None, data=False):
 def junk_scalars():
     """Single values of every kind (some of them valid ints: NumPy integers, small ints)."""
     return st.one_of(
-        st.none(), st.booleans(), st.integers(-3, 20),
-        st.integers(-2 ** 70, 2 ** 70),
-        st.sampled_from([0, -1, 1, 16, 10 ** 30, -10 ** 30, 2 ** 31, 2 ** 63, 2 ** 64, MAX_DIM,
-                         MAX_DIM + 1]),
-        st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1.0, 16.0, -0.0]),
-        st.text(max_size=4), st.binary(max_size=3), st.complex_numbers(max_magnitude=10),
-        st.builds(np.int64, st.integers(-3, 20)), st.builds(np.int32, st.integers(-3, 20)),
-        st.builds(np.uint8, st.integers(0, 20)), st.builds(np.int8, st.integers(-3, 20)),
-        st.builds(np.float64, st.floats(-5, 20)), st.builds(np.float16, st.floats(-5, 20)),
+        st.none(),
+        st.booleans(),
+        st.integers(-3, 20),
+        st.integers(-(2**70), 2**70),
+        st.sampled_from(
+            [0, -1, 1, 16, 10**30, -(10**30), 2**31, 2**63, 2**64, MAX_DIM, MAX_DIM + 1]
+        ),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.sampled_from([1.0, 16.0, -0.0]),
+        st.text(max_size=4),
+        st.binary(max_size=3),
+        st.complex_numbers(max_magnitude=10),
+        st.builds(np.int64, st.integers(-3, 20)),
+        st.builds(np.int32, st.integers(-3, 20)),
+        st.builds(np.uint8, st.integers(0, 20)),
+        st.builds(np.int8, st.integers(-3, 20)),
+        st.builds(np.float64, st.floats(-5, 20)),
+        st.builds(np.float16, st.floats(-5, 20)),
         st.sampled_from([np.bool_(True), np.bool_(False), np.float32("nan")]),
         st.sampled_from(list(DT)),
-        st.sampled_from([object(), int, np.float16, ml_dtypes.bfloat16, Ellipsis, slice(1),
-                         np.zeros(4, np.int64), np.zeros((1, 1, 1, 1), np.float16),
-                         np.array(3), pypto.Tensor([1], DT.DT_FP16)]),
+        st.sampled_from(
+            [
+                object(),
+                int,
+                np.float16,
+                ml_dtypes.bfloat16,
+                Ellipsis,
+                slice(1),
+                np.zeros(4, np.int64),
+                np.zeros((1, 1, 1, 1), np.float16),
+                np.array(3),
+                pypto.Tensor([1], DT.DT_FP16),
+            ]
+        ),
     )
 
 
@@ -691,30 +882,45 @@ def junk_values():
     """Scalars, and lists / tuples / nested lists / dicts / sets of them."""
     scalar = junk_scalars()
     return st.one_of(
-        scalar, st.lists(scalar, max_size=6), st.tuples(scalar, scalar),
+        scalar,
+        st.lists(scalar, max_size=6),
+        st.tuples(scalar, scalar),
         st.tuples(scalar, scalar, scalar, scalar),
-        st.lists(st.lists(scalar, max_size=4), max_size=4),            # nested lists
+        st.lists(st.lists(scalar, max_size=4), max_size=4),  # nested lists
         st.lists(st.tuples(st.integers(0, 3), st.lists(scalar, max_size=2)), max_size=3),
         st.dictionaries(st.text(max_size=2), scalar, max_size=2),
-        st.frozensets(st.integers(-2, 5), max_size=4))
+        st.frozensets(st.integers(-2, 5), max_size=4),
+    )
 
 
 def junk_int_lists(length):
     """Lists/tuples of ``length`` items (and other lengths), each a junk scalar or a small int."""
     item = st.one_of(st.integers(0, 20), junk_scalars())
-    return st.one_of(st.lists(item, min_size=length, max_size=length).map(list),
-                     st.lists(item, min_size=length, max_size=length).map(tuple),
-                     st.lists(item, max_size=8))
+    return st.one_of(
+        st.lists(item, min_size=length, max_size=length).map(list),
+        st.lists(item, min_size=length, max_size=length).map(tuple),
+        st.lists(item, max_size=8),
+    )
 
 
 def junk_tensors():
     """pypto.Tensor constructions from junk shapes and dtypes (may itself raise PyptoError)."""
-    return st.tuples(st.one_of(junk_int_lists(4), junk_values()),
-                     st.one_of(st.sampled_from(list(DT)), junk_scalars()))
+    return st.tuples(
+        st.one_of(junk_int_lists(4), junk_values()),
+        st.one_of(st.sampled_from(list(DT)), junk_scalars()),
+    )
 
 
-ARG_NAMES = ("grad_output", "input_size", "weight", "out_dtype", "strides", "paddings",
-             "dilations", "groups")
+ARG_NAMES = (
+    "grad_output",
+    "input_size",
+    "weight",
+    "out_dtype",
+    "strides",
+    "paddings",
+    "dilations",
+    "groups",
+)
 
 
 @st.composite
@@ -729,8 +935,12 @@ def junk_calls(draw):
     replacements = {}
     for name in names:
         if name in ("grad_output", "weight"):
-            replacements[name] = draw(st.one_of(st.tuples(st.just("tensor"), junk_tensors()),
-                                                st.tuples(st.just("value"), junk_values())))
+            replacements[name] = draw(
+                st.one_of(
+                    st.tuples(st.just("tensor"), junk_tensors()),
+                    st.tuples(st.just("value"), junk_values()),
+                )
+            )
         elif name in ("input_size", "paddings"):
             replacements[name] = draw(st.one_of(junk_int_lists(4), junk_values()))
         elif name in ("strides", "dilations"):
@@ -748,25 +958,55 @@ def junk_config_calls(draw):
     sequence of junk, "num_threads" and "memory_limit" to junk values.
     """
     case = draw(valid_cases())
-    keys = draw(st.lists(st.sampled_from(["l1", "l0", "vec", "num_threads", "memory_limit"]),
-                         min_size=1, max_size=3, unique=True))
+    keys = draw(
+        st.lists(
+            st.sampled_from(["l1", "l0", "vec", "num_threads", "memory_limit"]),
+            min_size=1,
+            max_size=3,
+            unique=True,
+        )
+    )
     tile_item = st.one_of(st.sampled_from([16, 32, 144, 0]), junk_scalars())
     options = {}
     for key in keys:
         if key in ("l1", "l0"):
             options[key] = draw(st.tuples(tile_item, tile_item, tile_item))
         elif key == "vec":
-            huge = st.sampled_from([2 ** 31, 2 ** 63, 2 ** 64, 10 ** 30, 16 * 10 ** 20])
-            legal_but_huge = st.tuples(st.one_of(st.integers(1, 4), huge),
-                                       st.one_of(st.integers(1, 40), huge),
-                                       st.integers(1, 8), st.one_of(st.just(16), huge))
-            options[key] = draw(st.one_of(junk_int_lists(4), st.lists(tile_item, max_size=6),
-                                          legal_but_huge))
+            huge = st.sampled_from([2**31, 2**63, 2**64, 10**30, 16 * 10**20])
+            legal_but_huge = st.tuples(
+                st.one_of(st.integers(1, 4), huge),
+                st.one_of(st.integers(1, 40), huge),
+                st.integers(1, 8),
+                st.one_of(st.just(16), huge),
+            )
+            options[key] = draw(
+                st.one_of(junk_int_lists(4), st.lists(tile_item, max_size=6), legal_but_huge)
+            )
         elif key == "memory_limit":
-            options[key] = draw(st.one_of(
-                junk_values(), st.sampled_from(["1K", "8G", "inf", "nan", "1e400", "-1K", "0.5",
-                                                "K", "", "1KiB", "12 M", "2T", "1e3"])))
+            options[key] = draw(
+                st.one_of(
+                    junk_values(),
+                    st.sampled_from(
+                        [
+                            "1K",
+                            "8G",
+                            "inf",
+                            "nan",
+                            "1e400",
+                            "-1K",
+                            "0.5",
+                            "K",
+                            "",
+                            "1KiB",
+                            "12 M",
+                            "2T",
+                            "1e3",
+                        ]
+                    ),
+                )
+            )
         else:
-            options[key] = draw(st.one_of(junk_values(), st.integers(1, 4),
-                                          st.sampled_from([2 ** 31, 2 ** 40, 2 ** 63])))
+            options[key] = draw(
+                st.one_of(junk_values(), st.integers(1, 4), st.sampled_from([2**31, 2**40, 2**63]))
+            )
     return case, options

@@ -28,10 +28,16 @@ SOURCE_DIR = Path(__file__).resolve().parent
 DEFAULT_OUT_DIR = SOURCE_DIR.parent / "lib"  # where pypto.device looks
 # Where CANN keeps the AscendC CMake module (ascendc.cmake), by toolkit generation: older
 # toolkits' compiler/ and tools/ links, newer asc-devkit's <arch>-linux install folder.
-CMAKE_MODULE_DIRS = ("compiler/tikcpp/ascendc_kernel_cmake", "tools/tikcpp/ascendc_kernel_cmake",
-                     f"{platform.machine()}-linux/tikcpp/ascendc_kernel_cmake")
-STANDARD_TOOLKIT_ROOTS = ("/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann",
-                          "~/Ascend/ascend-toolkit/latest")
+CMAKE_MODULE_DIRS = (
+    "compiler/tikcpp/ascendc_kernel_cmake",
+    "tools/tikcpp/ascendc_kernel_cmake",
+    f"{platform.machine()}-linux/tikcpp/ascendc_kernel_cmake",
+)
+STANDARD_TOOLKIT_ROOTS = (
+    "/usr/local/Ascend/ascend-toolkit/latest",
+    "/usr/local/Ascend/cann",
+    "~/Ascend/ascend-toolkit/latest",
+)
 A2_A3_SOC = re.compile(r"^ascend910(b[1-4]|_93\d\d)", re.IGNORECASE)
 
 
@@ -49,8 +55,10 @@ def cmake_module_dir(root):
 
 def find_toolkit():
     """(root, None) of the first CANN toolkit with the AscendC CMake module, else (None, reason)."""
-    candidates = [("ASCEND_HOME_PATH", os.environ.get("ASCEND_HOME_PATH")),
-                  ("ASCEND_TOOLKIT_HOME", os.environ.get("ASCEND_TOOLKIT_HOME"))]
+    candidates = [
+        ("ASCEND_HOME_PATH", os.environ.get("ASCEND_HOME_PATH")),
+        ("ASCEND_TOOLKIT_HOME", os.environ.get("ASCEND_TOOLKIT_HOME")),
+    ]
     candidates += [("standard path", root) for root in STANDARD_TOOLKIT_ROOTS]
     looked = []
     for source, root in candidates:
@@ -61,8 +69,10 @@ def find_toolkit():
             return root, None
         looked.append(f"{root} ({source})")
     where = ", ".join(looked) if looked else "ASCEND_HOME_PATH and ASCEND_TOOLKIT_HOME are unset"
-    return None, ("no CANN toolkit with the AscendC CMake module found (looked in: "
-                  f"{where}); source set_env.sh of CANN to build the NPU kernel")
+    return None, (
+        "no CANN toolkit with the AscendC CMake module found (looked in: "
+        f"{where}); source set_env.sh of CANN to build the NPU kernel"
+    )
 
 
 # `npu-smi info -t board ...` prints "Field Name   : value" lines.
@@ -154,6 +164,7 @@ def build_kernel_library(out_dir=DEFAULT_OUT_DIR, soc_version=None, jobs=None):
     Needs a CANN toolkit (found through ASCEND_HOME_PATH, ASCEND_TOOLKIT_HOME or the standard
     install paths), cmake, and the SoC (``soc_version``, else SOC_VERSION, else ``npu-smi``).
     """
+
     def done(ok, message):
         _say(("NPU kernel built: " if ok else "NPU kernel skipped: ") + message)
         return ok, message
@@ -163,12 +174,16 @@ def build_kernel_library(out_dir=DEFAULT_OUT_DIR, soc_version=None, jobs=None):
         return done(False, reason)
     soc = soc_version or detect_soc_version()
     if not soc:
-        where = ("npu-smi (info -t board, info) named no Atlas A2/A3 SoC" if shutil.which("npu-smi")
-                 else "npu-smi is not on PATH")
+        where = (
+            "npu-smi (info -t board, info) named no Atlas A2/A3 SoC"
+            if shutil.which("npu-smi")
+            else "npu-smi is not on PATH"
+        )
         return done(False, f"no SoC given, and {where}: {SOC_HELP}")
     if not A2_A3_SOC.match(soc):
-        return done(False, f"SOC_VERSION={soc} is not an Atlas A2/A3 SoC (Ascend910B*, "
-                           "Ascend910_93*)")
+        return done(
+            False, f"SOC_VERSION={soc} is not an Atlas A2/A3 SoC (Ascend910B*, Ascend910_93*)"
+        )
     cmake = shutil.which("cmake")
     if not cmake:
         return done(False, "cmake not found on PATH")
@@ -179,9 +194,17 @@ def build_kernel_library(out_dir=DEFAULT_OUT_DIR, soc_version=None, jobs=None):
     log_path = build_dir / "build.log"
     with open(log_path, "w") as log:
         steps = [
-            [cmake, "-S", str(SOURCE_DIR), "-B", str(build_dir), f"-DSOC_VERSION={soc}",
-             f"-DASCEND_CANN_PACKAGE_PATH={root}", f"-DASCENDC_CMAKE_DIR={cmake_module_dir(root)}",
-             "-DCMAKE_BUILD_TYPE=Release"],
+            [
+                cmake,
+                "-S",
+                str(SOURCE_DIR),
+                "-B",
+                str(build_dir),
+                f"-DSOC_VERSION={soc}",
+                f"-DASCEND_CANN_PACKAGE_PATH={root}",
+                f"-DASCENDC_CMAKE_DIR={cmake_module_dir(root)}",
+                "-DCMAKE_BUILD_TYPE=Release",
+            ],
             [cmake, "--build", str(build_dir), "-j", str(jobs or os.cpu_count() or 1)],
         ]
         for step in steps:
@@ -193,8 +216,11 @@ def build_kernel_library(out_dir=DEFAULT_OUT_DIR, soc_version=None, jobs=None):
     if not built:
         return done(False, f"the build produced no {LIBRARY_NAME}; log: {log_path}")
     if _exports_launch_symbol(built[0]) is False:
-        return done(False, f"{LIBRARY_NAME} does not export {LAUNCH_SYMBOL} (mangled or "
-                           f"renamed by this CANN); log: {log_path}")
+        return done(
+            False,
+            f"{LIBRARY_NAME} does not export {LAUNCH_SYMBOL} (mangled or "
+            f"renamed by this CANN); log: {log_path}",
+        )
     target = out_dir / LIBRARY_NAME
     shutil.copy2(built[0], target)
     shutil.rmtree(build_dir, ignore_errors=True)
