@@ -365,8 +365,10 @@ def conv_backward_input_cpu(call, dy, w):
     shared, per_thread, _ = kernel.buffer_bytes(
         *shapes, _KERNEL_DTYPE[call.dtype], attrs, kernel_tiles, 1
     )
+    # the whole team every call, even for fewer work items than threads: the same team size
+    # every time, so no call starts or ends a thread (see the kernel's plan)
     threads = _usable_threads(
-        min(_config.get_num_threads(), call.tiling.cpu_work_items(p, kernel_tiles)),
+        _config.get_num_threads(),
         output + shared + per_thread + copies,
         per_thread,
     )

@@ -684,3 +684,53 @@ def test_more_threads_than_can_start_run_on_those_that_can(tmp_path):
     assert verdict == "equal", done.stdout
     if warned:  # QEMU user mode, for one, does not apply the limit: then no thread fails
         assert f"of the {MAX_THREADS} threads asked for" in warned and "running on" in warned
+
+
+# --- one thread team per call (issue 27, item 3) ---------------------------------------------
+_TEAM_SCRIPT = textwrap.dedent("""
+    import os, sys
+    import numpy as np, pypto
+    from pypto._dtypes import numpy_dtype
+    pypto.set_num_threads(int(sys.argv[1]))
+    rng = np.random.default_rng(0)
+    cases = []
+    for dt in (pypto.DT_FP16, pypto.DT_BF16):
+        # 1 work item, many, the few-channel stem, 1x1: team sizes that used to differ
+        for n, cin, cout, h, k, s in ((1, 16, 16, 5, 3, 1), (2, 64, 64, 14, 3, 1),
+                                      (4, 32, 48, 9, 1, 1), (1, 3, 16, 32, 7, 2)):
+            hout = (h + 2 * (k // 2) - k) // s + 1
+            dy = rng.uniform(-1, 1, (n, cout, hout, hout)).astype(numpy_dtype(dt))
+            w = rng.uniform(-1, 1, (cout, cin, k, k)).astype(numpy_dtype(dt))
+            cases.append((dt, dy, w, [n, cin, h, h], [s, s], [k // 2] * 4))
+
+    def run(case):
+        dt, dy, w, size, strides, pads = case
+        tiles = pypto.suggest_convbp_input_tile_shapes(list(dy.shape), list(w.shape), size, dt,
+                                                       strides, pads, [1, 1])
+        with pypto.options(convbp_tile_shapes=tiles, vec_tile_shapes=[16, 16, 16, 16]):
+            pypto.conv_backward_input(pypto.from_numpy(dy), size, pypto.from_numpy(w), dt,
+                                      strides, pads, [1, 1])
+
+    for case in cases:  # warm-up
+        run(case)
+    seen, created = set(os.listdir("/proc/self/task")), 0
+    for _ in range(3):
+        for case in cases:
+            run(case)
+            now = set(os.listdir("/proc/self/task"))
+            created += len(now - seen)
+            seen |= now
+    print("created", created)
+""")
+
+
+@pytest.mark.parametrize("threads", [8, 16])
+def test_a_steady_state_call_creates_no_thread(threads, tmp_path):
+    """Every parallel region of every call runs the same team (the thread count asked for),
+    so after a warm-up no call creates a thread, whatever its work items: libgomp ended the
+    surplus threads when a smaller team started and created them again (12 new threads over
+    these 24 calls before). Counted in /proc/self/task after each call."""
+    done = subprocess.run([sys.executable, "-c", _TEAM_SCRIPT, str(threads)],
+                          capture_output=True, text=True, timeout=limit(300), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["created", "0"], done.stdout

@@ -5,7 +5,7 @@
 from pypto._core.tiling import CPU_GROUP_PIXELS
 
 cdef enum:
-    PACK_MIN_BLOCKS = 4 # pack A when at least this many channel blocks share each packed panel
+    PACK_MIN_BLOCKS = 4  # pack A when at least this many channel blocks share each packed panel
     ALIGN = 16          # scratch parts start on 64 bytes (floats): whole cache lines, aligned loads
 
 
@@ -144,7 +144,10 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
     g.per_thread = _round_up(g.panel_len + g.panel_rows_len + g.acc_len + g.frame_len
                              + g.rows_len + g.offs_len, ALIGN)
     g.n_items = g.n_groups * g.n_blocks * g.row_tiles * g.col_tiles
-    g.threads = <int>_max(1, _min(num_threads, g.n_items))
+    # Every parallel region of every call runs the caller's whole team, even with fewer items
+    # than threads: libgomp ends the surplus threads when a smaller team starts and creates them
+    # again for the next larger one (tens of microseconds a thread, several per call).
+    g.threads = <int>_max(1, num_threads)
 
 
 cdef inline size_t _panel_bytes(const Geometry *g) noexcept nogil:

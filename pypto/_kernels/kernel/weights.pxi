@@ -23,7 +23,7 @@ cdef void _magnitudes(const uint16_t *x, int64_t n, int num_threads, uint16_t *l
                       uint16_t *most) noexcept:
     """pypto_magnitudes over n values, in parallel chunks (the weight and dy can be large)."""
     cdef int64_t chunk = 1 << 16, n_chunks = (n + chunk - 1) // chunk, i
-    cdef int threads = <int>_max(1, _min(num_threads, n_chunks))
+    cdef int threads = <int>_max(1, num_threads)  # the call's team, whatever the chunks (plan.pxi)
     cdef uint16_t *found = <uint16_t *>malloc(2 * n_chunks * sizeof(uint16_t))
     if found == NULL:
         pypto_magnitudes(x, n, least, most)
