@@ -68,8 +68,8 @@ def load_by_path(name, *path):
 
 
 # One build of the kernel per ISA level, with the flags of pypto/_kernels/levels.py (the one
-# table of levels); pypto._kernels.dispatch imports a level's module only on a CPU that has its features.
-# The micro-kernel header selects its SIMD code from the macros these flags define.
+# table of levels); pypto._kernels.dispatch imports a level's module only on a CPU that has its
+# features. The micro-kernel header selects its SIMD code from the macros these flags define.
 ISA = load_by_path("pypto_isa_levels", "pypto", "_kernels", "levels.py")
 
 

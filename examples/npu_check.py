@@ -77,8 +77,8 @@ def _inf_nan_in_dy(dy, w):
 
 
 def _inf_nan_in_weight(dy, w):
-    # handled on the host (pypto/_core/nonfinite.py: the kernel sees these entries as 0 and the reached
-    # outputs are recomputed), so this checks that path, not the Fixpipe's mode
+    # handled on the host (pypto/_core/nonfinite.py: the kernel sees these entries as 0 and the
+    # reached outputs are recomputed), so this checks that path, not the Fixpipe's mode
     w[2, 5, 1, 1] = np.inf  # the centre tap: reaches every output of channel 5
     w[7, 11, 0, 2] = np.nan  # a corner tap: the padding must not turn it into NaN elsewhere
     w[9, 0, 2, 2] = -np.inf

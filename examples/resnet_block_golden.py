@@ -15,9 +15,9 @@ import sys
 
 import ml_dtypes
 import numpy as np
+import torch
 
 import pypto
-import torch
 
 DTYPE = {"fp16": pypto.DT_FP16, "bf16": pypto.DT_BF16}[sys.argv[1] if len(sys.argv) > 1 else "bf16"]
 NP_DTYPE = np.float16 if DTYPE == pypto.DT_FP16 else ml_dtypes.bfloat16

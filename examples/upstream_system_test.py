@@ -4,8 +4,9 @@ result into the caller's tensor with ``input_grad.move(output)``, compared with 
 Run: python examples/upstream_system_test.py   (needs torch)
 """
 
-import pypto
 import torch
+
+import pypto
 
 N, CIN, COUT, HIN, WIN, K, STRIDE, PAD, DIL = 1, 16, 16, 13, 13, 3, 2, 1, 1
 HOUT = (HIN + 2 * PAD - DIL * (K - 1) - 1) // STRIDE + 1

@@ -533,8 +533,8 @@ def main(argv=None):
         parents=[common],
         description="Run pypto.conv_backward_input on built-in examples (no command), on a "
         "problem you give (run), explain a set of tiles (tiles), write a golden "
-        "case for an NPU kernel (golden), judge its result (compare) or check the NPU kernel on this "
-        "device (selfcheck).",
+        "case for an NPU kernel (golden), judge its result (compare) or check the NPU kernel on "
+        "this device (selfcheck).",
     )
     parser.add_argument(
         "--dtype", choices=["fp16", "bf16"], default=argparse.SUPPRESS, help="default fp16"

@@ -18,7 +18,8 @@ __all__ = [
 
 
 class DataType(enum.IntEnum):
-    """Element types, with upstream PyPTO's integer values (``framework/include/tilefwk/data_type.h``)."""
+    """Element types, with upstream PyPTO's integer values
+    (``framework/include/tilefwk/data_type.h``)."""
 
     DT_INT4 = 0
     DT_INT8 = 1

@@ -1,4 +1,5 @@
-"""pypto.config.ConvBpTile: upstream's Python wrapper around the tile record, snake_case names too."""
+"""pypto.config.ConvBpTile: upstream's Python wrapper around the tile record, snake_case names
+too."""
 
 from . import pypto_impl
 

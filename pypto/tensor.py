@@ -98,7 +98,8 @@ class Tensor:
         self._name = value
 
     def __class_getitem__(cls, params):
-        """``pypto.Tensor[shape, dtype]``: an annotation, the same as ``pypto.Tensor(shape, dtype)``."""
+        """``pypto.Tensor[shape, dtype]``: an annotation, the same as
+        ``pypto.Tensor(shape, dtype)``."""
         if not isinstance(params, tuple):
             params = (params,)
         return cls(*params)
@@ -127,9 +128,9 @@ class Tensor:
         if data.shape != tuple(self._shape) or from_numpy_dtype(data.dtype) != self._dtype:
             raise FeError(
                 RuntimeError(
-                    f"Tensor '{self.name}' is {self._dtype} {self.shape}, but the array it wraps is "
-                    f"now {data.dtype} {list(data.shape)}: it was changed in place after wrapping. "
-                    "Wrap it again with pypto.from_numpy."
+                    f"Tensor '{self.name}' is {self._dtype} {self.shape}, but the array it wraps "
+                    f"is now {data.dtype} {list(data.shape)}: it was changed in place after "
+                    "wrapping. Wrap it again with pypto.from_numpy."
                 )
             )
         return data
@@ -206,8 +207,8 @@ class Tensor:
             raise FeError(
                 ValueError(
                     f"cannot move the shape-only tensor '{other.name}' {other.shape} into tensor "
-                    f"'{self.name}', which wraps an array: it holds no values to write (an op given "
-                    "shape-only inputs returns a shape-only result)"
+                    f"'{self.name}', which wraps an array: it holds no values to write (an op "
+                    "given shape-only inputs returns a shape-only result)"
                 )
             )
         if self._data is not None:

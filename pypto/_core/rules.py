@@ -298,7 +298,8 @@ def _check_channels(c):
 
 
 def _axis_params(c, axis):
-    """(size_out, kernel, stride, pad_before, pad_after, dilation) of spatial axis 0 (H) or 1 (W)."""
+    """(size_out, kernel, stride, pad_before, pad_after, dilation) of spatial axis 0 (H) or
+    1 (W)."""
     return (
         c.dy_shape[2 + axis],
         c.w_shape[2 + axis],

@@ -89,7 +89,7 @@ def suggest_convbp_input_tile_shapes(
 def smallest_tiles(p):
     """The last, smallest tiles the suggestion tries (legal or not): what ``pypto tiles``
     explains when no tiles are legal."""
-    for tiling in _candidates(p):
+    for tiling in _candidates(p):  # noqa: B007 - the last one, read after the loop, is wanted
         pass
     return (
         ConvBpTileL1Info(tiling.ml1, tiling.kl1, tiling.nl1),

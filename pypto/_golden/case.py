@@ -1,11 +1,11 @@
 """A golden case: the problem and its tiles, random inputs, the float64 golden, pypto's result.
 
-The golden is dx computed in float64 from the fp16/bf16 inputs by ``pypto._golden.reference``'s GEMM +
-col2im (NumPy, no code shared with the Cython kernels): every product of two fp16/bf16 values is
-exact in float64 and the sums carry at most K * 2^-53 * sum|dy*w| of error, K = Cout*Kh*Kw,
-some 2^-29 of what fp32 accumulation may lose. Only real taps contribute, so Inf/NaN inputs give
-the definition's Inf/NaN. The second benchmark is pypto's own CPU result, always from the CPU
-kernel (fp32 accumulation, one rounding), whatever backend ``set_device`` selects.
+The golden is dx computed in float64 from the fp16/bf16 inputs by ``pypto._golden.reference``'s
+GEMM + col2im (NumPy, no code shared with the Cython kernels): every product of two fp16/bf16
+values is exact in float64 and the sums carry at most K * 2^-53 * sum|dy*w| of error,
+K = Cout*Kh*Kw, some 2^-29 of what fp32 accumulation may lose. Only real taps contribute, so
+Inf/NaN inputs give the definition's Inf/NaN. The second benchmark is pypto's own CPU result, always
+from the CPU kernel (fp32 accumulation, one rounding), whatever backend ``set_device`` selects.
 
 Everything is validated by the op's own rules (T1 ... V1) and memory-guarded like the op
 before any array is drawn or allocated.
@@ -324,7 +324,7 @@ def _fed_by_nonfinite(case, dy, w, rng):
     bad = np.argwhere(~np.isfinite(dy))
     if len(bad):
         bad = bad[rng.choice(len(bad), min(len(bad), SAMPLE_NONFINITE), replace=False)]
-        for n, o, ho, wo in bad:
+        for n, _o, ho, wo in bad:
             for i in range(p.kh):
                 h = ho * p.sh - p.pt + i * p.dh
                 x = wo * p.sw - p.pl + np.arange(p.kw) * p.dw
@@ -335,7 +335,7 @@ def _fed_by_nonfinite(case, dy, w, rng):
     bad = np.argwhere(~np.isfinite(w))
     if len(bad):
         bad = bad[rng.choice(len(bad), min(len(bad), SAMPLE_NONFINITE), replace=False)]
-        for o, c, i, j in bad:
+        for _o, c, i, j in bad:
             h = np.arange(p.hout) * p.sh - p.pt + i * p.dh
             x = np.arange(p.wout) * p.sw - p.pl + j * p.dw
             h, x = h[(h >= 0) & (h < p.hin)], x[(x >= 0) & (x < p.win)]

@@ -1,5 +1,6 @@
-# The CPU feature table (pypto_cpu_features.h), always built for the baseline: pypto._kernels.dispatch
-# imports it before any kernel module, to learn which ISA levels this CPU may run.
+# The CPU feature table (pypto_cpu_features.h), always built for the baseline:
+# pypto._kernels.dispatch imports it before any kernel module, to learn which ISA levels this CPU
+# may run.
 
 cdef extern from "pypto_cpu_features.h" nogil:
     ctypedef struct pypto_feature:

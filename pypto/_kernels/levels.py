@@ -1,9 +1,9 @@
 """The CPU kernel's ISA levels: how each is compiled and what the running CPU must have for it.
 
 The one table of levels. setup.py loads this file by path to compile one kernel module per level
-(``pypto._kernels.kernel.dgrad_<name>``); pypto._kernels.dispatch uses it to decide, from the features that the
-baseline-built ``pypto._kernels.features`` reads off the CPU (CPUID and XGETBV on x86,
-the kernel's HWCAP words on AArch64), which levels may be imported at all. A level's module is
+(``pypto._kernels.kernel.dgrad_<name>``); pypto._kernels.dispatch uses it to decide, from the
+features that the baseline-built ``pypto._kernels.features`` reads off the CPU (CPUID and XGETBV on
+x86, the kernel's HWCAP words on AArch64), which levels may be imported at all. A level's module is
 never imported on a CPU that lacks one of its ``requires``: its code, module initialisation
 included, is compiled with ``flags`` and may use any instruction they allow.
 

@@ -1,7 +1,7 @@
 """How a validated dgrad becomes AscendC launches: the user's tiles mapped onto the API's fields.
 
-Per image the GEMM is M = Hin*Win, N = Cin, K = Cout*Kh*Kw (``pypto._core.tiling``). The user's tiles
-(``call.tiling``) become:
+Per image the GEMM is M = Hin*Win, N = Cin, K = Cout*Kh*Kw (``pypto._core.tiling``). The user's
+tiles (``call.tiling``) become:
 
 =========  ==================================================================================
 tileML1    rows of dx per block (``rowsPerTask``): whole rows, because the API starts a block's
@@ -22,9 +22,10 @@ splits W into stripes, each a launch over its own dy window (full width, then ha
 one column); last, ``baseM = 16``. Backprop
 padding above what the official tiling passes (the kernel's reach (k-1)*d, and load3d's 255)
 becomes zero rows or columns materialised in the dy window, so the API's unsigned row arithmetic
-never wraps and every M block loads dy rows (tests/npu/fake_ascend checks it per launch). A problem with no fitting launch is rewritten into sub-problems
-(``_decompose``: stride phases, dilation phases, folded taps), each planned the same way; one
-that fits nothing even then raises NpuUnsupportedError.
+never wraps and every M block loads dy rows (tests/npu/fake_ascend checks it per launch). A problem
+with no fitting launch is rewritten into sub-problems (``_decompose``: stride phases, dilation
+phases, folded taps), each planned the same way; one that fits nothing even then raises
+NpuUnsupportedError.
 """
 
 import functools
@@ -341,7 +342,8 @@ def _load_b2_mode(p, base_k):
 # --- the plan ---------------------------------------------------------------------------------
 def task_grid(p, t):
     """(rows_per_task, cin_per_task, m_tasks, n_tasks) of one image: tileML1 of whole rows by
-    tileNL1 channels (the error localiser, pypto/_golden/localise.py, reports in these tasks too)."""
+    tileNL1 channels (the error localiser, pypto/_golden/localise.py, reports in these
+    tasks too)."""
     # clipped to the image, as the CPU's loop nest clips it (tileML1 is unbounded above)
     rows_per_task = min(p.hin, t.ml1 // p.win) if t.ml1 >= p.win else 1
     cin_per_task = min(t.nl1, ceil_align(p.cin, C0))

@@ -1,7 +1,7 @@
 """conv_backward_input on the NPU: re-layout, device buffers, launches, checks, copy back.
 
-Same contract as ``pypto._kernels.dispatch.conv_backward_input_cpu``: a validated call and host arrays dy
-(NCHW) and w (``[Cout, Cin, Kh, Kw]``) in, the NCHW dx array (fp16 or bf16) out.
+Same contract as ``pypto._kernels.dispatch.conv_backward_input_cpu``: a validated call and host
+arrays dy (NCHW) and w (``[Cout, Cin, Kh, Kw]``) in, the NCHW dx array (fp16 or bf16) out.
 """
 
 import secrets

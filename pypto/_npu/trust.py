@@ -264,7 +264,7 @@ def run_self_check(npu_compute):
         "problems": results,
         "kernel_verdict": planned,
         "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "summary": ("passed all %d problems" % len(results))
+        "summary": (f"passed all {len(results)} problems")
         if not failed
         else f"failed {len(failed)} of {len(results)} problems; first: {failed[0]['problem']}: "
         f"{failed[0]['detail']}",

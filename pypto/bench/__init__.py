@@ -1,16 +1,16 @@
 """Benchmark conv_backward_input against PyTorch and NumPy: ``python -m pypto.bench``.
 
 Every case runs pypto and its peers interleaved in one process (median of repeated calls, timed in
-short blocks taken round-robin with an idle pause before each) for fp16 and bf16 at 1 and 2 threads, and prints ms, GFLOP/s
-(2*N*Cin*Cout*Kh*Kw*Hout*Wout / t), the ratio of each peer's time to pypto's (> 1: pypto is
-faster) and the share of the peak of the kernel level in use, measured on this machine at each
-thread count before the cases run (a register-resident multiply-add loop, or the bf16 dot product
-where the level has it; ``pypto._kernels.dispatch.measure_peak_gflops``). Peers, when torch is installed:
-torch ``aten.convolution_backward`` in the storage dtype ("torch bf16" / "torch fp16") and
-upcast ("... upcast": dy and w to fp32, fp32 dgrad, result rounded back: what a user of a CPU
-without fast 16-bit paths does), and "torch best", the faster of the two in each measurement,
-which is what the targets compare against; NumPy GEMM + col2im in fp32. pypto uses the tiles
-``suggest_convbp_input_tile_shapes`` returns; case a also runs with the specification's tiles.
+short blocks taken round-robin with an idle pause before each) for fp16 and bf16 at 1 and 2 threads,
+and prints ms, GFLOP/s (2*N*Cin*Cout*Kh*Kw*Hout*Wout / t), the ratio of each peer's time to pypto's
+(> 1: pypto is faster) and the share of the peak of the kernel level in use, measured on this
+machine at each thread count before the cases run (a register-resident multiply-add loop, or the
+bf16 dot product where the level has it; ``pypto._kernels.dispatch.measure_peak_gflops``). Peers,
+when torch is installed: torch ``aten.convolution_backward`` in the storage dtype ("torch bf16" /
+"torch fp16") and upcast ("... upcast": dy and w to fp32, fp32 dgrad, result rounded back: what a
+user of a CPU without fast 16-bit paths does), and "torch best", the faster of the two in each
+measurement, which is what the targets compare against; NumPy GEMM + col2im in fp32. pypto uses the
+tiles ``suggest_convbp_input_tile_shapes`` returns; case a also runs with the specification's tiles.
 """
 
 import argparse

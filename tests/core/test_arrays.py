@@ -7,13 +7,13 @@ negative-stride views, Fortran order, read-only, misaligned, big-endian and zero
 (broadcast) arrays, wrong dtypes, output arrays that alias the inputs in a ``pypto.jit``
 kernel, read-only and big-endian output arrays, torch tensors.
 
-The memory guard (pypto._kernels.dispatch): before allocating, a data call estimates its output, packed
-weights, per-thread scratch and input copies; above the limit (``memory_limit`` option,
+The memory guard (pypto._kernels.dispatch): before allocating, a data call estimates its output,
+packed weights, per-thread scratch and input copies; above the limit (``memory_limit`` option,
 ``PYPTO_MEMORY_LIMIT``, default 80% of available memory) it raises
 ``pypto.error.PyptoMemoryError`` (a PyptoError and a MemoryError) naming the numbers.
 
-64-bit indexing: every index and offset in the kernel (pypto/_kernels/kernel/plan.pxi, loops.pxi) is an
-``int64_t`` (image, channel, row and column offsets, work items, panel sizes), and the guard's
+64-bit indexing: every index and offset in the kernel (pypto/_kernels/kernel/plan.pxi, loops.pxi) is
+an ``int64_t`` (image, channel, row and column offsets, work items, panel sizes), and the guard's
 estimate is Python integer arithmetic. ``test_guard_arithmetic_beyond_32_bits`` checks the
 estimate on a shape of more than 2**31 elements, always; ``test_output_beyond_2_31_elements``
 runs a real call with an output of more than 2**31 elements (4.3 GB) and checks sampled elements

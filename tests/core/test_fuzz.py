@@ -412,7 +412,7 @@ def test_tile_field_array_is_refused_with_a_pypto_error(field):
     assert getattr(e.value, "rule", None) == "TS0"
 
 
-# --- classes the first probe missed ----------------------------------------------------------------
+# --- classes the first probe missed ---------------------------------------------------------------
 def _factorizations(draw, size, rank):
     dims = []
     for _ in range(rank - 1):
@@ -523,7 +523,8 @@ _FORK_LIMIT_SCRIPT = textwrap.dedent("""
         _, status = os.waitpid(pid, 0)
         signal.alarm(0)
         print(json.dumps([parent_threads, child_threads, headroom_mib,
-                          os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)]))
+                          os.WEXITSTATUS(status) if os.WIFEXITED(status)
+                          else -os.WTERMSIG(status)]))
 """)
 
 
@@ -553,7 +554,7 @@ def test_forked_children_under_thread_and_address_space_limits_compute_or_refuse
     assert done.returncode == 0, (scenarios, done.returncode, done.stderr[-2000:])
     outcomes = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(outcomes) == len(scenarios)
-    for parent_threads, child_threads, headroom_mib, code in outcomes:
+    for _parent_threads, _child_threads, headroom_mib, code in outcomes:
         # 0: the parent's bits; 5: a PyptoError (only where an address-space limit was set)
         assert code == 0 or (code == 5 and headroom_mib is not None), outcomes
         event(f"child {'computed' if code == 0 else 'refused'}")

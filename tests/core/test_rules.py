@@ -165,7 +165,10 @@ def test_baseline_passes_with_lists_and_tuples():
 # T1: argument types
 # ------------------------------------------------------------------------------------------------
 def _cls(v):
-    return f"<class '{type(v).__module__ + '.' if type(v).__module__ != 'builtins' else ''}{type(v).__name__}'>"
+    return (
+        f"<class '{type(v).__module__ + '.' if type(v).__module__ != 'builtins' else ''}"
+        f"{type(v).__name__}'>"
+    )
 
 
 @pytest.mark.parametrize(

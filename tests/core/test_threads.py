@@ -730,7 +730,12 @@ def test_a_steady_state_call_creates_no_thread(threads, tmp_path):
     so after a warm-up no call creates a thread, whatever its work items: libgomp ended the
     surplus threads when a smaller team started and created them again (12 new threads over
     these 24 calls before). Counted in /proc/self/task after each call."""
-    done = subprocess.run([sys.executable, "-c", _TEAM_SCRIPT, str(threads)],
-                          capture_output=True, text=True, timeout=limit(300), cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", _TEAM_SCRIPT, str(threads)],
+        capture_output=True,
+        text=True,
+        timeout=limit(300),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-2:] == ["created", "0"], done.stdout

@@ -15,10 +15,9 @@ import json
 import sys
 
 try:
+    import torch
     import torch.nn.functional as F
     from msprobe.pytorch import PrecisionDebugger
-
-    import torch
     from torch import nn
 except ImportError as exc:  # the tests skip on this
     print(f"IMPORT-ERROR {exc}")

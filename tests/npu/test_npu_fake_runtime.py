@@ -208,8 +208,9 @@ def test_npu_requested_without_an_npu_raises_and_auto_computes_on_the_cpu(tmp_pa
                     l0=[16, 16, 16])
         call = make_call(case)
         dy, w = arrays(case, exact=False)
-        op = pypto.conv_backward_input(pypto.from_numpy(dy), case["input_size"], pypto.from_numpy(w),
-                                       pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1]).numpy()
+        op = pypto.conv_backward_input(pypto.from_numpy(dy), case["input_size"],
+                                       pypto.from_numpy(w), pypto.DT_FP16, [1, 1], [1, 1, 1, 1],
+                                       [1, 1]).numpy()
         out["auto_equals_cpu"] = bool(np.array_equal(op, conv_backward_input_cpu(call, dy, w)))
         emit(out)
     """,
@@ -237,7 +238,8 @@ def test_the_op_raises_when_the_npu_is_requested_but_missing(tmp_path):
             pypto.set_vec_tile_shapes(16, 16, 16, 16)
             dy = pypto.from_numpy(np.ones((1, 16, 5, 32), np.float16))
             w = pypto.from_numpy(np.ones((16, 16, 3, 3), np.float16))
-            pypto.conv_backward_input(dy, [1, 16, 5, 32], w, pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1])
+            pypto.conv_backward_input(dy, [1, 16, 5, 32], w, pypto.DT_FP16, [1, 1], [1, 1, 1, 1],
+                                      [1, 1])
             emit("computed")
         except device.NpuUnavailableError as exc:
             emit(str(exc))
@@ -534,15 +536,19 @@ def test_npu_path_equals_the_cpu_kernel(fake_ascend, dtype):
             plan = plan_launches(call)
             dy, w = arrays(case, exact=True)
             mallocs = fake_counter("malloc")
-            npu, cpu = device.conv_backward_input_npu(call, dy, w), conv_backward_input_cpu(call, dy, w)
+            npu, cpu = (device.conv_backward_input_npu(call, dy, w),
+                        conv_backward_input_cpu(call, dy, w))
             mallocs = fake_counter("malloc") - mallocs
-            exact = bool(npu.dtype == cpu.dtype and np.array_equal(npu.view(np.uint16), cpu.view(np.uint16)))
+            exact = bool(npu.dtype == cpu.dtype
+                         and np.array_equal(npu.view(np.uint16), cpu.view(np.uint16)))
             dy, w = arrays(case, exact=False, seed=1)
-            npu, cpu = device.conv_backward_input_npu(call, dy, w), conv_backward_input_cpu(call, dy, w)
+            npu, cpu = (device.conv_backward_input_npu(call, dy, w),
+                        conv_backward_input_cpu(call, dy, w))
             size = np.abs(conv_backward_input_cpu(call, np.abs(dy), np.abs(w)).astype(np.float64))
             a, b = npu.astype(np.float64), cpu.astype(np.float64)
             mantissa, emin = (10, -14) if case["dtype"] == "DT_FP16" else (7, -126)
-            ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.maximum(abs(a), abs(b)), 2.0 ** emin))) - mantissa)
+            ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.maximum(abs(a), abs(b)), 2.0 ** emin)))
+                          - mantissa)
             k = case["w"][0] * case["w"][2] * case["w"][3]
             bound = ulp + 2 * k * 2.0 ** -24 * size * 1.01
             whole = plan.pieces[0].launches
@@ -555,7 +561,8 @@ def test_npu_path_equals_the_cpu_kernel(fake_ascend, dtype):
                             halo=whole.rows.first < 0, zero_output=whole.zero_output,
                             launches=plan.launch_count))
             plan_module.MAX_BLOCKS = 65535
-        out.append(dict(faults=fake_counter("kernel_faults"), live=fake_counter("live_allocations")))
+        out.append(dict(faults=fake_counter("kernel_faults"),
+                        live=fake_counter("live_allocations")))
         emit(out)
     """,
         fake_ascend.env(PYPTO_DEVICE="npu"),
@@ -601,7 +608,8 @@ def test_a_problem_without_a_plan_goes_to_the_cpu_in_auto_and_raises_in_npu_mode
         out = dict(auto=device.select_backend(call))
         device.set_device("npu")
         for name, run in (("select", lambda: device.select_backend(call)),
-                          ("op", lambda: device.conv_backward_input_npu(call, *arrays({case!r}, True)))):
+                          ("op",
+                           lambda: device.conv_backward_input_npu(call, *arrays({case!r}, True)))):
             try:
                 run()
             except device.NpuUnavailableError as exc:
@@ -679,7 +687,8 @@ def test_injected_failures_raise_clear_errors_and_free_every_buffer(fake_ascend)
                                 live=fake_counter("live_allocations")))
             del os.environ[variable]
         recovered = device.conv_backward_input_npu(call, dy, w)
-        out.append(dict(recovered=bool(np.array_equal(recovered, conv_backward_input_cpu(call, dy, w))),
+        out.append(dict(recovered=bool(np.array_equal(recovered,
+                                                      conv_backward_input_cpu(call, dy, w))),
                         live=fake_counter("live_allocations")))
         emit(out)
     """,

@@ -227,7 +227,8 @@ namespace ConvBackpropApi {
 enum class B2Condition { BASEK_LT_HKWK, BASEK_GE_HKWK, HKWK_EQ_ONE };
 struct Conv3dConfig { B2Condition loadB2Condition; bool enableKernelSplit; };
 template <AscendC::TPosition pos, ConvCommonApi::ConvFormat format, typename T> struct ConvType {};
-template <class A, class B, class C, class D, const Conv3dConfig &config> struct Conv3DBpInputCfg {};
+template <class A, class B, class C, class D, const Conv3dConfig &config>
+struct Conv3DBpInputCfg {};
 struct Conv3DBpInputImpl {};
 template <class Config, class Impl> struct Conv3DBpInputIntf {
     void Init(const TConv3DBackpropInputTiling *__restrict tiling) { (void)tiling; }
@@ -327,7 +328,7 @@ def test_the_kernel_reads_the_tiling_through_its_real_type_and_no_system_workspa
     assert not hasattr(_launch_struct, "SYSTEM_WORKSPACE_BYTES")
 
 
-# --- F3: the SoC from npu-smi ----------------------------------------------------------------------
+# --- F3: the SoC from npu-smi ---------------------------------------------------------------------
 def _load_build():
     spec = importlib.util.spec_from_file_location(
         "pypto_ascendc_build", KERNEL_SOURCES / "build.py"
@@ -337,14 +338,15 @@ def _load_build():
     return build
 
 
-# What npu-smi prints (field layout of npu-smi 23.x-25.x; ids, versions and bus numbers are examples).
+# What npu-smi prints (field layout of npu-smi 23.x-25.x; ids, versions and bus numbers are
+# examples).
 A2_CHIPS = """\
         NPU ID                         Chip ID                        Chip Logic ID                  Chip Name
         0                              0                              0                              Ascend 910B3
         0                              1                              -                              Mcu
         1                              0                              1                              Ascend 910B3
         1                              1                              -                              Mcu
-"""
+"""  # noqa: E501 - npu-smi's own column layout
 A2_BOARD_CHIP = """\
         NPU ID                         : 0
         Chip ID                        : 0
@@ -392,7 +394,7 @@ A3_CHIPS = """\
         0                              0                              0                              Ascend 910
         0                              1                              1                              Ascend 910
         0                              2                              -                              Mcu
-"""
+"""  # noqa: E501 - npu-smi's own column layout
 A3_BOARD_CHIP = """\
         NPU ID                         : 0
         NPU Name                       : 9392
@@ -468,7 +470,8 @@ def test_the_npu_smi_table_names_a2_but_cannot_name_a3():
 
 @pytest.fixture
 def fake_npu_smi(tmp_path, monkeypatch):
-    """``install({args: output})`` puts an npu-smi on PATH that prints those (and fails otherwise)."""
+    """``install({args: output})`` puts an npu-smi on PATH that prints those (and fails
+    otherwise)."""
 
     def install(outputs):
         folder = tmp_path / "smi"
@@ -554,7 +557,7 @@ def test_no_soc_from_npu_smi_skips_the_build_with_one_clear_line(
     assert not (tmp_path / "out").exists()
 
 
-# --- F5, F6: what the built library exports and needs ----------------------------------------------
+# --- F5, F6: what the built library exports and needs ---------------------------------------------
 def _exports():
     found = re.search(r"^set\(PYPTO_KERNEL_EXPORTS ([^)]*)\)", CMAKELISTS.read_text(), re.MULTILINE)
     assert found, "CMakeLists.txt names the library's exports in PYPTO_KERNEL_EXPORTS"
@@ -686,9 +689,10 @@ def test_the_kernel_library_loads_local_and_still_resolves_acl(fakes):
         pypto.set_convbp_input_tile_shapes(pypto_impl.ConvBpTileL1Info(16, 144, 16),
                                            pypto_impl.ConvBpTileL0Info(16, 16, 16))
         pypto.set_vec_tile_shapes(16, 16, 16, 16)
-        call = validate_conv_backward_input(pypto.Tensor([1, 16, 5, 32], pypto.DT_FP16), [1, 16, 5, 32],
-                                            pypto.Tensor([16, 16, 3, 3], pypto.DT_FP16), pypto.DT_FP16,
-                                            [1, 1], [1, 1, 1, 1], [1, 1])
+        call = validate_conv_backward_input(pypto.Tensor([1, 16, 5, 32], pypto.DT_FP16),
+                                            [1, 16, 5, 32],
+                                            pypto.Tensor([16, 16, 3, 3], pypto.DT_FP16),
+                                            pypto.DT_FP16, [1, 1], [1, 1, 1, 1], [1, 1])
         rng = np.random.default_rng(0)
         dy = rng.integers(-4, 5, (1, 16, 5, 32)).astype(np.float16)
         w = rng.integers(-4, 5, (16, 16, 3, 3)).astype(np.float16)
@@ -723,8 +727,10 @@ unsigned LaunchAscendKernel(void *handle, unsigned long key, unsigned blocks, vo
                             unsigned size, const void *stream);
 static void register_kernels(void) __attribute__((constructor));
 static void register_kernels(void)
-{ RegisterAscendBinary(__replaced_ascend_kernel.buf, __replaced_ascend_kernel.len, 0, &g_kernel_handle); }
-unsigned aclrtlaunch_pypto_conv_dx(void) { return LaunchAscendKernel(g_kernel_handle, 1, 1, 0, 0, 0); }
+{ RegisterAscendBinary(__replaced_ascend_kernel.buf, __replaced_ascend_kernel.len, 0,
+                       &g_kernel_handle); }
+unsigned aclrtlaunch_pypto_conv_dx(void)
+{ return LaunchAscendKernel(g_kernel_handle, 1, 1, 0, 0, 0); }
 """
 FAKE_CANN_CMAKE = """\
 set(ASCENDC_RUNTIME_STATIC_TARGET ascendc_runtime_static)
@@ -732,7 +738,8 @@ add_library(ascendc_runtime_static STATIC IMPORTED)
 set_target_properties(ascendc_runtime_static PROPERTIES IMPORTED_LOCATION "@RUNTIME@")
 function(ascendc_library target kind)
   add_library(${target} ${kind} "@STUB@")
-  target_link_libraries(${target} PRIVATE $<$<STREQUAL:$<TARGET_PROPERTY:TYPE>,SHARED_LIBRARY>:ascendc_runtime_static>)
+  target_link_libraries(${target} PRIVATE
+    $<$<STREQUAL:$<TARGET_PROPERTY:TYPE>,SHARED_LIBRARY>:ascendc_runtime_static>)
   set_target_properties(${target} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib)
 endfunction()
 function(ascendc_include_directories target scope)
@@ -831,7 +838,7 @@ def test_the_cmake_project_keeps_the_ascendc_runtime_private(
     assert result == [7, 99]
 
 
-# --- F1: the fake kernel's two Fixpipe modes, and a kernel wrong on one problem --------------------
+# --- F1: the fake kernel's two Fixpipe modes, and a kernel wrong on one problem -------------------
 FIXPIPE_SCRIPT = """
     import json
     import numpy as np
@@ -935,5 +942,6 @@ def test_npu_check_reports_a_saturating_fixpipe(fakes):
     assert done.stdout.count("NPU and CPU agree") == 5, done.stdout  # the finite problems
     assert done.stdout.count("NPU DIFFERS from the CPU in its NaN/Inf positions") == 2, done.stdout
     assert "saturating mode" in done.stdout
-    # the weight's Inf/NaN are handled on the host (pypto/_core/nonfinite.py): both modes agree there
+    # the weight's Inf/NaN are handled on the host (pypto/_core/nonfinite.py): both modes agree
+    # there
     assert done.stdout.count("NPU matches the CPU") == 1, done.stdout

@@ -23,11 +23,11 @@ cdef extern from "pypto_memops.h" nogil:
                           uint16_t *most)
     int pypto_bf16_least_exponent(uint16_t least_minus_one)
     void pypto_frame_row_f32(const uint16_t *src, int64_t lo, int64_t hi, int64_t n, float *dst,
-                              int dtype)
+                             int dtype)
     void pypto_zero32(void *dst, int64_t n)
     void pypto_prefetch_row(const uint16_t *p, int64_t n, int for_write)
     void pypto_frame_row_pairs(const uint16_t *a, const uint16_t *b, int64_t lo, int64_t hi,
-                                int64_t n, uint32_t *dst)
+                               int64_t n, uint32_t *dst)
 
 cdef extern from "pypto_isa.h" nogil:
     enum: PYPTO_MR
