@@ -1,0 +1,355 @@
+"""pypto.torch.crosscheck: judge torch's own grad_input of every aten.convolution_backward call
+by CANN's accuracy standards, skip what pypto's dgrad does not cover, localise a wrong one.
+
+The overhead measurement (one ResNet-18-like bf16 training step, batch 2, 64x64, with and
+without the cross-check) prints its numbers; run it alone with
+
+    python tests/torch_interop/test_torch_crosscheck.py [repeats [torch threads]]
+"""
+
+import csv
+import json
+import time
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: pypto.torch needs it")
+if getattr(torch, "__file__", None) is None:  # this folder, found as a namespace package when
+    # tests/ is on sys.path and PyTorch is not installed
+    pytest.skip("PyTorch is not installed: pypto.torch needs it", allow_module_level=True)
+
+from torch import nn  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+import pypto  # noqa: E402
+import pypto.torch as pt  # noqa: E402
+
+CONV_BACKWARD = torch.ops.aten.convolution_backward.default
+
+
+# --- helpers (kept here: the tests/ tree shares no helper modules with this folder) ---------------
+class SmallCNN(nn.Module):
+    """Stride, dilation, 1x1 and a grouped conv (which pypto's dgrad does not cover)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)  # input needs no grad
+        self.down = nn.Conv2d(16, 32, 3, stride=2, padding=1)  # stride 2
+        self.dilated = nn.Conv2d(32, 32, 3, padding=2, dilation=2)  # dilation 2
+        self.grouped = nn.Conv2d(32, 32, 3, padding=1, groups=4)  # groups 4: skipped
+        self.point = nn.Conv2d(32, 16, 1)  # 1x1
+        self.bn = nn.BatchNorm2d(16)
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        for conv in (self.stem, self.down, self.dilated, self.grouped):
+            x = torch.relu(conv(x))
+        x = torch.relu(self.bn(self.point(x)))
+        return self.head(x.mean((2, 3)))
+
+
+def small_cnn(seed=0, dtype=torch.bfloat16):
+    torch.manual_seed(seed)
+    return SmallCNN().to(dtype)
+
+
+def batch(seed=1, dtype=torch.bfloat16, n=2, size=16):
+    g = torch.Generator().manual_seed(seed)
+    return (
+        torch.randn(n, 3, size, size, generator=g).to(dtype),
+        torch.randint(0, 10, (n,), generator=g),
+    )
+
+
+def train_step(model, x, labels):
+    model.zero_grad(set_to_none=True)
+    loss = nn.functional.cross_entropy(model(x).float(), labels)
+    loss.backward()
+    return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+def same_bits(a, b):
+    return a.dtype == b.dtype and torch.equal(
+        a.view(torch.int16) if a.element_size() == 2 else a,
+        b.view(torch.int16) if b.element_size() == 2 else b,
+    )
+
+
+class CorruptGradInput(TorchDispatchMode):
+    """Entered *outside* crosscheck: crosscheck's call to convolution_backward then reaches this
+    mode, which lets torch compute and perturbs grad_input of the calls whose weight has
+    ``weight_shape``: image ``image``, channels ``channels``, rows ``rows``, every column."""
+
+    def __init__(self, weight_shape, image=1, channels=(0, 8), rows=(2, 4), delta=8.0):
+        super().__init__()
+        self.weight_shape, self.box, self.delta = list(weight_shape), (image, channels, rows), delta
+        self.hits = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        hit = func is CONV_BACKWARD and list(args[2].shape) == self.weight_shape
+        if hit and out[0] is not None:
+            image, (c0, c1), (r0, r1) = self.box
+            dx = out[0].clone()
+            dx[image, c0:c1, r0:r1, :] += self.delta
+            out = (dx, *out[1:])
+            self.hits += 1
+        return out
+
+
+def resnet18_like(width=64, classes=10):
+    """ResNet-18's layout (7x7/2 stem, max pool, 4 stages of 2 basic blocks, 1x1/2 downsample
+    convs, global pool, fc), built by hand: torchvision is not needed."""
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.down = None
+            if stride != 1 or cin != cout:
+                self.down = nn.Sequential(
+                    nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+                )
+
+        def forward(self, x):
+            y = torch.relu(self.bn1(self.conv1(x)))
+            y = self.bn2(self.conv2(y))
+            return torch.relu(y + (x if self.down is None else self.down(x)))
+
+    layers = [
+        nn.Conv2d(3, width, 7, 2, 3, bias=False),
+        nn.BatchNorm2d(width),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2, 1),
+    ]
+    cin = width
+    for i, cout in enumerate((width, 2 * width, 4 * width, 8 * width)):
+        layers += [Block(cin, cout, 1 if i == 0 else 2), Block(cout, cout, 1)]
+        cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
+    return nn.Sequential(*layers)
+
+
+# --- the small CNN --------------------------------------------------------------------------------
+def test_every_in_domain_call_is_judged_and_passes_and_nothing_changes(tmp_path):
+    x, labels = batch()
+    loss_plain, grads_plain = train_step(small_cnn(), x, labels)
+    model = small_cnn()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pt.CrosscheckWarning)
+        with pt.crosscheck(
+            standard="dual-L0", report=tmp_path / "xcheck.json", on_fail="warn"
+        ) as xc:
+            loss, grads = train_step(model, x, labels)
+    print("\n" + xc.table())
+    # torch computed everything as without the mode: same loss, same gradients, same bits
+    assert torch.equal(loss, loss_plain)
+    assert all(same_bits(grads[k], grads_plain[k]) for k in grads_plain)
+    rows = xc.rows
+    assert len(rows) == 5 and [r["call"] for r in rows] == list(range(5))
+    by_weight = {tuple(r["weight"]): r for r in rows}
+    for shape in ((32, 16, 3, 3), (32, 32, 3, 3), (16, 32, 1, 1)):  # stride, dilation, 1x1
+        r = by_weight[shape]
+        assert r["status"] == "pass" and r["passed"] is True, r
+        assert r["verdicts"]["dual-L0"]["passed"] is True
+        assert set(r["verdicts"]) == set(pypto.testing.STANDARDS)
+        assert r["outside_bound"] == 0 and r["failing_tasks"] == [] and r["max_ulp"] < 8
+        n, c, h, w = r["grad_input"]
+        assert r["dtype"] == "bf16" and r["elements"] == n * c * h * w
+    assert by_weight[(32, 16, 3, 3)]["strides"] == [2, 2]
+    assert by_weight[(32, 32, 3, 3)]["dilations"] == [2, 2]
+    assert by_weight[(32, 32, 3, 3)]["paddings"] == [2, 2, 2, 2]
+    grouped = by_weight[(32, 8, 3, 3)]
+    assert grouped["status"] == "skipped" and grouped["groups"] == 4
+    assert grouped["rule"] == "G1" and "Invalid groups:4" in grouped["reason"]
+    stem = by_weight[(16, 3, 3, 3)]
+    assert stem["status"] == "skipped" and "grad_input not asked for" in stem["reason"]
+    assert xc.summary() == {"calls": 5, "judged": 3, "passed": 3, "failed": 0, "skipped": 2}
+    assert xc.failures == {}
+    # the report, as JSON
+    report = json.loads((tmp_path / "xcheck.json").read_text())
+    assert report["summary"] == xc.summary() and report["standard"] == "dual-L0"
+    assert [r["status"] for r in report["rows"]] == [r["status"] for r in rows]
+    assert report["rows"][0]["grad_output"] == rows[0]["grad_output"]
+
+
+def test_csv_report_and_standard_all(tmp_path):
+    x, labels = batch()
+    with pt.crosscheck(standard="all", report=str(tmp_path / "xcheck.CSV"), on_fail="raise"):
+        train_step(small_cnn(), x, labels)
+    with open(tmp_path / "xcheck.CSV", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["status"] for r in rows].count("pass") == 3
+    assert {r["rule"] for r in rows if r["status"] == "skipped"} == {"G1", ""}
+    judged = [r for r in rows if r["status"] == "pass"]
+    for r in judged:
+        assert all(r[f"verdict_{s}"] == "pass" for s in pypto.testing.STANDARDS)
+        assert r["standard"] == "all" and r["outside_bound"] == "0" and r["failing_tasks"] == ""
+    assert any(r["strides"] == "2 2" and r["paddings"] == "1 1 1 1" for r in judged)
+
+
+def test_a_wrong_grad_input_fails_alone_and_is_localised(tmp_path):
+    x, labels = batch()
+    corrupt = CorruptGradInput((32, 32, 3, 3), image=1, channels=(0, 8), rows=(2, 4))
+    with corrupt:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pt.crosscheck(report=tmp_path / "x.json", on_fail="warn") as xc:
+                train_step(small_cnn(), x, labels)
+    assert corrupt.hits == 1
+    print("\n" + xc.table())
+    failed = [r for r in xc.rows if r["status"] == "fail"]
+    assert len(failed) == 1 and [r["status"] for r in xc.rows].count("pass") == 2
+    row = failed[0]
+    assert row["weight"] == [32, 32, 3, 3] and row["passed"] is False
+    assert row["verdicts"]["dual-L0"]["passed"] is False
+    assert row["tiles"]["vec"] == [16, 16, 16, 16]
+    # exactly the perturbed box is outside the bound: image 1, channels 0-7, rows 2-3, 8 columns
+    assert row["outside_bound"] == 8 * 2 * 8
+    assert row["failing_tasks"], row
+    for task in row["failing_tasks"]:
+        assert task["image"] == 1
+        assert task["channels"][0] <= 7 and task["channels"][1] >= 0
+        assert task["rows"][0] <= 3 and task["rows"][1] >= 2
+    assert sum(t["outside"] for t in row["failing_tasks"]) == row["outside_bound"]
+    result = xc.failures[row["call"]]
+    assert result.localisation.outside[1, 0:8, 2:4, :].all()
+    assert result.localisation.outside_count == 128
+    # one warning, for that call
+    mine = [w for w in caught if issubclass(w.category, pt.CrosscheckWarning)]
+    assert len(mine) == 1
+    text = str(mine[0].message)
+    assert f"call {row['call']}" in text and "fails dual-L0" in text and "image 1" in text
+    report = json.loads((tmp_path / "x.json").read_text())
+    assert report["summary"]["failed"] == 1
+    assert report["rows"][row["call"]]["failing_tasks"] == row["failing_tasks"]
+
+
+def test_on_fail_raise_stops_at_the_first_failing_call_after_recording_it(tmp_path):
+    x, labels = batch()
+    xc = pt.crosscheck(report=tmp_path / "x.csv", on_fail="raise")
+    with CorruptGradInput((32, 16, 3, 3), image=0, channels=(8, 16), rows=(0, 1)):
+        with pytest.raises(pt.CrosscheckError) as info:
+            with xc:
+                train_step(small_cnn(), x, labels)
+    assert isinstance(info.value, AssertionError)
+    assert info.value.row is xc.rows[-1] and xc.rows[-1]["status"] == "fail"
+    assert xc.rows[-1]["weight"] == [32, 16, 3, 3]
+    assert all(r["status"] != "fail" for r in xc.rows[:-1])
+    # the stem's call (the last of the backward pass) never came: backward stopped there
+    assert not any(r["weight"] == [16, 3, 3, 3] for r in xc.rows)
+    assert "localisation" in str(info.value) and info.value.result.passed is False
+    assert info.value.row["outside_bound"] == 8 * 1 * 16  # image 0, channels 8-15, row 0
+    with open(tmp_path / "x.csv", newline="") as f:  # written at exit, on the exception too
+        assert [r["status"] for r in csv.DictReader(f)][-1] == "fail"
+
+
+# --- what is skipped, and why ---------------------------------------------------------------------
+def test_calls_outside_the_domain_are_skipped_with_the_rule_or_reason():
+    gen = torch.Generator().manual_seed(0)
+
+    def grads(module, x):
+        x = x.clone().requires_grad_()
+        module(x).float().sum().backward()
+
+    # on_fail="ignore": torch's own fp16 CPU dgrad is judged too, and torch 2.13's does not
+    # accumulate in fp32 (elements outside the bound even on this small layer)
+    with pt.crosscheck(on_fail="ignore") as xc:
+        grads(nn.Conv2d(8, 8, 3, padding=1), torch.randn(1, 8, 6, 6, generator=gen))  # fp32
+        grads(
+            nn.ConvTranspose2d(8, 8, 3, stride=2).bfloat16(),
+            torch.randn(1, 8, 5, 5, generator=gen).bfloat16(),
+        )
+        grads(nn.Conv1d(8, 8, 3).bfloat16(), torch.randn(1, 8, 9, generator=gen).bfloat16())
+        grads(nn.Conv3d(8, 8, 3).bfloat16(), torch.randn(1, 8, 5, 5, 5, generator=gen).bfloat16())
+        grads(nn.Conv2d(8, 16, 3).half(), torch.randn(1, 8, 6, 6, generator=gen).half())
+        grads(
+            nn.Conv2d(8, 8, 3, padding=(0, 1)).bfloat16(),
+            torch.randn(1, 8, 6, 6, generator=gen).bfloat16(),
+        )
+    print("\n" + xc.table())
+    fp32, transposed, conv1d, conv3d, fp16, pads = xc.rows
+    assert fp32["status"] == "skipped" and fp32["rule"] == "D1" and fp32["dtype"] == "fp32"
+    assert transposed["status"] == "skipped" and "transposed" in transposed["reason"]
+    assert conv1d["status"] == "skipped" and conv1d["rule"] == "R1"
+    assert conv3d["status"] == "skipped" and conv3d["rule"] == "R1"
+    assert fp16["status"] in ("pass", "fail") and fp16["dtype"] == "fp16"  # judged
+    assert pads["status"] == "pass" and pads["paddings"] == [0, 0, 1, 1]
+
+
+def test_pypto_conv2d_calls_are_seen_and_not_judged_twice():
+    """Under pypto.torch.Conv2d, grad_input is pypto's (its own op) and torch computes only the
+    weight gradient: that call is listed, with no grad_input to judge."""
+    layer = pt.Conv2d(8, 16, 3, padding=1).bfloat16()
+    x = torch.randn(2, 8, 6, 6).bfloat16().requires_grad_()
+    with pt.crosscheck(on_fail="raise") as xc:
+        layer(x).float().sum().backward()
+    assert len(xc.rows) == 1 and xc.rows[0]["status"] == "skipped"
+    assert "grad_input not asked for" in xc.rows[0]["reason"]
+    assert x.grad is not None
+
+
+def test_bad_arguments_are_pypto_errors(tmp_path):
+    with pytest.raises(pypto.PyptoError):
+        pt.crosscheck(standard="dual-L9")
+    with pytest.raises(pypto.PyptoError):
+        pt.crosscheck(on_fail="explode")
+    with pytest.raises(pypto.PyptoError):
+        pt.crosscheck(report=tmp_path / "missing" / "x.json")
+    with pytest.raises(pypto.PyptoError):
+        pt.crosscheck(report=3)
+
+
+# --- overhead -------------------------------------------------------------------------------------
+def measure_overhead(repeats=1):
+    """Seconds of one ResNet-18-like bf16 training step (batch 2, 64x64) without and with the
+    cross-check, after one warm-up step of each, the two alternating ``repeats`` times (the
+    fastest of each counts); prints them and the cross-check's table."""
+    torch.manual_seed(0)
+    model = resnet18_like().bfloat16()
+    x = torch.randn(2, 3, 64, 64).bfloat16()
+    labels = torch.tensor([1, 7])
+    train_step(model, x, labels)  # warm-up (allocations, oneDNN primitives, tile suggestions)
+    with pt.crosscheck(on_fail="warn"):
+        train_step(model, x, labels)
+    plain, checked = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        train_step(model, x, labels)
+        plain.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        with pt.crosscheck(on_fail="warn") as xc:
+            train_step(model, x, labels)
+        checked.append(time.perf_counter() - start)
+    judging = sum(r["seconds"] or 0 for r in xc.rows)
+    t0, t1 = min(plain), min(checked)
+    print(
+        f"\nResNet-18-like bf16 training step, batch 2, 64x64, torch {torch.get_num_threads()} "
+        f"thread(s), fastest of {repeats}: {t0 * 1e3:.0f} ms without crosscheck, "
+        f"{t1 * 1e3:.0f} ms with ({t1 / t0:.1f}x; judging {judging * 1e3:.0f} ms in "
+        f"{xc.summary()['judged']} calls); all runs, ms: without "
+        f"{[round(t * 1e3) for t in plain]}, with {[round(t * 1e3) for t in checked]}"
+    )
+    print(xc.table())
+    return t0, t1, xc
+
+
+def test_resnet18_like_step_every_judged_call_passes_and_overhead_is_printed():
+    t0, t1, xc = measure_overhead()
+    s = xc.summary()
+    # 20 convolutions; the stem's input needs no gradient: 19 grad_inputs judged
+    assert s == {"calls": 20, "judged": 19, "passed": 19, "failed": 0, "skipped": 1}, xc.table()
+
+
+if (
+    __name__ == "__main__"
+):  # python tests/torch_interop/test_torch_crosscheck.py [repeats [threads]]
+    import sys
+
+    if len(sys.argv) > 2:
+        torch.set_num_threads(int(sys.argv[2]))
+    measure_overhead(repeats=int(sys.argv[1]) if len(sys.argv) > 1 else 5)
