@@ -99,11 +99,12 @@ def self_check(again=False):
     """The self-check's verdict for this device, kernel library and toolkit (a dict: passed,
     summary, problems, checked_at, source), from this process, the cache, or run now (``again``:
     run it even when known). NpuUnavailableError when the NPU cannot run at all."""
+    from ._kernels import conv_backward_input_cpu  # the reference the NPU must equal
     from ._npu import runtime as _runtime
     from ._npu import trust as _trust
     from ._npu.run import conv_backward_input_npu as run
 
-    return _trust.verdict(_runtime.get(), run, again=again)
+    return _trust.verdict(_runtime.get(), run, conv_backward_input_cpu, again=again)
 
 
 def known_self_check():

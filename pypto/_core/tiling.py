@@ -160,3 +160,23 @@ class Tiling(NamedTuple):
         """Independent (image, N-L1 block, M-L1 tile) items: no more threads can be busy."""
         rows, cols, nl1, _, _, _, _ = kernel_tiles or self.kernel_tiles(p)
         return p.n * ceil_div(p.cin, nl1) * ceil_div(p.hin, rows) * ceil_div(p.win, cols)
+
+
+# The NPU's blockDim range of one launch (the kernel header's PYPTO_CONV_DX_MAX_BLOCKS; the
+# NPU's launch struct module re-exports it and the header test compares them).
+MAX_BLOCKS = 65535
+
+
+def task_grid(p, t):
+    """(rows_per_task, cin_per_task, m_tasks, n_tasks) of one image: tileML1 of whole rows by
+    tileNL1 channels. The one task-grid definition: the NPU's launch plan launches these tasks
+    and the error localiser (pypto/_golden/localise.py) reports in them."""
+    # clipped to the image, as the CPU's loop nest clips it (tileML1 is unbounded above)
+    rows_per_task = min(p.hin, t.ml1 // p.win) if t.ml1 >= p.win else 1
+    cin_per_task = min(t.nl1, ceil_align(p.cin, C0))
+    n_tasks = ceil_div(p.cin, cin_per_task)
+    m_tasks = ceil_div(p.hin, rows_per_task)
+    if m_tasks * n_tasks > MAX_BLOCKS:  # one image must fit one launch: taller blocks
+        rows_per_task = ceil_div(p.hin, MAX_BLOCKS // n_tasks)
+        m_tasks = ceil_div(p.hin, rows_per_task)
+    return rows_per_task, cin_per_task, m_tasks, n_tasks

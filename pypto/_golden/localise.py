@@ -1,6 +1,6 @@
 """Where a dgrad result is wrong, in the terms of the NPU kernel: image, channel block, M tile.
 
-The NPU launch plan (``pypto/_npu/plan.py``, ``task_grid``) cuts dx of one image into tasks:
+The NPU launch plan cuts dx of one image into tasks (``pypto/_core/tiling.py``, ``task_grid``):
 tileNL1 input channels (at most Cin rounded up to 16) by tileML1 pixels of whole image rows
 (``tileML1 // Win`` rows when tileML1 >= Win, else one row; taller when one image would need
 more than 65535 tasks). A fault in one task's tiling, halo or tail shows as errors confined to
@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._core.tiling import ceil_div
-from .._npu.plan import task_grid
+from .._core.tiling import ceil_div, task_grid
 from ..error import FeError
 from .accuracy import json_ready
 

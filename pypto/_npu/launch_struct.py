@@ -7,6 +7,7 @@ sizeof, every offset and every constant with this module.
 
 import ctypes
 
+from .._core.tiling import MAX_BLOCKS  # the task grid's limit, defined with it
 from ..error import PyptoRtError
 
 __all__ = [
@@ -30,7 +31,6 @@ LAUNCH_BYTES = 328
 DONE_SLOT_BYTES = 64
 # The workspace is the done slots only, from its first byte: the kernel uses no AscendC system
 # workspace (none is allocated).
-MAX_BLOCKS = 65535
 FP16, BF16 = 0, 1
 B2_BASEK_LT_HKWK, B2_BASEK_GE_HKWK, B2_HKWK_EQ_ONE = 0, 1, 2
 

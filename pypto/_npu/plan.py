@@ -32,7 +32,7 @@ import functools
 from dataclasses import dataclass
 from typing import Optional
 
-from .._core.tiling import BUFFER_BYTES, C0, ConvProblem, ceil_align, ceil_div
+from .._core.tiling import BUFFER_BYTES, C0, ConvProblem, ceil_align, ceil_div, task_grid
 from .._dtypes import DataType
 from .decompose import Piece, decompositions, piece_tiling
 from .errors import NpuUnsupportedError
@@ -340,21 +340,6 @@ def _load_b2_mode(p, base_k):
 
 
 # --- the plan ---------------------------------------------------------------------------------
-def task_grid(p, t):
-    """(rows_per_task, cin_per_task, m_tasks, n_tasks) of one image: tileML1 of whole rows by
-    tileNL1 channels (the error localiser, pypto/_golden/localise.py, reports in these
-    tasks too)."""
-    # clipped to the image, as the CPU's loop nest clips it (tileML1 is unbounded above)
-    rows_per_task = min(p.hin, t.ml1 // p.win) if t.ml1 >= p.win else 1
-    cin_per_task = min(t.nl1, ceil_align(p.cin, C0))
-    n_tasks = ceil_div(p.cin, cin_per_task)
-    m_tasks = ceil_div(p.hin, rows_per_task)
-    if m_tasks * n_tasks > MAX_BLOCKS:  # one image must fit one launch: taller blocks
-        rows_per_task = ceil_div(p.hin, MAX_BLOCKS // n_tasks)
-        m_tasks = ceil_div(p.hin, rows_per_task)
-    return rows_per_task, cin_per_task, m_tasks, n_tasks
-
-
 def _task_grid(p, t):
     """task_grid and images_per_launch."""
     rows_per_task, cin_per_task, m_tasks, n_tasks = task_grid(p, t)

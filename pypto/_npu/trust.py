@@ -240,16 +240,16 @@ def _difference(npu, cpu):
     )
 
 
-def run_self_check(npu_compute):
-    """Each problem on the NPU (``npu_compute(call, dy, w)``) and on the CPU: a verdict dict."""
-    from .._kernels.dispatch import conv_backward_input_cpu
+def run_self_check(npu_compute, cpu_compute):
+    """Each problem on the NPU and on the CPU (``npu_compute(call, dy, w)``,
+    ``cpu_compute(call, dy, w)``; the NPU backend imports no CPU backend): a verdict dict."""
 
     results, planned = [], True
     for index, problem in enumerate(SELF_CHECK_PROBLEMS):
         name = f"{problem[0]} ({problem[1]})"
         call = _call(problem)
         dy, w = _arrays(problem, seed=index)
-        expected = conv_backward_input_cpu(call, dy, w)
+        expected = cpu_compute(call, dy, w)
         try:
             detail = _difference(npu_compute(call, dy, w), expected)
         except NpuUnavailableError as exc:  # no plan, or no NPU: not the kernel's verdict
@@ -363,7 +363,7 @@ def known_verdict(runtime):
     return known
 
 
-def verdict(runtime, npu_compute, again=False):
+def verdict(runtime, npu_compute, cpu_compute, again=False):
     """This runtime's verdict: from this process, else the cache, else by running the check
     (and caching it). ``again``: run it even when a verdict is known."""
     with _lock:
@@ -374,7 +374,7 @@ def verdict(runtime, npu_compute, again=False):
                 known = dict(known, source="cached in " + str(cache_path()))
         if known is None:
             key = _key(runtime)
-            known = dict(run_self_check(npu_compute), key=key)
+            known = dict(run_self_check(npu_compute, cpu_compute), key=key)
             if known["kernel_verdict"]:  # a problem that could not run says nothing lasting
                 _store(_key_text(key), known)
             known = dict(known, source="run in this process")

@@ -525,12 +525,14 @@ def test_npu_path_equals_the_cpu_kernel(fake_ascend, dtype):
     cases = [dict(case, dtype=dtype) for case in CASES]
     results = run_python(
         f"""
+        import pypto._core.tiling as tiling_module
         import pypto._npu.plan as plan_module
         from pypto._npu.plan import plan_launches
         out = []
         for case in {cases!r}:
             if "max_blocks" in case:
-                plan_module.MAX_BLOCKS = case["max_blocks"]
+                # the task grid's limit and the plan's (one value, imported by both)
+                tiling_module.MAX_BLOCKS = plan_module.MAX_BLOCKS = case["max_blocks"]
                 plan_module._plan.cache_clear()
             call = make_call(case)
             plan = plan_launches(call)
@@ -560,7 +562,7 @@ def test_npu_path_equals_the_cpu_kernel(fake_ascend, dtype):
                             stripes=sum(s.api is not None for s in whole.stripes),
                             halo=whole.rows.first < 0, zero_output=whole.zero_output,
                             launches=plan.launch_count))
-            plan_module.MAX_BLOCKS = 65535
+            tiling_module.MAX_BLOCKS = plan_module.MAX_BLOCKS = 65535
         out.append(dict(faults=fake_counter("kernel_faults"),
                         live=fake_counter("live_allocations")))
         emit(out)
