@@ -28,10 +28,7 @@ names the PyptoError.
 """
 
 import contextlib
-import csv
 import functools
-import json
-import math
 import os
 import sys
 import time
@@ -53,6 +50,7 @@ from ._convbp import conv_backward_input as _pypto_dgrad
 from ._core.options import get_convbp_input_tile_shapes, get_vec_tile_shapes, options
 from ._core.suggest import suggest_convbp_input_tile_shapes
 from ._dtypes import DataType
+from ._golden import calls as _calls
 from ._golden.accuracy import json_ready
 from ._version import __version__
 from .error import ConvBpInputError, ConvBpValueError, FeError, PyptoError
@@ -620,10 +618,6 @@ def _judging_threads(threads):
         yield
 
 
-def _shape_text(shape):
-    return "x".join(str(v) for v in shape)
-
-
 class crosscheck(TorchDispatchMode):
     """Judge torch's own grad_input of every ``aten.convolution_backward`` call by CANN's
     accuracy standards, against pypto's float64 golden (``pypto.testing.compare``).
@@ -706,29 +700,20 @@ class crosscheck(TorchDispatchMode):
         paddings = (
             [padding[0], padding[0], padding[1], padding[1]] if len(padding) == 2 else padding
         )
-        row = {
-            "call": index,
-            "status": "skipped",
-            "rule": None,
-            "reason": None,
-            "dtype": _dtype_name(dy.dtype),
-            "grad_output": list(dy.shape),
-            "weight": list(w.shape),
-            "grad_input": list(x.shape),
-            "strides": stride,
-            "paddings": paddings,
-            "dilations": dilation,
-            "groups": groups,
-            "standard": self.standard,
-            "passed": None,
-            "verdicts": {},
-            "max_ulp": None,
-            "outside_bound": None,
-            "elements": x.numel(),
-            "failing_tasks": [],
-            "tiles": None,
-            "seconds": None,
-        }
+        row = _calls.new_row(
+            {"call": index, "status": "skipped", "rule": None},
+            {"seconds": None},
+            dtype=_dtype_name(dy.dtype),
+            grad_output=list(dy.shape),
+            weight=list(w.shape),
+            grad_input=list(x.shape),
+            strides=stride,
+            paddings=paddings,
+            dilations=dilation,
+            groups=groups,
+            standard=self.standard,
+            elements=x.numel(),
+        )
         self.rows.append(row)
         if not mask[0]:
             row["reason"] = "grad_input not asked for (output_mask[0] is False)"
@@ -774,20 +759,7 @@ class crosscheck(TorchDispatchMode):
             row["reason"] = str(exc)
             return
         row["seconds"] = round(time.perf_counter() - start, 6)
-        loc = result.localisation
-        row.update(
-            status="pass" if result.passed else "fail",
-            passed=bool(result.passed),
-            verdicts={sid: v.as_dict() for sid, v in result.verdicts.items()},
-            max_ulp=float(result.metrics.max_ulp),
-            outside_bound=loc.outside_count,
-            failing_tasks=[_task(loc, *task) for task in loc.failing_tasks()],
-            tiles={
-                "l1": list(result.case.l1),
-                "l0": list(result.case.l0),
-                "vec": list(result.case.vec),
-            },
-        )
+        row.update(_calls.judged(result))
         if result.passed:
             return
         self.failures[index] = result
@@ -808,10 +780,10 @@ class crosscheck(TorchDispatchMode):
         )
         more = len(row["failing_tasks"]) - 5
         tasks += f"; and {more} more" if more > 0 else ""
-        failed = [sid for sid, v in row["verdicts"].items() if not v["passed"]]
+        failed = _calls.failing_standards(row)
         return (
             f"pypto crosscheck: convolution_backward call {row['call']} (grad_output "
-            f"{_shape_text(row['grad_output'])}, weight {_shape_text(row['weight'])}, "
+            f"{_calls.shape_text(row['grad_output'])}, weight {_calls.shape_text(row['weight'])}, "
             f"strides {row['strides']}, paddings {row['paddings']}, dilations "
             f"{row['dilations']}, {row['dtype']}): torch's grad_input fails "
             f"{self.standard}; max {row['max_ulp']:.3g} ulp, {row['outside_bound']} of "
@@ -822,15 +794,7 @@ class crosscheck(TorchDispatchMode):
     # --- the table --------------------------------------------------------------------------
     def summary(self):
         """{"calls", "judged", "passed", "failed", "skipped"} counts."""
-        judged = [r for r in self.rows if r["status"] in ("pass", "fail")]
-        failed = sum(r["status"] == "fail" for r in judged)
-        return {
-            "calls": len(self.rows),
-            "judged": len(judged),
-            "passed": len(judged) - failed,
-            "failed": failed,
-            "skipped": len(self.rows) - len(judged),
-        }
+        return _calls.counts(self.rows)
 
     def as_dict(self):
         return json_ready(
@@ -840,7 +804,7 @@ class crosscheck(TorchDispatchMode):
                 "standard": self.standard,
                 "on_fail": self.on_fail,
                 "summary": self.summary(),
-                "rows": [_json_row(r) for r in self.rows],
+                "rows": [_calls.json_row(r) for r in self.rows],
             }
         )
 
@@ -848,39 +812,16 @@ class crosscheck(TorchDispatchMode):
         """Write the table to ``path``: CSV when it ends with .csv, else JSON."""
         path = os.fspath(path)
         if path.lower().endswith(".csv"):
-            standards = list(_testing.STANDARDS)
-            fields = (
-                [
-                    "call",
-                    "status",
-                    "rule",
-                    "reason",
-                    "dtype",
-                    "grad_output",
-                    "weight",
-                    "grad_input",
-                    "strides",
-                    "paddings",
-                    "dilations",
-                    "groups",
-                    "standard",
-                    "passed",
-                    "max_ulp",
-                    "outside_bound",
-                    "elements",
-                    "failing_tasks",
-                ]
-                + [f"verdict_{s}" for s in standards]
-                + ["seconds"]
+            _calls.write_csv(
+                path,
+                self.rows,
+                ("call", "status", "rule"),
+                trailing=("seconds",),
+                verdict_prefix="verdict_",
+                int_list=_calls.spaced,
             )
-            with open(path, "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=fields)
-                writer.writeheader()
-                for r in self.rows:
-                    writer.writerow(_csv_row(r, standards))
         else:
-            with open(path, "w") as f:
-                json.dump(self.as_dict(), f, indent=1)
+            _calls.write_json(path, self.as_dict())
         return path
 
     def table(self):
@@ -898,8 +839,8 @@ class crosscheck(TorchDispatchMode):
             if r["status"] == "fail":
                 note = f"{len(r['failing_tasks'])} failing task(s)"
             lines.append(
-                f"{r['call']:>4}  {r['status']:<7} {_shape_text(r['grad_output']):<14} "
-                f"{_shape_text(r['weight']):<14} "
+                f"{r['call']:>4}  {r['status']:<7} {_calls.shape_text(r['grad_output']):<14} "
+                f"{_calls.shape_text(r['weight']):<14} "
                 f"{','.join(map(str, r['strides'])):<5} "
                 f"{','.join(map(str, r['paddings'][::2])):<5} "
                 f"{','.join(map(str, r['dilations'])):<5} {r['dtype']:<5} "
@@ -914,65 +855,3 @@ class crosscheck(TorchDispatchMode):
 
     def __str__(self):
         return self.table()
-
-
-def _task(loc, n, b, m, outside, elements, max_ulp):
-    """A failing task (image, channel block, M tile) of the localisation, as a row's entry."""
-    return {
-        "image": n,
-        "channel_block": b,
-        "channels": list(loc.block_channels(b)),
-        "m_tile": m,
-        "rows": list(loc.tile_rows(m)),
-        "outside": outside,
-        "elements": elements,
-        "max_ulp": max_ulp,
-        "where": f"image {n}, {loc.block_name(b)}, {loc.tile_name(m)}",
-    }
-
-
-def _json_row(row):
-    return {
-        k: (
-            json_ready(v)
-            if isinstance(v, (dict, float))
-            else [json_ready(x) if isinstance(x, (dict, float)) else x for x in v]
-            if isinstance(v, list)
-            else v
-        )
-        for k, v in row.items()
-    }
-
-
-def _csv_row(row, standards):
-    out = {
-        k: row[k]
-        for k in (
-            "call",
-            "status",
-            "rule",
-            "reason",
-            "dtype",
-            "groups",
-            "standard",
-            "passed",
-            "max_ulp",
-            "outside_bound",
-            "elements",
-            "seconds",
-        )
-    }
-    for key in ("grad_output", "weight", "grad_input"):
-        out[key] = _shape_text(row[key])
-    for key in ("strides", "paddings", "dilations"):
-        out[key] = " ".join(str(v) for v in row[key])
-    for s in standards:
-        verdict = row["verdicts"].get(s)
-        out[f"verdict_{s}"] = "" if verdict is None else "pass" if verdict["passed"] else "fail"
-    out["failing_tasks"] = "; ".join(
-        f"{t['where']}: {t['outside']} of {t['elements']} outside, max {t['max_ulp']:.3g} ulp"
-        for t in row["failing_tasks"]
-    )
-    if isinstance(out["max_ulp"], float) and not math.isfinite(out["max_ulp"]):
-        out["max_ulp"] = str(out["max_ulp"])
-    return out

@@ -36,7 +36,6 @@ refuses. A dump without tensors (task "statistics"), a tensor file that is missi
 not what dump.json says is a PyptoError.
 """
 
-import csv
 import json
 import os
 import re
@@ -46,7 +45,7 @@ import numpy as np
 from .._dtypes import DTYPE_NAMES, numpy_dtype
 from .._version import __version__
 from ..error import ConvBpInputError, FeError, PyptoMemoryError
-from .accuracy import json_ready
+from . import calls as _calls
 
 __all__ = ["MsprobeReport", "judge_dump", "find_dumps", "check_report_path", "CSV_COLUMNS"]
 
@@ -556,8 +555,13 @@ def _read_tensor(path, record, dtype_name, what):
 
 
 # --- the report --------------------------------------------------------------------------------
+_LEADING = ("dump", "api", "status")  # the CSV's columns before _calls.CALL_COLUMNS
+CSV_COLUMNS = _LEADING + _calls.CALL_COLUMNS
+
+
 def _row(call, standard):
-    strides, paddings, dilations, groups = call.params if call.params else (None,) * 4
+    names = ("strides", "paddings", "dilations", "groups")
+    params = dict(zip(names, call.params)) if call.params else {}  # new_row: None
     shapes = {}
     for name in ("grad_output", "weight", "grad_input"):
         try:
@@ -568,90 +572,16 @@ def _row(call, standard):
     if dtype is None and call.tensors:  # skipped before the dtype check
         kinds = sorted({_dtype_name(t) for t in call.tensors.values()})
         dtype = kinds[0] if len(kinds) == 1 else "mixed (" + ", ".join(kinds) + ")"
-    return {
+    leading = {
         "dump": call.label,
         "api": call.api,
         "forward": call.forward,
         "parameters_from": call.parameters_from,
         "status": "skipped",
-        "reason": call.skip,
-        "dtype": dtype,
-        **shapes,
-        "strides": strides,
-        "paddings": paddings,
-        "dilations": dilations,
-        "groups": groups,
-        "standard": standard,
-        "passed": None,
-        "verdicts": {},
-        "max_ulp": None,
-        "outside_bound": None,
-        "elements": None,
-        "failing_tasks": [],
-        "tiles": None,
     }
-
-
-def _judged_row(row, result):
-    loc = result.localisation
-    row.update(
-        status="pass" if result.passed else "fail",
-        passed=bool(result.passed),
-        verdicts={sid: v.as_dict() for sid, v in result.verdicts.items()},
-        max_ulp=json_ready(float(result.metrics.max_ulp)),
-        outside_bound=loc.outside_count,
-        elements=int(result.golden.size),
-        failing_tasks=[
-            {
-                "image": n,
-                "channel_block": b,
-                "m_tile": m,
-                "outside": o,
-                "elements": e,
-                "max_ulp": json_ready(u),
-                "where": f"image {n}, {loc.block_name(b)}, {loc.tile_name(m)}",
-            }
-            for n, b, m, o, e, u in loc.failing_tasks()
-        ],
-        tiles={
-            "l1": list(result.case.l1),
-            "l0": list(result.case.l0),
-            "grid": loc.as_dict(0)["grid"],
-        },
+    return _calls.new_row(
+        leading, reason=call.skip, dtype=dtype, **shapes, **params, standard=standard
     )
-    return row
-
-
-CSV_COLUMNS = (
-    "dump",
-    "api",
-    "status",
-    "reason",
-    "dtype",
-    "grad_output",
-    "weight",
-    "grad_input",
-    "strides",
-    "paddings",
-    "dilations",
-    "groups",
-    "standard",
-    "passed",
-    "max_ulp",
-    "outside_bound",
-    "elements",
-    "failing_tasks",
-)
-
-
-def _cell(value):
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return "[" + ",".join(str(v) for v in value) + "]"
-    return value
 
 
 class MsprobeReport:
@@ -662,16 +592,17 @@ class MsprobeReport:
     path : the dump folder given
     dumps : the dump.json files read
     standard : the standard that decides each call's verdict ("all": every one)
-    rows : one dict per call (JSON-ready): ``dump`` (the folder of its dump.json, relative to
-        ``path``), ``api``, ``forward``, ``parameters_from`` (Module calls), ``status``
-        ("pass", "fail" or "skipped"), ``reason`` (why skipped), ``dtype``, the shapes
-        ``grad_output``, ``weight``, ``grad_input``, ``strides``, ``paddings``, ``dilations``,
-        ``groups``, ``standard``, ``passed`` (None when skipped), ``verdicts`` ({standard:
-        verdict with numbers, thresholds, detail, source}), ``max_ulp``, ``outside_bound``
-        (elements outside the fp32-accumulation bound), ``elements``, ``failing_tasks``
-        ([{image, channel_block, m_tile, outside, elements, max_ulp, where}]) and ``tiles``
-        (the suggested tiles the localisation uses: ``l1``, ``l0`` and ``grid`` with
-        ``rows_per_m_tile``, ``m_tiles``, ``channels_per_block``, ``channel_blocks``, ``text``).
+    rows : one dict per call (JSON-ready; ``pypto._golden.calls``): ``dump`` (the folder of its
+        dump.json, relative to ``path``), ``api``, ``forward``, ``parameters_from`` (Module
+        calls), ``status`` ("pass", "fail" or "skipped"), ``reason`` (why skipped), ``dtype``,
+        the shapes ``grad_output``, ``weight``, ``grad_input``, ``strides``, ``paddings``,
+        ``dilations``, ``groups``, ``standard``, ``passed`` (None when skipped), ``verdicts``
+        ({standard: verdict with numbers, thresholds, detail, source}), ``max_ulp``,
+        ``outside_bound`` (elements outside the fp32-accumulation bound), ``elements``,
+        ``failing_tasks`` ([{image, channel_block, channels, m_tile, rows, outside, elements,
+        max_ulp, where}]) and ``tiles`` (the suggested tiles the localisation uses: ``l1``,
+        ``l0``, ``vec`` and ``grid`` with ``rows_per_m_tile``, ``m_tiles``,
+        ``channels_per_block``, ``channel_blocks``, ``text``).
     passed : no judged call fails (True also when none was judged: see ``judged``)
     """
 
@@ -680,15 +611,15 @@ class MsprobeReport:
 
     @property
     def judged(self):
-        return sum(r["status"] != "skipped" for r in self.rows)
+        return _calls.counts(self.rows)["judged"]
 
     @property
     def failed(self):
-        return sum(r["status"] == "fail" for r in self.rows)
+        return _calls.counts(self.rows)["failed"]
 
     @property
     def skipped(self):
-        return sum(r["status"] == "skipped" for r in self.rows)
+        return _calls.counts(self.rows)["skipped"]
 
     @property
     def passed(self):
@@ -723,10 +654,10 @@ class MsprobeReport:
         text += (
             f" {row['dtype']} dy {row['grad_output']} w {row['weight']} -> dx "
             f"{row['grad_input']}, strides {row['strides']}, paddings {row['paddings']}, "
-            f"dilations {row['dilations']}: max {_num(row['max_ulp'])} ulp, "
+            f"dilations {row['dilations']}: max {_calls.number(row['max_ulp'])} ulp, "
             f"{row['outside_bound']} of {row['elements']} outside the bound; "
         )
-        failing = [sid for sid, v in row["verdicts"].items() if not v["passed"]]
+        failing = _calls.failing_standards(row)
         text += ("fails " + ", ".join(failing)) if failing else "every standard passes"
         tasks = row["failing_tasks"]
         if tasks:
@@ -752,63 +683,20 @@ class MsprobeReport:
             "dump_files": [str(p) for p in self.dumps],
             "standard": self.standard,
             "passed": self.passed,
-            "summary": {
-                "calls": len(self.rows),
-                "judged": self.judged,
-                "passed": self.judged - self.failed,
-                "failed": self.failed,
-                "skipped": self.skipped,
-            },
+            "summary": _calls.counts(self.rows),
             "calls": self.rows,
         }
 
     def write_json(self, path):
-        _write(path, "JSON", lambda f: (json.dump(self.as_dict(), f, indent=1), f.write("\n")))
+        _calls.write_json(path, self.as_dict())
 
     def csv_columns(self):
-        sids = []
-        for row in self.rows:
-            sids += [s for s in row["verdicts"] if s not in sids]
-        if not sids:
-            from .accuracy import STANDARDS
-
-            sids = list(STANDARDS)
-        return list(CSV_COLUMNS) + [c for s in sids for c in (s, f"{s} detail")]
+        return _calls.csv_columns(self.rows, _LEADING)
 
     def write_csv(self, path):
         """One row per call: the columns of CSV_COLUMNS, then each standard's verdict and its
         numbers in words."""
-        columns = self.csv_columns()
-
-        def write(f):
-            writer = csv.writer(f)
-            writer.writerow(columns)
-            for row in self.rows:
-                cells = [_cell(row[c]) for c in CSV_COLUMNS[:-1]]
-                cells.append(
-                    "; ".join(
-                        f"{t['where']}: {t['outside']} of {t['elements']} "
-                        f"outside, max {_num(t['max_ulp'])} ulp"
-                        for t in row["failing_tasks"]
-                    )
-                )
-                for sid in columns[len(CSV_COLUMNS) :: 2]:
-                    v = row["verdicts"].get(sid)
-                    cells += (
-                        ["", ""]
-                        if v is None
-                        else [
-                            "pass" if v["passed"] else "FAIL",
-                            v["detail"] + (f"; warning: {v['warning']}" if v["warning"] else ""),
-                        ]
-                    )
-                writer.writerow(cells)
-
-        _write(path, "CSV", write, newline="")
-
-
-def _num(value):
-    return value if isinstance(value, str) else f"{value:.3g}"
+        _calls.write_csv(path, self.rows, _LEADING, int_list=_calls.bracketed)
 
 
 def check_report_path(path, what):
@@ -822,14 +710,6 @@ def check_report_path(path, what):
         raise _error(
             f"cannot write the {what} report {path}: {folder} is not a writable folder", OSError
         )
-
-
-def _write(path, what, body, newline=None):
-    try:
-        with open(path, "w", encoding="utf-8", newline=newline) as f:
-            body(f)
-    except OSError as exc:
-        raise _error(f"cannot write the {what} report {path}: {exc}", OSError) from None
 
 
 # --- the whole dump ----------------------------------------------------------------------------
@@ -902,5 +782,5 @@ def judge_dump(path, standard):
         except PyptoMemoryError as exc:
             row["reason"] = f"too large for this host's memory: {exc}"
             continue
-        _judged_row(row, result)
+        row.update(_calls.json_row(_calls.judged(result)))
     return MsprobeReport(path, dumps, standard, rows)
