@@ -110,6 +110,9 @@ def _run_python(code):
         text=True,
         env=env,
         timeout=120,
+        # not the checkout's root: `python -c` puts the current folder first on sys.path, and
+        # CI tests the installed package, not the unbuilt source tree
+        cwd=os.path.dirname(os.path.abspath(__file__)),
     )
 
 
