@@ -10,20 +10,19 @@ from dataclasses import dataclass, field
 from ..error import ConvBpInputError, FeError, argument_errors_are_pypto_errors
 from ..pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 from . import options as _config
-from .rules import RULES, TILE_RULES, _problem_of, _shape_only_call, rule_message
+from .rules import (
+    RULES,
+    TILE_CHECKS,
+    TILE_RULES,
+    VEC_CHECKS,
+    _problem_of,
+    _shape_only_call,
+    check_message,
+    rule_message,
+)
 from .tiling import BUFFER_BYTES, C0, MAX_L0_LOOPS, ConvProblem, Tiling, ceil_align, ceil_div
 
 __all__ = ["explain_convbp_input_tiling", "TilingReport"]
-
-_RULE_TEXT = {
-    "TS1": "tileML1 <= Win or a multiple of Win",
-    "TS2": "tileNL1 a positive multiple of 16",
-    "TS3": "tileKL1 a positive multiple of 16*Kh*Kw",
-    "TS4": "L0 tiles multiples of 16, within the L1 tiles",
-    "TS5": "L0A, L0B, L0C buffers",
-    "TS6": "L1 buffer (MinL1LoadSize)",
-    "V1": "vec tile: 4 or 5 positive ints, last a multiple of 16",
-}
 
 
 @dataclass
@@ -32,11 +31,12 @@ class TilingReport:
 
     problem: ConvProblem
     tiling: Tiling
-    rules: list  # (rule id, passed, what it checks, numbers or message)
+    rules: list  # (rule id, passed, what it checks, numbers or message), in the op's order
     buffers: dict  # name -> (bytes used, capacity)
     loops: dict  # name -> count
     suggestion: tuple = None  # nearest legal (ConvBpTileL1Info, ConvBpTileL0Info)
     warnings: list = field(default_factory=list)
+    sources: list = field(default_factory=list)  # per row of rules: where its text comes from
 
     @property
     def legal(self):
@@ -50,10 +50,14 @@ class TilingReport:
             f"K = Cout*Kh*Kw = {p.gemm_k}",
             f"tiles: L1 (M, K, N) = ({t.ml1}, {t.kl1}, {t.nl1}), "
             f"L0 (M, K, N) = ({t.ml0}, {t.kl0}, {t.nl0})",
-            "rules:",
+            "rules, in the order the op checks them [where each text comes from]:",
         ]
-        for rule_id, passed, text, detail in self.rules:
-            lines.append(f"  {rule_id:<4} {'pass' if passed else 'FAIL'}  {text}: {detail}")
+        sources = self.sources or [None] * len(self.rules)
+        for (rule_id, passed, text, detail), source in zip(self.rules, sources):
+            lines.append(
+                f"  {rule_id:<4} {'pass' if passed else 'FAIL'}  {text}: {detail}"
+                + (f"  [{source}]" if source else "")
+            )
         lines.append("buffers (Atlas A2/A3, per AI core):")
         for name, (used, capacity) in self.buffers.items():
             lines.append(
@@ -100,7 +104,7 @@ def _numbers(rule_id, p, t, vec_tile):
     return f"vec_tile_shapes {vec_tile}"
 
 
-_TS0_ERROR, _TS0_CHECK = next((error, check) for rule_id, error, check in RULES if rule_id == "TS0")
+_TS0_ERROR, _TS0_CHECK = next((e.error, e.check) for e in RULES if e.rule == "TS0")
 
 
 def _as_the_op_reads(call, tile_l1_info, tile_l0_info, vec_tile_shapes):
@@ -183,9 +187,11 @@ def explain_convbp_input_tiling(
     Returns
     -------
     TilingReport
-        Each rule TS1-TS6 and V1 with the numbers it compares, the L0A/L0B/L0C/L1 buffer use,
-        the loop counts at each level (upstream warns above 5000 L0 iterations), and, when a
-        rule fails, the nearest legal tiles. ``print(report)`` shows it all.
+        Each rule TS1-TS6 and V1 in the order the op checks them, with the numbers it compares
+        and where its text comes from (an upstream commit, or pypto only: ``sources``), the
+        L0A/L0B/L0C/L1 buffer use, the loop counts at each level (upstream warns above 5000 L0
+        iterations), and, when a rule fails, the nearest legal tiles. ``print(report)`` shows
+        it all.
     """
     if not isinstance(tile_l1_info, ConvBpTileL1Info) or not isinstance(
         tile_l0_info, ConvBpTileL0Info
@@ -199,18 +205,19 @@ def explain_convbp_input_tiling(
     )
     p = _problem_of(call)
     t, vec_tile = _as_the_op_reads(call, tile_l1_info, tile_l0_info, vec_tile_shapes)
-    rules = []
-    for rule_id in TILE_RULES + ("V1",):
-        message = rule_message(rule_id, p, t, vec_tile)
-        detail = _numbers(rule_id, p, t, vec_tile)
+    rules, sources = [], []
+    for entry in TILE_CHECKS + VEC_CHECKS:  # the op's order: TS3 is checked in two places
+        message = check_message(entry, p, t, vec_tile)
+        detail = _numbers(entry.rule, p, t, vec_tile)
         rules.append(
             (
-                rule_id,
+                entry.rule,
                 message is None,
-                _RULE_TEXT[rule_id],
+                entry.what,
                 detail if message is None else f"{detail} -- {message}",
             )
         )
+        sources.append(entry.source)
     hout_l1, wout_l1, cout_l1 = t.l1_dy_window(p)
     buffers = {
         "L0A": (t.l0a_bytes(p), BUFFER_BYTES["L0A"]),
@@ -233,7 +240,7 @@ def explain_convbp_input_tiling(
             f"more than {MAX_L0_LOOPS} L0 iterations per image: upstream suggests "
             "larger tiles to cut compilation time"
         )
-    report = TilingReport(p, t, rules, buffers, loops, warnings=warnings)
+    report = TilingReport(p, t, rules, buffers, loops, warnings=warnings, sources=sources)
     if not report.legal:
         nearest = _nearest_legal(p, t) if all(v > 0 for v in t) else None
         if nearest is None:

@@ -1,10 +1,18 @@
 """Every rule of conv_backward_input (specification section 4), in one ordered table.
 
-``validate_conv_backward_input`` runs the rules in the order of ``RULES`` (T1, R1, D1-D4, S1,
-S2, A1-A4, G1, C1, O1, B1, TS0-TS6, V1) and raises the first violation as a
-:class:`~pypto.error.ConvBpInputError` whose ``rule`` is the rule id and whose text names the
-parameter, the offending value and the allowed range. Where upstream PyPTO has the same check,
-the text is upstream's. Nothing is computed before all rules pass.
+``validate_conv_backward_input`` runs the checks of ``RULES`` in table order and raises the
+first violation as a :class:`~pypto.error.ConvBpInputError` whose ``rule`` is the rule id
+(T1, R1, D1-D4, S1, S2, A1-A4, G1, C1, O1, B1, TS0-TS6, V1) and whose text names the parameter,
+the offending value and the allowed range. Nothing is computed before all rules pass.
+
+Upstream conformance (issue 29). Where upstream PyPTO has the check, the order is upstream's
+newest (``convbp_operation_impl.cpp`` @ f121cb47, after its Python checks in
+``python/pypto/op/convbp.py``) and the text is upstream's, from the commit each entry's
+``source`` names. That order splits some rules: R1, C1, A3 and TS3 each have more than one
+entry, at the places upstream checks them. The rules upstream lacks (the user's page requires
+them) keep the places they had; their ``source`` is ``PYPTO_ONLY``. Where pypto's text, kind or
+order still differs from upstream's, the entry's ``note`` says how and why; ``ERROR_KINDS_NOTE``
+covers the error codes of all of them. ``SOURCE`` and ``NOTES`` give the same per rule id.
 """
 
 from dataclasses import dataclass
@@ -24,7 +32,7 @@ from .shapes import MAX_DIM, clipped_bounds, forward_out_size
 from .tiling import BUFFER_BYTES, C0, ConvProblem, Tiling, ceil_align
 from .values import as_int
 
-__all__ = ["RULES", "validate_conv_backward_input", "ValidatedCall"]
+__all__ = ["RULES", "SOURCE", "NOTES", "validate_conv_backward_input", "ValidatedCall"]
 
 SUPPORTED_DTYPES = (DataType.DT_BF16, DataType.DT_FP16)
 _SUPPORTED_TEXT = "[bf16, fp16]"
@@ -34,6 +42,37 @@ MAX_STRIDE_DILATION = 63
 MAX_LOAD3D_K = 65535
 MIN_VEC_RANK, MAX_VEC_RANK = 4, 5
 DYNAMIC_DIM = -1  # how a Tensor marks a dimension unknown until run time
+
+# --- where each text comes from -------------------------------------------------------------------
+# Upstream: hicann/pypto, framework/src/interface/operation/convbp_operation_impl.cpp (the C++
+# checks) and python/pypto/op/convbp.py (the Python checks, 8815cf8f, its only version). The C++
+# file's versions: 8815cf8f (op added), eee4ab52 (L1 formula, tileML1 wording), 39efcdf6,
+# c1fab847 (message wording), af796792 (tileKL1 check, tileKL0 bound), f121cb47 (check order).
+UPSTREAM_ORDER = "f121cb47"
+PYPTO_ONLY = "pypto only (the user's page)"
+_PY = "upstream 8815cf8f (python/pypto/op/convbp.py)"
+
+ERROR_KINDS_NOTE = (
+    "Every refusal is a PyptoError 'ErrCode: F0000x, <Kind>: <text>' (specification section 2):"
+    " T1 F00001 TypeError, TS0 F00003 RuntimeError, every other rule F00002 ValueError. Kept,"
+    " not upstream's: its C++ checks raise 'CHECK FAILED: ErrCode: F0000{2|8}! Enum: ...' (its"
+    " buffer ASSERTs FC6101), which reach Python as a bare RuntimeError outside pypto.function,"
+    " and its Python rank check is F00003 RuntimeError. pypto keeps one format and one kind per"
+    " rule, so that `except ValueError` catches every refused value and every message reads"
+    " alike."
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One entry of the table: a rule's check, at the place upstream checks it."""
+
+    rule: str  # the rule id of the specification (the error's ``.rule``)
+    error: type  # the ConvBpInputError subclass raised
+    check: object  # check(call) -> None when the call passes, else the message text
+    what: str  # what it checks, in a few words (explain's report)
+    source: str  # where the text comes from: "upstream <commit>" or PYPTO_ONLY
+    note: str = ""  # where pypto's text, kind or order differs from upstream's, and why
 
 
 @dataclass
@@ -65,11 +104,11 @@ class _Call:
 RULES = []
 
 
-def _rule(rule_id, error=ConvBpValueError):
-    """Register a check; it returns None when the call passes, else the message text."""
+def _rule(rule_id, what, source, note="", error=ConvBpValueError):
+    """Append a check to the table; it returns None when the call passes, else the text."""
 
     def register(check):
-        RULES.append((rule_id, error, check))
+        RULES.append(Check(rule_id, error, check, what, source, note))
         return check
 
     return register
@@ -89,23 +128,46 @@ def _int_list(value):
     return None if any(v is None for v in ints) else ints
 
 
-# --- T1: argument types ---------------------------------------------------------------------------
-@_rule("T1", ConvBpTypeError)
+def _type_error(name, expected, value):
+    # upstream's text: the expected type's and the value's class names
+    return f"Argument '{name}' must be of type {expected}, but got {type(value).__name__}."
+
+
+# --- T1: argument types (upstream's Python checks) ------------------------------------------------
+_LISTS = ("input_size", "strides", "paddings", "dilations")
+
+
+@_rule(
+    "T1",
+    "argument types",
+    f"{_PY}, input_size and the list items {PYPTO_ONLY}",
+    "upstream's checks in its order (grad_output, weight, out_dtype, strides, paddings,"
+    " dilations, groups), input_size's where it stood; the items of the lists last (upstream"
+    " leaves them to pybind's conversion, whose text names no argument). NumPy integers count"
+    " as ints; None is refused (upstream skips its type check for None).",
+    ConvBpTypeError,
+)
 def _check_types(c):
     from ..tensor import Tensor
 
     for name in ("grad_output", "weight"):
         value = getattr(c, name)
         if not isinstance(value, Tensor):
-            return f"Argument '{name}' must be of type Tensor, but got {type(value)}."
+            return _type_error(name, "Tensor", value)
     # read each shape once: later rules use these lists (a Tensor's .shape builds a copy)
     c.dy_shape, c.w_shape = c.grad_output.shape, c.weight.shape
     if not isinstance(c.out_dtype, DataType):
-        return f"Argument 'out_dtype' must be of type DataType, but got {type(c.out_dtype)}."
-    for name in ("input_size", "strides", "paddings", "dilations"):
+        return _type_error("out_dtype", "DataType", c.out_dtype)
+    for name in _LISTS:
         value = getattr(c, name)
         if not isinstance(value, (list, tuple)):
-            return f"Argument '{name}' must be of type list, but got {type(value)}."
+            return _type_error(name, "list", value)
+    groups = as_int(c.groups)
+    if groups is None:
+        return _type_error("groups", "int", c.groups)
+    c.groups = groups
+    for name in _LISTS:
+        value = getattr(c, name)
         ints = _int_list(value)
         if ints is None:
             bad = next(v for v in value if as_int(v) is None)
@@ -114,38 +176,52 @@ def _check_types(c):
                 f"of type {type(bad).__name__}."
             )
         setattr(c, name, ints)
-    groups = as_int(c.groups)
-    if groups is None:
-        return f"Argument 'groups' must be of type int, but got {type(c.groups)}."
-    c.groups = groups
     return None
 
 
-# --- R1: ranks ------------------------------------------------------------------------------------
-@_rule("R1")
-def _check_ranks(c):
-    for name, length in (
-        ("grad_output", len(c.dy_shape)),
-        ("weight", len(c.w_shape)),
-        ("input_size", len(c.input_size)),
-    ):
-        if length != 4:
-            return (
-                f"Input illegal {name} dim:{length}, which must be 4 "
-                "(only 2-D convolution in NCHW is supported)."
-            )
-    for name, want in (("strides", 2), ("paddings", 4), ("dilations", 2)):
-        got = len(getattr(c, name))
-        if got != want:
-            return (
-                f"Input illegal {name} size:{got}, which must be {want} for a 2-D convolution "
-                f"({'[top, bottom, left, right]' if want == 4 else '[h, w]'})."
-            )
+# --- R1: ranks (upstream's Python rank check), then the 2-D-only rule ----------------------------
+@_rule(
+    "R1",
+    "grad_output and weight ranks",
+    _PY,
+    "upstream raises it as F00003 RuntimeError; pypto keeps R1 an F00002 ValueError like its"
+    " other rank refusals (see ERROR_KINDS_NOTE)",
+)
+def _check_tensor_ranks(c):
+    g, w = len(c.dy_shape), len(c.w_shape)
+    if g != w or g not in (3, 4, 5):
+        return (
+            "Tensor dimension mismatch. Expect grad_output_dim == weight_dim and both in "
+            f"[3, 4, 5], got grad_output_dim: {g}, weight_dim: {w}."
+        )
     return None
 
 
-# --- D1-D4: data types ----------------------------------------------------------------------------
-@_rule("D1")
+@_rule(
+    "R1",
+    "2-D convolution only",
+    PYPTO_ONLY,
+    "upstream also runs 1-D (3-D tensors) and 3-D (5-D tensors) convolutions; the user's page"
+    " supports 4-D NCHW only",
+)
+def _check_2d_only(c):
+    g = len(c.dy_shape)
+    if g != 4:
+        return (
+            f"Input illegal grad_output dim:{g}, which must be 4 "
+            "(only 2-D convolution in NCHW is supported)."
+        )
+    return None
+
+
+# --- D1-D4: data types (upstream's Python checks) -------------------------------------------------
+_FP32_NOTE = (
+    "the list is what the user's page allows; upstream's reads [bf16, fp16, fp32]: fp32 is"
+    f" refused ({PYPTO_ONLY})"
+)
+
+
+@_rule("D1", "grad_output dtype", _PY, _FP32_NOTE)
 def _check_grad_dtype(c):
     if c.grad_output.dtype not in SUPPORTED_DTYPES:
         return (
@@ -155,7 +231,7 @@ def _check_grad_dtype(c):
     return None
 
 
-@_rule("D2")
+@_rule("D2", "weight dtype", _PY, _FP32_NOTE)
 def _check_weight_dtype(c):
     if c.weight.dtype not in SUPPORTED_DTYPES:
         return (
@@ -165,7 +241,7 @@ def _check_weight_dtype(c):
     return None
 
 
-@_rule("D3")
+@_rule("D3", "same dtype", _PY)
 def _check_same_dtype(c):
     if c.grad_output.dtype != c.weight.dtype:
         return (
@@ -175,7 +251,7 @@ def _check_same_dtype(c):
     return None
 
 
-@_rule("D4")
+@_rule("D4", "out_dtype", _PY)
 def _check_out_dtype(c):
     if c.out_dtype != c.grad_output.dtype:
         return (
@@ -185,81 +261,127 @@ def _check_out_dtype(c):
     return None
 
 
-# --- S1, S2: shapes -------------------------------------------------------------------------------
-@_rule("S1")
+# --- R1: the lengths of input_size and the attribute lists (upstream's first C++ checks) ---------
+@_rule(
+    "R1",
+    "input_size and attribute lengths",
+    "upstream 8815cf8f",
+    "upstream's text: the first message prints the weight's rank, also when input_size is the"
+    " list of the wrong length",
+)
+def _check_list_lengths(c):
+    dim = len(c.dy_shape)  # 4, and the weight's too (the R1 checks above)
+    if len(c.input_size) != dim:
+        return (
+            f"Input illegal weight or input dim:{len(c.w_shape)}, which must be equal to "
+            "grad_output dim."
+        )
+    if len(c.strides) != dim - 2 or len(c.dilations) != dim - 2 or len(c.paddings) != (dim - 2) * 2:
+        return (
+            f"Input illegal dilations size:{len(c.dilations)}, strides size:{len(c.strides)}, "
+            f"paddings size:{len(c.paddings)}, which must correspond to grad_output dim:{dim}."
+        )
+    return None
+
+
+# --- S1: every dimension in [1, 1000000] ----------------------------------------------------------
+def _range_text(i, name, lo, hi, v):
+    """Upstream's range message (c1fab847 wording)."""
+    return (
+        f"The value of the {i}-th dimension of {name} must be in the range [{lo},{hi}]. "
+        f"Current value: {v}."
+    )
+
+
+@_rule(
+    "S1",
+    "dimensions in [1, 1000000]",
+    "upstream c1fab847",
+    "pypto adds ' (dynamic shapes are not supported)' after upstream's text for a -1 dimension",
+)
 def _check_dim_ranges(c):
     for name, shape in (
         ("grad_output", c.dy_shape),
         ("weight", c.w_shape),
-        ("input_size", c.input_size),
+        ("input", c.input_size),
     ):
         for i, v in enumerate(shape):
             if not 1 <= v <= MAX_DIM:
                 hint = " (dynamic shapes are not supported)" if v == DYNAMIC_DIM else ""
-                return (
-                    f"The value of the {i}-th dimension of {name} must be in the range "
-                    f"[1,{MAX_DIM}]. Current value:{v}.{hint}"
-                )
+                return _range_text(i, name, 1, MAX_DIM, v) + hint
     return None
 
 
-@_rule("S2")
-def _check_kernel_size(c):
-    kh, kw = c.w_shape[2:]
-    if kh > MAX_KERNEL or kw > MAX_KERNEL:
-        return (
-            f"Weight shapes do not satisfy Load3D's limits: kh={kh}, kw={kw}, which must "
-            f"<= {MAX_KERNEL}."
-        )
-    k0 = 32 // dtype_size(c.grad_output.dtype)
-    if kh * kw * k0 > MAX_LOAD3D_K:
-        return (
-            f"Weight shapes do not satisfy Load3D's limits: kh*kw*k0={kh * kw * k0}"
-            f"(k0 = {k0}, mmad K block size), which must <={MAX_LOAD3D_K}."
-        )
-    return None
-
-
-# --- A1-A4, G1: attributes ------------------------------------------------------------------------
-def _check_each(name, values, lo, hi):
-    for i, v in enumerate(values):
-        if not lo <= v <= hi:
-            return (
-                f"The value of the {i}-th dimension of {name} must be in the range "
-                f"[{lo},{hi}]. Current value:{v}."
-            )
-    return None
-
-
-@_rule("A1")
-def _check_strides(c):
-    return _check_each("strides", c.strides, 1, MAX_STRIDE_DILATION)
-
-
-@_rule("A2")
-def _check_dilations(c):
-    return _check_each("dilations", c.dilations, 1, MAX_STRIDE_DILATION)
-
-
-@_rule("A3")
-def _check_paddings(c):
-    message = _check_each("paddings", c.paddings, 0, MAX_PADDING)
-    if message:
-        return message
-    for axis, (before, after), kernel, dilation in (
-        ("H", c.paddings[0:2], c.w_shape[2], c.dilations[0]),
-        ("W", c.paddings[2:4], c.w_shape[3], c.dilations[1]),
-    ):
+# --- upstream's attribute checks (f121cb47 order): padding below the dilated kernel, groups,
+# --- Cout, the padding / dilation / stride ranges, the kernel limits ----------------------------
+@_rule(
+    "A3",
+    "padding below the dilated kernel",
+    "upstream c1fab847 (W before H, as since 8815cf8f)",
+    "an axis whose dilation is below 1 is left to A2: its 'weight value after dilation' is then"
+    " 1 or less, and the dilation is what to fix (upstream checks the padding first all the"
+    " same)",
+)
+def _check_padding_below_kernel(c):
+    for axis, name in ((1, "W"), (0, "H")):
+        before, after = c.paddings[2 * axis : 2 * axis + 2]
+        kernel, dilation = c.w_shape[2 + axis], c.dilations[axis]
+        if dilation < 1:
+            continue
         extent = (kernel - 1) * dilation + 1
         if before >= extent or after >= extent:
             return (
-                f"The value of the {axis} dimension of weight must be > padding.Current weight "
-                f"value after dilation :{extent},padding value:{before} and {after}."
+                f"The value of the {name} dimension of weight must be > padding. Current weight "
+                f"value after dilation: {extent}, padding value: {before} and {after}."
             )
     return None
 
 
-@_rule("A4")
+@_rule(
+    "G1",
+    "groups == 1",
+    f"upstream 8815cf8f (its groups range text), the bound [1,1] {PYPTO_ONLY}",
+    "upstream's range is [1,65535], then Cout % groups == 0; the user's page allows groups = 1"
+    " only",
+)
+def _check_groups(c):
+    if c.groups != 1:
+        return f"Invalid groups:{c.groups}, expected range [1,1] (only groups=1 is supported)."
+    return None
+
+
+@_rule("C1", "Cout of grad_output and weight", "upstream 8815cf8f")
+def _check_cout(c):
+    cout, w_cout = c.dy_shape[1], c.w_shape[0]
+    if cout != w_cout:
+        return f"Cout of gradOutput ({cout}) is not equal to Cout of weight ({w_cout})."
+    return None
+
+
+def _check_each(name, values, lo, hi, first_index):
+    """Upstream's range check of an attribute list; upstream pads 2-D lists to 3-D first
+    (strides, dilations [1, h, w]; paddings [0, 0, top, bottom, left, right]), so its indices
+    start at ``first_index``."""
+    for i, v in enumerate(values):
+        if not lo <= v <= hi:
+            return _range_text(first_index + i, name, lo, hi, v)
+    return None
+
+
+_INDEX_NOTE = "indices count as upstream's do, in the list padded to 3-D"
+
+
+@_rule(
+    "A3",
+    "paddings in [0, 255]",
+    "upstream c1fab847",
+    f"{_INDEX_NOTE} ([0, 0, top, bottom, left, right]: top is the 2-th)",
+)
+def _check_padding_range(c):
+    return _check_each("paddings", c.paddings, 0, MAX_PADDING, 2)
+
+
+@_rule("A4", "symmetric padding", PYPTO_ONLY, "upstream runs asymmetric padding")
 def _check_symmetric_padding(c):
     top, bottom, left, right = c.paddings
     if top != bottom or left != right:
@@ -270,20 +392,43 @@ def _check_symmetric_padding(c):
     return None
 
 
-@_rule("G1")
-def _check_groups(c):
-    if c.groups != 1:
-        return f"Invalid groups:{c.groups}, expected range [1,1] (only groups=1 is supported)."
+@_rule("A2", "dilations in [1, 63]", "upstream c1fab847", f"{_INDEX_NOTE} ([1, h, w])")
+def _check_dilations(c):
+    return _check_each("dilations", c.dilations, 1, MAX_STRIDE_DILATION, 1)
+
+
+@_rule("A1", "strides in [1, 63]", "upstream c1fab847", f"{_INDEX_NOTE} ([1, h, w])")
+def _check_strides(c):
+    return _check_each("strides", c.strides, 1, MAX_STRIDE_DILATION, 1)
+
+
+@_rule("S2", "kernel size (Load3D)", "upstream c1fab847")
+def _check_kernel_size(c):
+    kh, kw = c.w_shape[2:]
+    if kh > MAX_KERNEL or kw > MAX_KERNEL:
+        return (
+            f"Weight shapes do not satisfy Load3D's limits: kh={kh}, kw={kw}, which must "
+            f"be <= {MAX_KERNEL}."
+        )
+    k0 = 32 // dtype_size(c.grad_output.dtype)  # 16 for fp16 and bf16, as upstream's
+    if kh * kw * k0 > MAX_LOAD3D_K:
+        return (
+            f"Weight shapes do not satisfy Load3D's limits: kh*kw*k0={kh * kw * k0}"
+            f"(k0 = {k0}, mmad K block size), which must be <={MAX_LOAD3D_K}."
+        )
     return None
 
 
-# --- C1, O1, B1: consistency of the shapes --------------------------------------------------------
-@_rule("C1")
-def _check_channels(c):
-    n, cout = c.dy_shape[:2]
-    w_cout, w_cin = c.w_shape[:2]
-    if cout != w_cout:
-        return f"Cout of gradOutput ({cout}) is not equal to Cout of weight ({w_cout})."
+# --- upstream's output-shape checks (f121cb47 order): n, W, H ----------------------------------
+@_rule(
+    "C1",
+    "Cin and batch of input_size",
+    f"upstream 8815cf8f (n), {PYPTO_ONLY} (Cin)",
+    "pypto adds to upstream's n text the value input_size[0] must take; upstream takes Cin"
+    " from the weight and never compares input_size[1]",
+)
+def _check_cin_and_batch(c):
+    n, w_cin = c.dy_shape[0], c.w_shape[1]
     if c.input_size[1] != w_cin:
         return (
             f"Input illegal cin size:{c.input_size[1]}. input_size[1] must equal Cin of "
@@ -310,9 +455,16 @@ def _axis_params(c, axis):
     )
 
 
-@_rule("O1")
+@_rule(
+    "O1",
+    "input_size within the valid range",
+    "upstream 8815cf8f (W before H)",
+    "pypto adds the valid range to upstream's text (the specification asks for it) and divides"
+    " with floor, as the specification's section 3 does; upstream's C++ truncates toward zero,"
+    " which accepts up to stride - 1 sizes below HinMin when Hout is 1",
+)
 def _check_input_size_range(c):
-    for axis, name in ((0, "hin"), (1, "win")):
+    for axis, name in ((1, "win"), (0, "hin")):
         params = _axis_params(c, axis)
         size_in = c.input_size[2 + axis]
         if forward_out_size(size_in, *params[1:]) != params[0]:
@@ -327,10 +479,14 @@ def _check_input_size_range(c):
     return None
 
 
-@_rule("B1")
+@_rule(
+    "B1",
+    "static shapes, no bias",
+    PYPTO_ONLY,
+    "there is no bias argument, and S1 already refuses -1; this re-checks that the shapes the"
+    " kernel sees are plain ints",
+)
 def _check_static(c):
-    # Bias is not an argument at all and S1 already refuses dynamic (-1) dimensions; this
-    # re-checks that the shapes the kernel will see are plain ints.
     for name, shape in (("grad_output", c.dy_shape), ("weight", c.w_shape)):
         if any(type(v) is not int for v in shape):
             return f"Dynamic shape is not supported: {name} has shape {shape}."
@@ -338,7 +494,19 @@ def _check_static(c):
 
 
 # --- TS0-TS6, V1: tiles ---------------------------------------------------------------------------
-@_rule("TS0", ConvBpRuntimeError)
+_UNSET_TILE_NOTE = (
+    "upstream has no such check: zero tiles pass its L1 checks and reach its CeilDiv guard, an"
+    " internal assert ('Param(b) must not be zero.') a user cannot act on"
+)
+
+
+@_rule(
+    "TS0",
+    "tiles and vector tiles set",
+    PYPTO_ONLY,
+    f"{_UNSET_TILE_NOTE}; upstream reads the vector tile only in a later graph pass",
+    ConvBpRuntimeError,
+)
 def _check_tiles_set(c):
     tile = _config._get("convbp_tile_shapes")  # read, not copied: nothing here mutates it
     c.tiling = Tiling.from_infos(tile.tileL1Info, tile.tileL0Info)
@@ -390,18 +558,19 @@ def _positive(name, value):
     return None if value >= 1 else f"Invalid {name}:{value}, expected range [1,+inf)."
 
 
-@_rule("TS1")
-def _check_tile_m_l1(c):
-    t, win = c.tiling, c.problem.win
-    message = _positive("tileML1", t.ml1)
-    if message:
-        return message
-    if not (t.ml1 <= win or t.ml1 % win == 0):
-        return f"tileML1({t.ml1}) should be less than win({win}) or be divisible by win"
-    return None
+# upstream's L1 checks (f121cb47 order): tileNL1 % 16, tileKL1 % 16, tileML1, tileKL1 % 16*Kh*Kw
+_POSITIVE_NOTE = (
+    "the size >= 1 check is pypto's: upstream lets 0 through to a later L0 range error or to its"
+    " CeilDiv assert, neither about the L1 tile"
+)
 
 
-@_rule("TS2")
+@_rule(
+    "TS2",
+    "tileNL1 a positive multiple of 16",
+    f"upstream 8815cf8f, tileNL1 >= 1 {PYPTO_ONLY}",
+    _POSITIVE_NOTE,
+)
 def _check_tile_n_l1(c):
     t = c.tiling
     message = _positive("tileNL1", t.nl1)
@@ -412,21 +581,53 @@ def _check_tile_n_l1(c):
     return None
 
 
-@_rule("TS3")
-def _check_tile_k_l1(c):
-    t, taps = c.tiling, c.problem.taps
+@_rule(
+    "TS3",
+    "tileKL1 a positive multiple of 16",
+    f"upstream 8815cf8f, tileKL1 >= 1 {PYPTO_ONLY}",
+    _POSITIVE_NOTE,
+)
+def _check_tile_k_l1_block(c):
+    t = c.tiling
     message = _positive("tileKL1", t.kl1)
     if message:
         return message
-    if t.kl1 % (C0 * taps):
-        return (
-            f"Invalid tileKL1:{t.kl1}, requires {C0 * taps}-element alignment "
-            f"(16 * Kh * Kw = 16 * {c.problem.kh} * {c.problem.kw})."
-        )
+    if t.kl1 % C0:
+        return f"Invalid tileKL1:{t.kl1}, requires {C0}-element alignment."
     return None
 
 
-@_rule("TS4")
+@_rule(
+    "TS1",
+    "tileML1 <= Win or a multiple of Win",
+    f"upstream eee4ab52, tileML1 >= 1 {PYPTO_ONLY}",
+    _POSITIVE_NOTE,
+)
+def _check_tile_m_l1(c):
+    t, win = c.tiling, c.problem.win
+    message = _positive("tileML1", t.ml1)
+    if message:
+        return message
+    if not (t.ml1 <= win or t.ml1 % win == 0):
+        return f"tileML1({t.ml1}) should be less than win({win}) or be divisible by win"
+    return None
+
+
+@_rule("TS3", "tileKL1 a multiple of 16*Kh*Kw", "upstream af796792")
+def _check_tile_k_l1_taps(c):
+    t = c.tiling
+    if t.kl1 % (C0 * c.problem.taps):
+        return f"tileKL1({t.kl1}) should be divisible by Cout0 * Hk * Wk"
+    return None
+
+
+@_rule(
+    "TS4",
+    "L0 tiles multiples of 16, within the L1 tiles",
+    "upstream 8815cf8f (tileKL0's bound: af796792)",
+    "an L0 tile of 0 is upstream's CeilDiv assert ('Param(b) must not be zero.'), an internal"
+    " assert; pypto reports its range",
+)
 def _check_tile_l0(c):
     t = c.tiling
     for name, value, upper in (
@@ -442,7 +643,12 @@ def _check_tile_l0(c):
     return None
 
 
-@_rule("TS5")
+@_rule(
+    "TS5",
+    "L0A, L0B, L0C buffers",
+    "upstream 8815cf8f",
+    "pypto adds the bytes used after upstream's text",
+)
 def _check_l0_buffers(c):
     t, p = c.tiling, c.problem
     size = p.dtype_size
@@ -467,7 +673,11 @@ def _check_l0_buffers(c):
     return None
 
 
-@_rule("TS6")
+@_rule(
+    "TS6",
+    "L1 buffer (MinL1LoadSize)",
+    "upstream 8815cf8f (the formula: eee4ab52)",
+)
 def _check_l1_buffer(c):
     used = c.tiling.l1_bytes(c.problem)
     if used > BUFFER_BYTES["L1"]:
@@ -477,7 +687,13 @@ def _check_l1_buffer(c):
     return None
 
 
-@_rule("V1")
+@_rule(
+    "V1",
+    "vec tile: 4 or 5 positive ints, last a multiple of 16",
+    f"{PYPTO_ONLY}, the last-dimension text upstream's InferTensorFormat pass",
+    "upstream checks only the last dimension's 32-byte alignment, later, in a graph pass;"
+    " the user's page requires the vector tile before the call",
+)
 def _check_vec_tile(c):
     vec = c.vec_tile
     if not MIN_VEC_RANK <= len(vec) <= MAX_VEC_RANK:
@@ -489,7 +705,7 @@ def _check_vec_tile(c):
         if v < 1:
             return (
                 f"The value of the {i}-th dimension of vec_tile_shapes must be in the range "
-                f"[1,+inf). Current value:{v}."
+                f"[1,+inf). Current value: {v}."
             )
     if vec[-1] % C0:
         return (
@@ -504,35 +720,71 @@ def validate_conv_backward_input(
 ):
     """Run every rule in order; return a :class:`ValidatedCall` or raise the first violation."""
     call = _Call(grad_output, input_size, weight, out_dtype, strides, paddings, dilations, groups)
-    for rule_id, error, check in RULES:
-        message = check(call)
+    for entry in RULES:
+        message = entry.check(call)
         if message is not None:
-            raise error(rule_id, message)
+            raise entry.error(entry.rule, message)
     return ValidatedCall(call.problem, call.tiling, call.vec_tile, call.grad_output.dtype)
 
 
 TILE_RULES = ("TS1", "TS2", "TS3", "TS4", "TS5", "TS6")
+# the tile checks (TS1-TS6) in the order the op runs them: upstream's, TS3 in two places
+TILE_CHECKS = tuple(entry for entry in RULES if entry.rule in TILE_RULES)
+VEC_CHECKS = tuple(entry for entry in RULES if entry.rule == "V1")
+
+
+# the rule ids in the specification's order
+RULE_IDS = tuple(
+    "T1 R1 D1 D2 D3 D4 S1 S2 A1 A2 A3 A4 G1 C1 O1 B1 TS0 TS1 TS2 TS3 TS4 TS5 TS6 V1".split()
+)
+
+
+def _rule_sources():
+    """Per rule id (the specification's order): where its text comes from and how it differs
+    from upstream's; a rule checked in several places names each place's own."""
+    sources, notes = {}, {}
+    for rule in RULE_IDS:
+        entries = [e for e in RULES if e.rule == rule]
+        several = len(entries) > 1
+        sources[rule] = "; ".join(f"{e.what}: {e.source}" if several else e.source for e in entries)
+        notes[rule] = "; ".join(e.note for e in entries if e.note)
+    return sources, notes
+
+
+# SOURCE[rule]: the upstream commit(s) its text comes from, or PYPTO_ONLY; NOTES[rule]: how and
+# why pypto still differs from upstream there ("" where it does not)
+SOURCE, NOTES = _rule_sources()
+
+
+def check_message(entry, problem, tiling, vec_tile=None):
+    """The message of one tile-table entry (TS1-TS6, V1) for ``problem`` and ``tiling``, or
+    None: the same check the op runs, outside a call."""
+    call = _Call(None, None, None, None, None, None, None, None)
+    call.problem, call.tiling, call.vec_tile = problem, tiling, vec_tile
+    return entry.check(call)
 
 
 def rule_message(rule_id, problem, tiling, vec_tile=None):
     """The message of one tile rule (TS1-TS6, V1) for ``problem`` and ``tiling``, or None.
 
-    The same check the op runs, outside a call: for the tile suggestion and explanation.
+    The same checks the op runs (all of the rule's entries, in table order), outside a call:
+    for the tile suggestion and explanation.
     """
-    call = _Call(None, None, None, None, None, None, None, None)
-    call.problem, call.tiling, call.vec_tile = problem, tiling, vec_tile
-    return _CHECKS[rule_id](call)
+    for entry in _CHECKS[rule_id]:
+        message = check_message(entry, problem, tiling, vec_tile)
+        if message is not None:
+            return message
+    return None
 
 
 def tile_violation(problem, tiling):
-    """The first tile rule (TS1-TS6) that ``tiling`` breaks on ``problem``, as (rule, message).
-
-    None when the tiles are legal.
+    """The first tile rule (TS1-TS6) that ``tiling`` breaks on ``problem``, in the op's order,
+    as (rule, message). None when the tiles are legal.
     """
-    for rule_id in TILE_RULES:
-        message = rule_message(rule_id, problem, tiling)
+    for entry in TILE_CHECKS:
+        message = check_message(entry, problem, tiling)
         if message is not None:
-            return rule_id, message
+            return entry.rule, message
     return None
 
 
@@ -565,14 +817,14 @@ def _shape_only_call(
         dilations,
         1,
     )
-    for rule_id, error, check in RULES:
-        if rule_id == "TS0":
+    for entry in RULES:
+        if entry.rule == "TS0":
             break
-        if rule_id in skip:
+        if entry.rule in skip:
             continue
-        message = check(call)
+        message = entry.check(call)
         if message is not None:
-            raise error(rule_id, message)
+            raise entry.error(entry.rule, message)
     return call
 
 
@@ -611,13 +863,24 @@ def size_range_args(grad_output_shape, weight_shape, strides, paddings, dilation
     return c.dy_shape, c.w_shape, c.strides, c.paddings, c.dilations
 
 
-_CHECKS = {rule_id: check for rule_id, _, check in RULES}
+_CHECKS = {}  # rule id -> its entries, in table order
+for _entry in RULES:
+    _CHECKS.setdefault(_entry.rule, []).append(_entry)
+del _entry
 
 __all__ += [
     "size_range_args",
     "problem_from_shapes",
     "rule_message",
     "tile_violation",
+    "check_message",
+    "Check",
+    "TILE_CHECKS",
+    "VEC_CHECKS",
+    "PYPTO_ONLY",
+    "UPSTREAM_ORDER",
+    "ERROR_KINDS_NOTE",
+    "RULE_IDS",
     "ConvBpInputError",
 ]
 

@@ -119,7 +119,7 @@ def test_run_with_given_tiles_and_size():
                 "--paddings",
                 "1,1,1,1",
             ],
-            "input_size must be in the range [1,1000000]",
+            "input must be in the range [1,1000000]",  # upstream f121cb47 names it input
         ),
     ],
 )

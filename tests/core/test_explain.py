@@ -147,3 +147,29 @@ def test_odd_tile_values_are_judged_as_the_op_judges_them(where, value):
     failing = [rule for rule, passed, _, _ in report.rules if not passed]
     assert (failing[0] if failing else None) == (op and op[1])
     str(report)  # the numbers print
+
+
+def test_report_rows_follow_the_ops_order_and_name_their_source():
+    from pypto._core.rules import PYPTO_ONLY, TILE_CHECKS, VEC_CHECKS
+
+    report = pypto.explain_convbp_input_tiling(
+        *SPEC, ConvBpTileL1Info(17, 16, 24), ConvBpTileL0Info(16, 16, 16), [16, 16, 16, 16]
+    )
+    # upstream's order (f121cb47): tileNL1, tileKL1 % 16, tileML1, tileKL1 % (16 * Kh * Kw)
+    assert [row[0] for row in report.rules] == [
+        "TS2",
+        "TS3",
+        "TS1",
+        "TS3",
+        "TS4",
+        "TS5",
+        "TS6",
+        "V1",
+    ]
+    assert [row[0] for row in report.rules if not row[1]] == ["TS2", "TS3"]
+    l1, l0 = ConvBpTileL1Info(17, 16, 24), ConvBpTileL0Info(16, 16, 16)
+    assert _op_verdict(l1, l0, [16, 16, 16, 16]) == "TS2"
+    assert report.sources == [entry.source for entry in TILE_CHECKS + VEC_CHECKS]
+    text = str(report)
+    assert "tileKL1(16) should be divisible by Cout0 * Hk * Wk  [upstream af796792]" in text
+    assert f"[{PYPTO_ONLY}" in text and "[upstream 8815cf8f" in text

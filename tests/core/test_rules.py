@@ -91,44 +91,74 @@ def expect_fail(rule, text, kind="ValueError", **kw):
 
 
 def range_msg(i, name, lo, hi, v):
+    """Upstream's range text (c1fab847 wording)."""
     return (
         f"The value of the {i}-th dimension of {name} must be in the range [{lo},{hi}]. "
-        f"Current value:{v}."
+        f"Current value: {v}."
     )
 
 
 # ------------------------------------------------------------------------------------------------
 # The table itself
 # ------------------------------------------------------------------------------------------------
-def test_rule_table_order_is_the_specification_order():
+def test_rule_table_order_is_upstreams_order():
+    """Upstream's order (python checks, then convbp_operation_impl.cpp @ f121cb47), with the
+    rules upstream lacks where they stood: R1, A3, C1 and TS3 are checked in two places."""
     from pypto._core.rules import RULES
 
-    assert [rule_id for rule_id, _, _ in RULES] == [
+    assert [entry.rule for entry in RULES] == [
         "T1",
-        "R1",
+        "R1",  # grad_output and weight ranks (upstream's Python check)
+        "R1",  # 2-D only (pypto only)
         "D1",
         "D2",
         "D3",
         "D4",
+        "R1",  # input_size and attribute lengths (upstream's first C++ checks)
         "S1",
-        "S2",
-        "A1",
-        "A2",
-        "A3",
-        "A4",
+        "A3",  # padding below the dilated kernel, W then H
         "G1",
-        "C1",
-        "O1",
+        "C1",  # Cout
+        "A3",  # paddings in [0, 255]
+        "A4",
+        "A2",
+        "A1",
+        "S2",
+        "C1",  # Cin (pypto only), then n
+        "O1",  # W, then H
         "B1",
         "TS0",
-        "TS1",
         "TS2",
-        "TS3",
+        "TS3",  # tileKL1 % 16
+        "TS1",
+        "TS3",  # tileKL1 % (16 * Kh * Kw)
         "TS4",
         "TS5",
         "TS6",
         "V1",
     ]
+
+
+def test_rule_table_names_the_source_of_every_rule():
+    from pypto._core.rules import NOTES, PYPTO_ONLY, RULE_IDS, RULES, SOURCE
+
+    assert list(SOURCE) == list(RULE_IDS) == list(NOTES)
+    assert set(RULE_IDS) == {entry.rule for entry in RULES}
+    commits = ("8815cf8f", "eee4ab52", "c1fab847", "af796792")
+    for entry in RULES:
+        assert entry.what and entry.source
+        assert entry.source.startswith(("upstream ", PYPTO_ONLY)), entry
+        if entry.source.startswith("upstream "):
+            assert any(commit in entry.source for commit in commits), entry
+    for rule in ("A4", "B1", "TS0"):
+        assert SOURCE[rule] == PYPTO_ONLY
+    for rule, commit in (("D1", "8815cf8f"), ("S1", "c1fab847"), ("TS1", "eee4ab52")):
+        assert SOURCE[rule].startswith(f"upstream {commit}")
+    assert "af796792" in SOURCE["TS3"] and PYPTO_ONLY in SOURCE["C1"]
+    # every rule upstream lacks, or whose text pypto keeps, says why
+    for entry in RULES:
+        if entry.source == PYPTO_ONLY:
+            assert entry.note, entry
 
 
 def test_signature_groups_keyword_only_and_no_bias():
@@ -165,10 +195,8 @@ def test_baseline_passes_with_lists_and_tuples():
 # T1: argument types
 # ------------------------------------------------------------------------------------------------
 def _cls(v):
-    return (
-        f"<class '{type(v).__module__ + '.' if type(v).__module__ != 'builtins' else ''}"
-        f"{type(v).__name__}'>"
-    )
+    """Upstream's name of a value's type in its type errors: ``type(value).__name__``."""
+    return type(v).__name__
 
 
 @pytest.mark.parametrize(
@@ -271,38 +299,65 @@ def test_T1_junk_never_raises_a_bare_python_exception():
 # R1: ranks
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "kw, name, got",
+    "kw, g, w",
     [
-        (dict(go=(16, 16, 16)), "grad_output", 3),
-        (dict(go=(1, 1, 16, 16, 16)), "grad_output", 5),
-        (dict(go=()), "grad_output", 0),
-        (dict(w=(16, 16, 3, 3, 1)), "weight", 5),
-        (dict(w=(16, 16, 3)), "weight", 3),
-        (dict(size=(1, 16, 16)), "input_size", 3),
-        (dict(size=[]), "input_size", 0),
+        (dict(go=(16, 16, 16)), 3, 4),
+        (dict(go=(1, 1, 16, 16, 16)), 5, 4),
+        (dict(go=()), 0, 4),
+        (dict(w=(16, 16, 3, 3, 1)), 4, 5),
+        (dict(w=(16, 16, 3)), 4, 3),
+        (dict(go=(1, 16, 16, 16, 1, 1), w=(16, 16, 3, 3, 1, 1)), 6, 6),
+        (dict(go=(1, 16), w=(16, 16)), 2, 2),
     ],
 )
-def test_R1_tensor_ranks(kw, name, got):
+def test_R1_tensor_ranks(kw, g, w):
+    # upstream's Python check (kept an F00002 ValueError: see the table's note)
     text = (
-        f"Input illegal {name} dim:{got}, which must be 4 "
-        "(only 2-D convolution in NCHW is supported)."
+        "Tensor dimension mismatch. Expect grad_output_dim == weight_dim and both in "
+        f"[3, 4, 5], got grad_output_dim: {g}, weight_dim: {w}."
     )
     expect_fail("R1", text, **kw)
 
 
 @pytest.mark.parametrize(
-    "kw, name, got, want, form",
+    "kw, got",
     [
-        (dict(strides=[1, 1, 1]), "strides", 3, 2, "[h, w]"),
-        (dict(strides=[1]), "strides", 1, 2, "[h, w]"),
-        (dict(pads=[1, 1]), "paddings", 2, 4, "[top, bottom, left, right]"),
-        (dict(pads=(1, 1, 1, 1, 1)), "paddings", 5, 4, "[top, bottom, left, right]"),
-        (dict(dil=[1]), "dilations", 1, 2, "[h, w]"),
-        (dict(dil=()), "dilations", 0, 2, "[h, w]"),
+        (dict(go=(1, 16, 16), w=(16, 16, 3), size=(1, 16, 16), strides=[1], pads=[1, 1]), 3),
+        (dict(go=(1, 16, 1, 16, 16), w=(16, 16, 1, 3, 3), size=(1, 16, 1, 16, 16)), 5),
     ],
 )
-def test_R1_attribute_lengths(kw, name, got, want, form):
-    text = f"Input illegal {name} size:{got}, which must be {want} for a 2-D convolution ({form})."
+def test_R1_only_2d(kw, got):
+    # upstream runs 1-D and 3-D convolutions; the user's page only 2-D (pypto only)
+    text = (
+        f"Input illegal grad_output dim:{got}, which must be 4 "
+        "(only 2-D convolution in NCHW is supported)."
+    )
+    expect_fail("R1", text, **kw)
+
+
+@pytest.mark.parametrize("size", [(1, 16, 16), [], (1, 16, 16, 16, 1)])
+def test_R1_input_size_rank(size):
+    # upstream's text prints the weight's rank: it checks weight and input together
+    text = "Input illegal weight or input dim:4, which must be equal to grad_output dim."
+    expect_fail("R1", text, size=size)
+
+
+@pytest.mark.parametrize(
+    "kw, d, s, p",
+    [
+        (dict(strides=[1, 1, 1]), 2, 3, 4),
+        (dict(strides=[1]), 2, 1, 4),
+        (dict(pads=[1, 1]), 2, 2, 2),
+        (dict(pads=(1, 1, 1, 1, 1)), 2, 2, 5),
+        (dict(dil=[1]), 1, 2, 4),
+        (dict(dil=()), 0, 2, 4),
+    ],
+)
+def test_R1_attribute_lengths(kw, d, s, p):
+    text = (
+        f"Input illegal dilations size:{d}, strides size:{s}, paddings size:{p}, which must "
+        "correspond to grad_output dim:4."
+    )
     expect_fail("R1", text, **kw)
 
 
@@ -388,9 +443,10 @@ def test_S1_one_million_passes(kw):
         (dict(w=(0, 16, 3, 3)), "weight", 0, 0),
         (dict(w=(16, 16, 3, 0)), "weight", 3, 0),
         (dict(w=(16, 1000001, 3, 3), size=(1, 1000001, 16, 16)), "weight", 1, 1000001),
-        (dict(size=(1, 0, 16, 16)), "input_size", 1, 0),
-        (dict(size=(1, 16, 16, 1000001)), "input_size", 3, 1000001),
-        (dict(size=(1, 16, -5, 16)), "input_size", 2, -5),
+        # upstream names input_size "input"
+        (dict(size=(1, 0, 16, 16)), "input", 1, 0),
+        (dict(size=(1, 16, 16, 1000001)), "input", 3, 1000001),
+        (dict(size=(1, 16, -5, 16)), "input", 2, -5),
     ],
 )
 def test_S1_out_of_range_fails(kw, name, i, v):
@@ -424,7 +480,7 @@ def test_S2_largest_kernel_that_fits_l1_passes():
 def test_S2_kh_256_fails():
     expect_fail(
         "S2",
-        "Weight shapes do not satisfy Load3D's limits: kh=256, kw=1, which must <= 255.",
+        "Weight shapes do not satisfy Load3D's limits: kh=256, kw=1, which must be <= 255.",
         go=(1, 16, 1, 16),
         w=(16, 16, 256, 1),
         size=(1, 16, 256, 16),
@@ -435,7 +491,7 @@ def test_S2_kh_256_fails():
 def test_S2_kw_256_fails():
     expect_fail(
         "S2",
-        "Weight shapes do not satisfy Load3D's limits: kh=3, kw=256, which must <= 255.",
+        "Weight shapes do not satisfy Load3D's limits: kh=3, kw=256, which must be <= 255.",
         w=(16, 16, 3, 256),
     )
 
@@ -446,7 +502,7 @@ def test_S2_kw_256_fails():
 def test_S2_load3d_product_fails(kh, kw, product):
     text = (
         f"Weight shapes do not satisfy Load3D's limits: kh*kw*k0={product}"
-        "(k0 = 16, mmad K block size), which must <=65535."
+        "(k0 = 16, mmad K block size), which must be <=65535."
     )
     expect_fail(
         "S2", text, go=(1, 16, 1, 1), w=(16, 16, kh, kw), size=(1, 16, kh, kw), pads=(0, 0, 0, 0)
@@ -471,7 +527,7 @@ def test_S2_64x63_passes_s2(dtype):
 
 
 # ------------------------------------------------------------------------------------------------
-# A1, A2: strides and dilations in [1, 63]
+# A1, A2: strides and dilations in [1, 63] (indices as upstream's: of [1, h, w])
 # ------------------------------------------------------------------------------------------------
 def test_A1_stride_1_passes():
     expect_pass(strides=[1, 1])
@@ -486,7 +542,7 @@ def test_A1_stride_63_passes():
 
 @pytest.mark.parametrize(
     "strides, i, v",
-    [([0, 1], 0, 0), ([1, 0], 1, 0), ([63, 64], 1, 64), ([64, 1], 0, 64), ([-1, 1], 0, -1)],
+    [([0, 1], 1, 0), ([1, 0], 2, 0), ([63, 64], 2, 64), ([64, 1], 1, 64), ([-1, 1], 1, -1)],
 )
 def test_A1_stride_out_of_range_fails(strides, i, v):
     expect_fail("A1", range_msg(i, "strides", 1, 63, v), strides=strides)
@@ -498,9 +554,12 @@ def test_A2_dilation_63_passes():
 
 
 @pytest.mark.parametrize(
-    "dil, i, v", [([0, 1], 0, 0), ([1, 0], 1, 0), ([64, 1], 0, 64), ([1, 64], 1, 64)]
+    "dil, i, v",
+    [([0, 1], 1, 0), ([1, 0], 2, 0), ([64, 1], 1, 64), ([1, 64], 2, 64), ([1, -2], 2, -2)],
 )
 def test_A2_dilation_out_of_range_fails(dil, i, v):
+    # a dilation below 1 leaves its axis's padding check to A2 (the table's note): with pad 1
+    # upstream would report the padding against a "weight value after dilation" of 1 or less
     expect_fail("A2", range_msg(i, "dilations", 1, 63, v), dil=dil)
 
 
@@ -528,33 +587,46 @@ def test_A3_padding_255_passes():
 
 
 @pytest.mark.parametrize(
-    "pads, i, v", [([256, 256, 1, 1], 0, 256), ([1, 1, 1, 256], 3, 256), ([1, 1, -1, -1], 2, -1)]
+    "kw, i, v",
+    [
+        # a dilated kernel larger than 256, so that the padding passes the check before
+        (dict(pads=[256, 256, 1, 1], w=(16, 16, 6, 3), dil=[63, 1]), 2, 256),
+        (dict(pads=[1, 1, 1, 256], w=(16, 16, 3, 6), dil=[1, 63]), 5, 256),
+        (dict(pads=[1, 1, -1, -1]), 4, -1),
+        (dict(pads=[-3, -3, 1, 1]), 2, -3),
+    ],
 )
-def test_A3_padding_out_of_range_fails(pads, i, v):
-    expect_fail("A3", range_msg(i, "paddings", 0, 255, v), pads=pads)
+def test_A3_padding_out_of_range_fails(kw, i, v):
+    # indices as upstream's: of [0, 0, top, bottom, left, right]
+    expect_fail("A3", range_msg(i, "paddings", 0, 255, v), **kw)
+
+
+def test_A3_padding_over_255_is_first_the_padding_against_the_kernel():
+    expect_fail(
+        "A3",
+        "The value of the H dimension of weight must be > padding. Current weight value "
+        "after dilation: 3, padding value: 256 and 256.",
+        pads=[256, 256, 1, 1],
+    )
+
+
+def pad_msg(axis, extent, before, after):
+    """Upstream's text (c1fab847 wording)."""
+    return (
+        f"The value of the {axis} dimension of weight must be > padding. Current weight value "
+        f"after dilation: {extent}, padding value: {before} and {after}."
+    )
 
 
 def test_A3_padding_equal_to_dilated_kernel_fails():
-    expect_fail(
-        "A3",
-        "The value of the H dimension of weight must be > padding.Current weight "
-        "value after dilation :3,padding value:3 and 3.",
-        pads=[3, 3, 1, 1],
-    )
-    expect_fail(
-        "A3",
-        "The value of the W dimension of weight must be > padding.Current weight "
-        "value after dilation :5,padding value:5 and 5.",
-        pads=[1, 1, 5, 5],
-        dil=[1, 2],
-    )
-    expect_fail(
-        "A3",
-        "The value of the W dimension of weight must be > padding.Current weight "
-        "value after dilation :1,padding value:1 and 1.",
-        w=(16, 16, 3, 1),
-        pads=[1, 1, 1, 1],
-    )
+    expect_fail("A3", pad_msg("H", 3, 3, 3), pads=[3, 3, 1, 1])
+    expect_fail("A3", pad_msg("W", 5, 5, 5), pads=[1, 1, 5, 5], dil=[1, 2])
+    expect_fail("A3", pad_msg("W", 1, 1, 1), w=(16, 16, 3, 1), pads=[1, 1, 1, 1])
+
+
+def test_A3_W_is_checked_before_H():
+    expect_fail("A3", pad_msg("W", 3, 3, 3), pads=[3, 3, 3, 3])
+    expect_fail("A3", pad_msg("W", 3, 1, 4), pads=[5, 5, 1, 4])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -877,7 +949,8 @@ def test_TS2_non_positive_fails():
 
 
 # ------------------------------------------------------------------------------------------------
-# TS3: tileKL1 % (16 * Kh * Kw) == 0
+# TS3: tileKL1 % (16 * Kh * Kw) == 0, in upstream's two steps: % 16 (before TS1), then
+# % (16 * Kh * Kw) (after TS1)
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kl1", [144, 288, 144 * 10])
 def test_TS3_passes(kl1):
@@ -885,12 +958,16 @@ def test_TS3_passes(kl1):
     expect_pass()
 
 
-@pytest.mark.parametrize("kl1", [16, 128, 160, 143])
-def test_TS3_unaligned_fails(kl1):
+@pytest.mark.parametrize("kl1", [16, 128, 160, 288 + 16])
+def test_TS3_not_a_multiple_of_the_taps_fails(kl1):
     set_tiles(kl1=kl1)
-    expect_fail(
-        "TS3", f"Invalid tileKL1:{kl1}, requires 144-element alignment (16 * Kh * Kw = 16 * 3 * 3)."
-    )
+    expect_fail("TS3", f"tileKL1({kl1}) should be divisible by Cout0 * Hk * Wk")
+
+
+@pytest.mark.parametrize("kl1", [143, 8, 150])
+def test_TS3_not_a_multiple_of_16_fails(kl1):
+    set_tiles(kl1=kl1)
+    expect_fail("TS3", f"Invalid tileKL1:{kl1}, requires 16-element alignment.")
 
 
 def test_TS3_non_square_kernel():
@@ -898,11 +975,7 @@ def test_TS3_non_square_kernel():
     set_tiles(kl1=80)
     expect_pass(**kw)
     set_tiles(kl1=144)
-    expect_fail(
-        "TS3",
-        "Invalid tileKL1:144, requires 80-element alignment (16 * Kh * Kw = 16 * 1 * 5).",
-        **kw,
-    )
+    expect_fail("TS3", "tileKL1(144) should be divisible by Cout0 * Hk * Wk", **kw)
 
 
 def test_TS3_non_positive_fails():
@@ -1085,7 +1158,7 @@ def test_V1_non_positive_entry_fails(vec, i, v):
     expect_fail(
         "V1",
         f"The value of the {i}-th dimension of vec_tile_shapes must be in the range "
-        f"[1,+inf). Current value:{v}.",
+        f"[1,+inf). Current value: {v}.",
     )
 
 
@@ -1113,20 +1186,27 @@ def _rule_of(**kw):
     [
         ("T1", dict(strides=[1.0], dtype=pypto.DT_INT8)),  # + R1, D1
         ("T1", dict(groups=None, go=(0, 16, 16, 16))),  # + S1
-        ("R1", dict(go=(16, 16, 16), dtype=pypto.DT_INT8)),  # + D1
+        ("T1", dict(pads="1111", groups=1.0)),  # T1's own order: the lists, then groups
+        ("R1", dict(go=(16, 16, 16), dtype=pypto.DT_INT8)),  # ranks + D1
+        ("R1", dict(go=(1, 16, 16), w=(16, 16, 3), dtype=pypto.DT_INT8)),  # 2-D only + D1
+        ("D1", dict(size=(1, 16, 16), dtype=pypto.DT_INT8)),  # + R1 (input_size rank)
+        ("D4", dict(pads=[1, 1], out_dtype=BF16)),  # + R1 (attribute lengths)
         ("R1", dict(pads=[1, 1], go=(1, 16, 0, 16))),  # + S1
         ("D1", dict(dtype=pypto.DT_INT8, wdtype=pypto.DT_FP32)),  # + D2, D3
         ("D2", dict(dtype=FP16, wdtype=pypto.DT_INT8)),  # + D3
         ("D3", dict(dtype=FP16, wdtype=BF16, out_dtype=BF16)),  # + D4
         ("D4", dict(out_dtype=BF16, go=(0, 16, 16, 16))),  # + S1
         ("S1", dict(w=(16, 16, 0, 256))),  # + S2
-        ("S2", dict(w=(16, 16, 256, 3), strides=[0, 1])),  # + A1
-        ("A1", dict(strides=[0, 1], dil=[0, 1])),  # + A2
-        ("A2", dict(dil=[64, 1], pads=[256, 256, 1, 1])),  # + A3
-        ("A3", dict(pads=[3, 1, 1, 1])),  # + A4
-        ("A4", dict(pads=[1, 0, 1, 1], groups=2)),  # + G1
-        ("G1", dict(groups=2, w=(32, 16, 3, 3))),  # + C1
-        ("C1", dict(size=(1, 32, 99, 16))),  # + O1
+        ("S1", dict(size=(1, 16, 0, 16), pads=[5, 5, 1, 1])),  # + A3
+        ("A3", dict(pads=[3, 3, 1, 1], groups=2)),  # padding vs kernel + G1
+        ("G1", dict(groups=2, w=(32, 16, 3, 3))),  # + C1 (Cout)
+        ("C1", dict(w=(32, 16, 3, 3), pads=[-1, -1, 1, 1])),  # Cout + A3 (range)
+        ("A3", dict(pads=[-1, -2, 1, 1])),  # range + A4
+        ("A4", dict(pads=[1, 0, 1, 1], dil=[64, 1])),  # + A2
+        ("A2", dict(dil=[64, 1], strides=[0, 1])),  # + A1
+        ("A1", dict(strides=[0, 1], w=(16, 16, 256, 3))),  # + S2
+        ("S2", dict(w=(16, 16, 256, 3), size=(1, 32, 16, 16))),  # + C1 (Cin)
+        ("C1", dict(size=(2, 16, 99, 16))),  # n + O1
         ("O1", dict(size=(1, 16, 99, 16), pads=[1, 1, 1, 1])),  # + TS (below)
     ],
 )
@@ -1139,9 +1219,11 @@ def test_order_first_rule_reported(first, kw):
 @pytest.mark.parametrize(
     "first, tiles, vec",
     [
-        ("TS1", dict(ml1=17, nl1=24), None),
-        ("TS2", dict(nl1=24, kl1=16), None),
-        ("TS3", dict(kl1=16, ml0=8), None),
+        ("TS2", dict(ml1=17, nl1=24), None),  # + TS1
+        ("TS2", dict(nl1=24, kl1=8), None),  # + TS3
+        ("TS3", dict(kl1=8, ml1=17), None),  # tileKL1 % 16 + TS1
+        ("TS1", dict(ml1=17, kl1=16), None),  # + TS3 (tileKL1 % 16*Kh*Kw)
+        ("TS3", dict(kl1=16, ml0=8), None),  # + TS4
         ("TS4", dict(ml1=256, ml0=248, kl1=288, kl0=256), None),  # + TS5 (L0A 126976)
         ("TS5", dict(ml1=144, ml0=144, kl1=144 * 60, kl0=256), None),  # + TS6
         ("TS6", dict(kl1=144 * 100), (16, 16, 16)),  # + V1
@@ -1265,7 +1347,7 @@ def test_size_range_messages():
         pypto.conv_backward_input_size_range(
             (1, 16, 7, 7), (16, 16, 3, 3), [0, 1], [1, 1, 1, 1], [1, 1]
         )
-    check_error(e.value, "A1", range_msg(0, "strides", 1, 63, 0))
+    check_error(e.value, "A1", range_msg(1, "strides", 1, 63, 0))
     with pytest.raises(pypto.error.ConvBpValueError) as e:
         pypto.conv_backward_input_size_range(
             (1, 16, 1000000, 1), (16, 16, 1, 1), [2, 1], [0, 0, 0, 0], [1, 1]
