@@ -198,10 +198,11 @@ def _parse_bytes(value, name):
                     f"{name}: cannot read {value!r} as a size (e.g. 8589934592, '8G', '512M')"
                 )
             ) from None
-    value = value if as_int(value) is None else as_int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise FeError(ValueError(f"{name} must be a positive number of bytes, but got {value!r}."))
-    return value
+    count = as_int(value)  # ints and NumPy integers, not bools
+    if count is None or count < 1:
+        shown = value if count is None else count
+        raise FeError(ValueError(f"{name} must be a positive number of bytes, but got {shown!r}."))
+    return count
 
 
 @argument_errors_are_pypto_errors

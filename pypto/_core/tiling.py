@@ -156,11 +156,6 @@ class Tiling(NamedTuple):
             min(self.nl0, nl1),
         )
 
-    def cpu_work_items(self, p, kernel_tiles=None):
-        """Independent (image, N-L1 block, M-L1 tile) items: no more threads can be busy."""
-        rows, cols, nl1, _, _, _, _ = kernel_tiles or self.kernel_tiles(p)
-        return p.n * ceil_div(p.cin, nl1) * ceil_div(p.hin, rows) * ceil_div(p.win, cols)
-
 
 # The NPU's blockDim range of one launch (the kernel header's PYPTO_CONV_DX_MAX_BLOCKS; the
 # NPU's launch struct module re-exports it and the header test compares them).
