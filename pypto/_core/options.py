@@ -12,11 +12,11 @@ import copy
 import functools
 import inspect
 import os
-import threading
 
 from ..error import FeError, argument_errors_are_pypto_errors
 from ..pypto_impl import ConvBpTile, ConvBpTileL0Info, ConvBpTileL1Info
 from .cpus import default_threads
+from .locks import ForkSafeLock
 from .values import as_int
 
 __all__ = [
@@ -42,20 +42,12 @@ _DEFAULTS = {
 
 _MISSING = object()
 _global_scope = {}
-_global_lock = threading.Lock()
+_global_lock = ForkSafeLock()
 # The open scopes, innermost last: a tuple of (token, values) pairs, replaced whole (never
 # changed in place). A context variable, so each thread and each asyncio task has its own
 # (a task starts with the scopes open where it was created, and what it opens or sets stays
 # its own).
 _scopes = contextvars.ContextVar("pypto_config_scopes", default=())
-
-
-def _after_fork_in_child():
-    global _global_lock
-    _global_lock = threading.Lock()  # another thread of the parent may have held it
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _get(key):

@@ -20,6 +20,7 @@ import warnings
 import numpy as np
 
 from .._core import options as _config
+from .._core.locks import ForkSafeLock
 from .._core.memory import address_space_room, check_host_memory
 from .._core.nonfinite import non_finite_mask, with_real_taps_only
 from .._core.rules import check_host_arrays
@@ -107,7 +108,9 @@ def load_level(level):
     return importlib.import_module(f"pypto._kernels.kernel.dgrad_{level}")
 
 
-_lock = threading.Lock()
+# a fork waits for a thread probe or the kernel's import in another thread (an import holds
+# CPython's lock of the module, which no thread of the child would release)
+_lock = ForkSafeLock(held_across_fork=True)
 _chosen = None  # (module, reason), set on first use
 
 
@@ -130,26 +133,12 @@ _most_threads_run = 1  # the most threads a call has run on in this process (lib
 _forked_after_threads = False
 
 
-def _before_fork():
-    # A fork waits for a thread probe or a kernel import in another thread to finish: the
-    # child must not start with that half done (an import holds CPython's lock of the module,
-    # which no thread of the child would release).
-    _lock.acquire()
-
-
-def _after_fork_in_parent():
-    _lock.release()
-
-
 def _after_fork_in_child():
-    global _forked_after_threads, _lock
+    global _forked_after_threads
     _forked_after_threads = _forked_after_threads or _most_threads_run > 1
-    _lock = threading.Lock()  # the parent's is held (by the fork itself, see _before_fork)
 
 
-os.register_at_fork(
-    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
-)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _threads_that_start(wanted):

@@ -26,6 +26,7 @@ import threading
 
 import numpy as np
 
+from .._core.locks import ForkSafeLock
 from ..error import PyptoRtError
 from .acl import open_library
 from .discovery import find_acl_library, find_kernel_library, quick_unavailable_reason
@@ -48,17 +49,9 @@ __all__ = ["get", "unavailable_reason", "disable", "Runtime", "Session"]
 DEVICE_ID = 0  # choose the NPU with ASCEND_RT_VISIBLE_DEVICES (visible devices count from 0)
 SUPPORTED_SOC_PREFIXES = ("Ascend910B", "Ascend910_93")  # A2 / A3: the kernel is dav-c220 only
 
-_lock = threading.Lock()
+_lock = ForkSafeLock()  # another thread of the parent may have been bringing it up
 _runtime = None
 _failure = None  # why bring-up failed, once it has
-
-
-def _after_fork_in_child():
-    global _lock
-    _lock = threading.Lock()  # another thread of the parent may have been bringing it up
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _DeviceThread:

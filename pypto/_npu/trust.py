@@ -15,12 +15,12 @@ import datetime
 import hashlib
 import json
 import os
-import threading
 import warnings
 from pathlib import Path
 
 import numpy as np
 
+from .._core.locks import ForkSafeLock
 from .._version import __version__
 from .errors import NpuError, NpuUnavailableError
 
@@ -340,16 +340,8 @@ def cached_verdict(runtime):
     return record if isinstance(record, dict) and isinstance(record.get("passed"), bool) else None
 
 
-_lock = threading.Lock()
+_lock = ForkSafeLock()
 _verdicts = {}  # id(runtime) -> verdict, for this process
-
-
-def _after_fork_in_child():
-    global _lock
-    _lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def known_verdict(runtime):
