@@ -32,14 +32,19 @@ def address_space_room():
     return max(0, soft - mapped)
 
 
-def check_host_memory(need, problem, parts):
+_READ_NOW = object()
+
+
+def check_host_memory(need, problem, parts, room=_READ_NOW):
     """Raise PyptoMemoryError when ``need`` bytes exceed the memory limit.
 
     ``parts`` says what besides the output the estimate counts, for the message. The limit is
     ``memory_limit`` / ``PYPTO_MEMORY_LIMIT``, else 80% of MemAvailable (``_config``), and never
-    more than the address-space limit leaves.
+    more than the address-space limit leaves (``room``: what ``address_space_room()`` said,
+    when the caller read it already for this call; else read here).
     """
-    room = address_space_room()
+    if room is _READ_NOW:
+        room = address_space_room()
     if (
         need < _ALWAYS_FITS
         and room is None

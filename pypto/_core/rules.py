@@ -75,13 +75,15 @@ class Check:
     note: str = ""  # where pypto's text, kind or order differs from upstream's, and why
 
 
-@dataclass
+@dataclass(frozen=True)
 class ValidatedCall:
-    """What the rules established: the problem, its tiles and the vector tile."""
+    """What the rules established: the problem, its tiles and the vector tile. Frozen: one
+    object serves every call with the same arguments (``validate_conv_backward_input``'s
+    cache)."""
 
     problem: ConvProblem
     tiling: Tiling
-    vec_tile: list
+    vec_tile: tuple
     dtype: DataType
 
 
@@ -715,16 +717,78 @@ def _check_vec_tile(c):
     return None
 
 
+# Calls that passed every rule, by everything the rules read (``_call_key``): a training loop
+# repeats a few problems, and running the table again costs more than a small call's compute.
+_PASSED = {}
+_PASSED_MAX = 256  # problems remembered; the oldest is forgotten first
+
+
+def _call_key(grad_output, input_size, weight, out_dtype, strides, paddings, dilations, groups):
+    """Every value the rules read, with its type, as one hashable tuple; None when an argument
+    is anything but a plain Tensor, int, or list or tuple of plain ints (those calls are
+    judged by the whole table every time). Types are part of the key because the rules judge
+    them (``5`` and ``np.int64(5)`` or ``5.0`` hash alike but are not judged alike)."""
+    from ..tensor import Tensor
+
+    if type(grad_output) is not Tensor or type(weight) is not Tensor or type(groups) is not int:
+        return None
+    for dtype in (out_dtype, grad_output._dtype, weight._dtype):
+        if type(dtype) is not DataType:
+            return None
+    tile = _config._get("convbp_tile_shapes")
+    l1, l0 = tile.tileL1Info, tile.tileL0Info
+    key = (
+        out_dtype,
+        groups,
+        grad_output._dtype,
+        weight._dtype,
+        tuple(grad_output._shape),
+        tuple(weight._shape),
+        tuple(_config._get("vec_tile_shapes")),
+        (l1.tileML1, l1.tileKL1, l1.tileNL1, l0.tileML0, l0.tileKL0, l0.tileNL0),
+    )
+    for values in (input_size, strides, paddings, dilations):
+        kind = type(values)
+        if kind is not list and kind is not tuple:
+            return None
+        key += (kind, tuple(values))
+    for part in key[4:]:
+        if type(part) is tuple:
+            for v in part:
+                if type(v) is not int:
+                    return None
+    return key
+
+
 def validate_conv_backward_input(
     grad_output, input_size, weight, out_dtype, strides, paddings, dilations, groups=1
 ):
-    """Run every rule in order; return a :class:`ValidatedCall` or raise the first violation."""
+    """Run every rule in order; return a :class:`ValidatedCall` or raise the first violation.
+
+    A call whose arguments and tiles equal those of a call that passed before returns that
+    call's result without running the table again (``_call_key`` says what "equal" covers);
+    a refused call is never remembered, so it is judged again, in full, every time.
+    """
+    key = _call_key(
+        grad_output, input_size, weight, out_dtype, strides, paddings, dilations, groups
+    )
+    passed = _PASSED.get(key) if key is not None else None
+    if passed is not None:
+        return passed
     call = _Call(grad_output, input_size, weight, out_dtype, strides, paddings, dilations, groups)
     for entry in RULES:
         message = entry.check(call)
         if message is not None:
             raise entry.error(entry.rule, message)
-    return ValidatedCall(call.problem, call.tiling, call.vec_tile, call.grad_output.dtype)
+    passed = ValidatedCall(call.problem, call.tiling, tuple(call.vec_tile), call.grad_output.dtype)
+    if key is not None:
+        if len(_PASSED) >= _PASSED_MAX:
+            try:  # another thread may have removed it: either way one entry less
+                del _PASSED[next(iter(_PASSED))]
+            except (KeyError, StopIteration, RuntimeError):
+                pass
+        _PASSED[key] = passed
+    return passed
 
 
 TILE_RULES = ("TS1", "TS2", "TS3", "TS4", "TS5", "TS6")

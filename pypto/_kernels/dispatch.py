@@ -212,14 +212,13 @@ def _thread_stack_bytes():
 _ADDRESS_SLACK = 64 << 20  # for malloc arenas, guard pages and the interpreter's own needs
 
 
-def _usable_threads(wanted, shared_bytes, per_thread_bytes):
+def _usable_threads(wanted, shared_bytes, per_thread_bytes, room):
     """``wanted``, or fewer when this process cannot run that many OpenMP threads: the
     address-space limit leaves room for fewer (each thread needs its stack and its scratch),
-    or fewer start."""
+    or fewer start. ``room``: what ``address_space_room()`` said for this call."""
     global _most_threads_run
     if _forked_after_threads:
         return 1
-    room = address_space_room()
     if room is not None and wanted > 1:
         fit = 1 + max(0, room - _ADDRESS_SLACK - shared_bytes - per_thread_bytes) // (
             per_thread_bytes + _thread_stack_bytes()
@@ -329,6 +328,56 @@ def _vec_chunks(vec_tile, p):
     return min(vec_tile[1], p.cin), min(vec_tile[-1], p.win)
 
 
+class _CallPlan:
+    """What a validated call hands the kernel, worked out once per (problem, tiles, vector tile,
+    dtype) and kept (``_plan_of``): the kernel's tiles and arguments, and its buffer sizes per
+    thread count."""
+
+    __slots__ = ("kernel_tiles", "vec_chunks", "shapes", "attrs", "dtype", "output_bytes", "_bytes")
+
+    def __init__(self, call):
+        p = call.problem
+        self.kernel_tiles = call.tiling.kernel_tiles(p)
+        self.vec_chunks = _vec_chunks(call.vec_tile, p)
+        self.shapes = (
+            (p.n, p.cout, p.hout, p.wout),
+            (p.cout, p.cin, p.kh, p.kw),
+            (p.n, p.cin, p.hin, p.win),
+        )
+        self.attrs = (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw)
+        self.dtype = _KERNEL_DTYPE[call.dtype]
+        self.output_bytes = p.n * p.cin * p.hin * p.win * p.dtype_size
+        self._bytes = {}
+
+    def buffer_bytes(self, kernel, threads):
+        """(shared, per_thread, threads that get scratch): the kernel's own plan's sizes."""
+        sizes = self._bytes.get(threads)
+        if sizes is None:
+            sizes = kernel.buffer_bytes(
+                *self.shapes, self.dtype, self.attrs, self.kernel_tiles, threads
+            )
+            self._bytes[threads] = sizes
+        return sizes
+
+
+_PLANS = {}
+_PLANS_MAX = 256  # as many as the rules remember (pypto._core.rules._PASSED_MAX)
+
+
+def _plan_of(call):
+    key = (call.problem, call.tiling, call.vec_tile, call.dtype)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _CallPlan(call)
+        if len(_PLANS) >= _PLANS_MAX:
+            try:  # another thread may have removed it: either way one entry less
+                del _PLANS[next(iter(_PLANS))]
+            except (KeyError, StopIteration, RuntimeError):
+                pass
+        _PLANS[key] = plan
+    return plan
+
+
 def conv_backward_input_cpu(call, dy, w):
     """dx for a validated call (``pypto._core.rules.ValidatedCall``) from host arrays dy and w.
 
@@ -336,49 +385,40 @@ def conv_backward_input_cpu(call, dy, w):
     """
     p = call.problem
     dy, w = check_host_arrays(p, dy, w, call.dtype)
-    kernel_tiles = call.tiling.kernel_tiles(p)
+    plan = _plan_of(call)
     np_dtype = numpy_dtype(call.dtype)
-    copies = sum(a.size * 2 for a in (dy, w) if not _is_kernel_ready(a, np_dtype))
-    output = p.n * p.cin * p.hin * p.win * p.dtype_size
+    dy_ready, w_ready = _is_kernel_ready(dy, np_dtype), _is_kernel_ready(w, np_dtype)
+    copies = (0 if dy_ready else dy.size * 2) + (0 if w_ready else w.size * 2)
+    output = plan.output_bytes
+    room = address_space_room()  # read once: each check below and the thread count use it
     # the output and copies first: a call refused for them never loads the kernel module
-    check_host_memory(output + copies, p, "input copies, before the kernel's buffers")
+    check_host_memory(output + copies, p, "input copies, before the kernel's buffers", room)
     # The kernel's own plan sizes its buffers (weight panels, tile scratch); per thread they are
     # largest with one thread, where image groups are largest.
     kernel = _kernel()
-    shapes = (
-        (p.n, p.cout, p.hout, p.wout),
-        (p.cout, p.cin, p.kh, p.kw),
-        (p.n, p.cin, p.hin, p.win),
-    )
-    attrs = (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw)
-    shared, per_thread, _ = kernel.buffer_bytes(
-        *shapes, _KERNEL_DTYPE[call.dtype], attrs, kernel_tiles, 1
-    )
+    shared, per_thread, _ = plan.buffer_bytes(kernel, 1)
     # the whole team every call, even for fewer work items than threads: the same team size
     # every time, so no call starts or ends a thread (see the kernel's plan)
     threads = _usable_threads(
-        _config.get_num_threads(),
-        output + shared + per_thread + copies,
-        per_thread,
+        _config.get_num_threads(), output + shared + per_thread + copies, per_thread, room
     )
-    shared, per_thread, used = kernel.buffer_bytes(
-        *shapes, _KERNEL_DTYPE[call.dtype], attrs, kernel_tiles, threads
-    )
+    shared, per_thread, used = plan.buffer_bytes(kernel, threads)
     # before any copy or allocation
     check_host_memory(
         output + shared + used * per_thread + copies,
         p,
         "weight panels, tile scratch and input copies",
+        room,
     )
-    out = np.empty((p.n, p.cin, p.hin, p.win), dtype=np_dtype)
+    out = np.empty(plan.shapes[2], dtype=np_dtype)
     path = kernel.dgrad(
-        _bits(dy, np_dtype),
-        _bits(w, np_dtype),
+        dy.view(np.uint16) if dy_ready else _bits(dy, np_dtype),
+        w.view(np.uint16) if w_ready else _bits(w, np_dtype),
         out.view(np.uint16),
-        _KERNEL_DTYPE[call.dtype],
-        attrs,
-        kernel_tiles,
-        _vec_chunks(call.vec_tile, p),
+        plan.dtype,
+        plan.attrs,
+        plan.kernel_tiles,
+        plan.vec_chunks,
         threads,
     )
     if path == "non_finite":  # the kernel's scan of the weight found Inf/NaN; nothing written
