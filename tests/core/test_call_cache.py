@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import strategies as S
 
 import pypto
 from pypto._core import rules
 from pypto._kernels import dispatch
+from support import strategies as S
 
 P = dict(go=[1, 16, 5, 32], size=[1, 16, 5, 32], w=[16, 16, 3, 3])
 ATTRS = ([1, 1], [1, 1, 1, 1], [1, 1])
