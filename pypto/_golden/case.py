@@ -36,7 +36,7 @@ __all__ = [
     "DISTRIBUTIONS",
 ]
 
-DISTRIBUTIONS = ("uniform", "normal", "ints")
+DISTRIBUTIONS = ("uniform", "normal", "ints", "truncated_normal")
 DEFAULT_VEC = (16, 16, 16, 16)
 U32 = 2.0**-24  # fp32 unit roundoff
 U64 = 2.0**-53  # float64 unit roundoff
@@ -276,23 +276,63 @@ def pypto_dgrad(case, dy, w):
         return conv_backward_input_cpu(call, dy, w)
 
 
-def draw_inputs(case, dist, seed):
-    """(dy, w) of the case's dtype: uniform in [-1, 1), standard normal, or ints in [-4, 4]."""
-    if dist not in DISTRIBUTIONS:
-        raise FeError(
-            ValueError(f"dist must be one of {', '.join(DISTRIBUTIONS)}, but got {dist!r}")
-        )
+def _draw(rng, shape, dist, value_range):
+    """One array in float64 from ``dist`` and ``value_range`` (see :func:`draw_inputs`)."""
+    if value_range is None:
+        if dist == "uniform":
+            return rng.uniform(-1.0, 1.0, shape)
+        if dist == "normal":
+            return rng.standard_normal(shape)
+        if dist == "ints":
+            return rng.integers(-4, 5, shape).astype(np.float64)
+        value_range = (-2.0, 2.0)  # truncated_normal: the standard normal cut at 2 sigma
+    lo, hi = (float(v) for v in value_range)
+    if dist == "uniform":
+        return rng.uniform(lo, hi, shape)
+    if dist == "normal":  # msOpST's meaning of a range: [mean, standard deviation]
+        return rng.normal(lo, abs(hi) + 1e-4, shape)
+    if dist == "ints":
+        return rng.integers(math.ceil(lo), math.floor(hi) + 1, shape).astype(np.float64)
+    # truncated_normal: mean at the middle, 2 sigma to either end, redrawn outside [lo, hi]
+    mean, sigma = (lo + hi) / 2, (hi - lo) / 4
+    values = rng.normal(mean, sigma, shape) if sigma > 0 else np.full(shape, mean)
+    outside = (values < lo) | (values > hi)
+    while outside.any():
+        values[outside] = rng.normal(mean, sigma, int(outside.sum()))
+        outside = (values < lo) | (values > hi)
+    return values
+
+
+def draw_inputs(case, dist, seed, value_ranges=None):
+    """(dy, w) of the case's dtype. ``dist``: a name of DISTRIBUTIONS, or a pair (dy's, w's).
+    Without a range: uniform in [-1, 1), standard normal, ints in [-4, 4], truncated_normal
+    (the standard normal cut at +-2). ``value_ranges``: None, or a pair of (lo, hi) or None
+    (dy's, w's): uniform in [lo, hi), normal with mean lo and standard deviation |hi| + 1e-4
+    (msOpST's meaning), ints in [lo, hi], truncated_normal with mean (lo + hi) / 2 and sigma
+    (hi - lo) / 4, redrawn outside [lo, hi]."""
+    dists = (dist, dist) if isinstance(dist, str) else tuple(dist)
+    ranges = (None, None) if value_ranges is None else tuple(value_ranges)
+    for name in dists:
+        if name not in DISTRIBUTIONS:
+            raise FeError(
+                ValueError(f"dist must be one of {', '.join(DISTRIBUTIONS)}, but got {name!r}")
+            )
+    for value_range in ranges:
+        if value_range is not None and (
+            len(value_range) != 2
+            or not all(math.isfinite(float(v)) for v in value_range)
+            or float(value_range[0]) > float(value_range[1])
+        ):
+            raise FeError(
+                ValueError(f"a value range must be [lo, hi], lo <= hi, but got {value_range!r}")
+            )
     check_host_memory(inputs_bytes(case), case.problem, "the random inputs")
     rng = np.random.default_rng(seed)
     arrays = []
-    for shape in (case.grad_output_shape, case.weight_shape):
-        if dist == "uniform":
-            values = rng.uniform(-1.0, 1.0, shape)
-        elif dist == "normal":
-            values = rng.standard_normal(shape)
-        else:
-            values = rng.integers(-4, 5, shape).astype(np.float64)
-        arrays.append(values.astype(case.np_dtype))
+    for shape, name, value_range in zip(
+        (case.grad_output_shape, case.weight_shape), dists, ranges
+    ):
+        arrays.append(_draw(rng, shape, name, value_range).astype(case.np_dtype))
     return tuple(arrays)
 
 

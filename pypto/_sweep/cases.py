@@ -1,0 +1,436 @@
+"""Case files: pypto's own JSONL and CSV (one case a line), msOpST JSON (``msopst.py``).
+
+Every case becomes one canonical dict (:func:`canonical`), the unit of work's input::
+
+    {"id", "name", "source", "grad_output", "weight", "input_size" (None: the smallest valid),
+     "strides", "paddings", "dilations", "groups", "dtype" ("fp16", "bf16" or "fp32", which
+     the op refuses), "tiles" ("suggested" or {"l1", "l0", "vec"}), "inputs" ({"grad_output",
+     "weight"}: {"dist", "range"}), "seed" (None: derived from the id)}
+
+The id is the first 16 hex digits of the sha256 of the canonical JSON of everything but id,
+name and source: the same case read from any file, in any order, on any host, has the same
+id, folder, seed and shard. A file with a fault is refused whole, before any case runs: one
+PyptoError naming the file, the line (or case index) and the field.
+"""
+
+import csv
+import hashlib
+import json
+import os
+
+from ..error import FeError, PyptoError
+from .tiles import DEFAULT_LIMIT, legal_tilings
+
+__all__ = [
+    "read_cases",
+    "read_case_file",
+    "canonical",
+    "case_id",
+    "case_seed",
+    "CaseFileError",
+    "DTYPES",
+    "FIELDS",
+]
+
+# the dtype names a case file may give, and the name a case keeps
+DTYPES = {
+    "fp16": "fp16",
+    "float16": "fp16",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp32": "fp32",
+    "float32": "fp32",
+    "float": "fp32",
+}
+DISTS = ("uniform", "normal", "ints", "truncated_normal")
+# pypto's case-file fields: what each holds
+FIELDS = {
+    "name": "a label for the case (not part of its id)",
+    "grad_output": "N,Cout,Hout,Wout",
+    "weight": "Cout,Cin,Kh,Kw",
+    "input_size": "N,Cin,Hin,Win (default: the smallest valid size)",
+    "N": "with Cin, H, W, Cout, kh, kw instead of the three shapes",
+    "Cin": "input channels",
+    "H": "input height",
+    "W": "input width",
+    "Cout": "output channels",
+    "kh": "kernel height",
+    "kw": "kernel width",
+    "strides": "SH,SW (default 1,1)",
+    "paddings": "T,B,L,R (default 0,0,0,0)",
+    "dilations": "DH,DW (default 1,1)",
+    "groups": "an int (default 1; the op takes 1 only)",
+    "dtype": "fp16 / bf16 (also float16, bfloat16; fp32 is read and refused by the op)",
+    "tiles": '"suggested" (default), "all" (every legal set, up to tiles_limit)',
+    "tiles_limit": f"how many legal tile sets 'all' gives at most (default {DEFAULT_LIMIT})",
+    "l1": "M,K,N: explicit L1 tiles (with l0)",
+    "l0": "M,K,N: explicit L0 tiles (with l1)",
+    "vec": "vector tile shapes (default 16,16,16,16)",
+    "dist": "uniform (default), normal, ints, truncated_normal",
+    "range": "lo,hi of the distribution (see docs/sweep.md)",
+    "seed": "an int >= 0 (default: derived from the case's id)",
+}
+_DIMS = ("N", "Cin", "H", "W", "Cout", "kh", "kw")
+_IDENTITY = (
+    "grad_output",
+    "weight",
+    "input_size",
+    "strides",
+    "paddings",
+    "dilations",
+    "groups",
+    "dtype",
+    "tiles",
+    "inputs",
+    "seed",
+)
+
+
+class CaseFileError(FeError):
+    """A fault in a case file: the text names the file, the line (or case) and the field."""
+
+    def __init__(self, where, text):
+        super().__init__(ValueError(f"{where}: {text}"))
+
+
+def _show(value, limit=60):
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- values ------------------------------------------------------------------------------------
+def _int(value, where, field):
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            pass
+    if type(value) is not int:
+        raise CaseFileError(where, f"field '{field}' must be an int, but is {_show(value)}")
+    return value
+
+
+def _ints(value, length, where, field):
+    """A list of ``length`` ints from a JSON list or a CSV cell ("1,16,5,32", "1x16x5x32",
+    "[1, 16, 5, 32]", "1 16 5 32")."""
+    if isinstance(value, str):
+        text = value.strip().strip("[]()")
+        parts = text.replace("x", ",").replace(" ", ",").split(",")
+        value = [p for p in parts if p != ""]
+    lengths = length if isinstance(length, tuple) else (length,)
+    if not isinstance(value, list) or len(value) not in lengths:
+        what = " or ".join(str(n) for n in lengths)
+        raise CaseFileError(where, f"field '{field}' must be {what} ints, but is {_show(value)}")
+    return [_int(v, where, field) for v in value]
+
+
+def _number(value, where, field):
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise CaseFileError(where, f"field '{field}' must hold numbers, but holds {_show(value)}")
+    if abs(value) == float("inf"):
+        raise CaseFileError(where, f"field '{field}' must hold finite numbers, not {value}")
+    return value
+
+
+def value_range(value, where, field):
+    """[lo, hi] (two finite numbers, lo <= hi) from a list or "lo,hi"."""
+    if isinstance(value, str):
+        value = [p for p in value.strip().strip("[]()").replace(" ", ",").split(",") if p]
+    if not isinstance(value, list) or len(value) != 2:
+        raise CaseFileError(where, f"field '{field}' must be [lo, hi], but is {_show(value)}")
+    lo, hi = (_number(v, where, field) for v in value)
+    if lo > hi:
+        raise CaseFileError(where, f"field '{field}' must have lo <= hi, but is {[lo, hi]}")
+    return [lo, hi]
+
+
+def dtype_of(value, where, field):
+    if not isinstance(value, str) or value.strip().lower() not in DTYPES:
+        raise CaseFileError(
+            where,
+            f"field '{field}' must be fp16 or bf16 (float16, bfloat16; fp32 is read and refused "
+            f"by the op), but is {_show(value)}",
+        )
+    return DTYPES[value.strip().lower()]
+
+
+def dist_of(value, where, field):
+    if not isinstance(value, str) or value.strip().lower() not in DISTS:
+        raise CaseFileError(
+            where, f"field '{field}' must be one of {', '.join(DISTS)}, but is {_show(value)}"
+        )
+    return value.strip().lower()
+
+
+# --- the canonical case ------------------------------------------------------------------------
+def case_id(case):
+    """The first 16 hex digits of the sha256 of the case's identity (canonical JSON)."""
+    identity = {key: case[key] for key in _IDENTITY}
+    text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def case_seed(case):
+    """The case's seed, or one derived from its id (so every host draws the same inputs)."""
+    return case["seed"] if case["seed"] is not None else int(case["id"], 16) >> 1
+
+
+def canonical(
+    grad_output,
+    weight,
+    input_size=None,
+    strides=(1, 1),
+    paddings=(0, 0, 0, 0),
+    dilations=(1, 1),
+    groups=1,
+    dtype="fp16",
+    tiles="suggested",
+    inputs=None,
+    seed=None,
+    name=None,
+    source=None,
+):
+    """A canonical case dict (values already checked), with its id."""
+    default = {"dist": "uniform", "range": None}
+    case = {
+        "id": None,
+        "name": name,
+        "source": source,
+        "grad_output": list(grad_output),
+        "weight": list(weight),
+        "input_size": None if input_size is None else list(input_size),
+        "strides": list(strides),
+        "paddings": list(paddings),
+        "dilations": list(dilations),
+        "groups": groups,
+        "dtype": dtype,
+        "tiles": tiles,
+        "inputs": inputs or {"grad_output": dict(default), "weight": dict(default)},
+        "seed": seed,
+    }
+    case["id"] = case_id(case)
+    return case
+
+
+def expand_all_tiles(case, limit):
+    """``case`` once per legal tile set (up to ``limit``): a case with tiles "all". A problem
+    the op refuses, or one with no legal tiles, stays one case (tiles "suggested"), which
+    becomes a row with the op's rule."""
+    from .._golden.case import make_case
+
+    try:
+        if case["groups"] != 1 or case["dtype"] not in ("fp16", "bf16"):
+            raise FeError(ValueError("refused by the op"))
+        problem = make_case(
+            case["grad_output"],
+            case["weight"],
+            case["input_size"],
+            case["dtype"],
+            case["strides"],
+            case["paddings"],
+            case["dilations"],
+        ).problem
+    except PyptoError:
+        return [_with(case, tiles="suggested")]
+    tilings = legal_tilings(problem, limit)
+    if not tilings:
+        return [_with(case, tiles="suggested")]
+    return [
+        _with(case, tiles={"l1": list(t[:3]), "l0": list(t[3:]), "vec": [16, 16, 16, 16]})
+        for t in tilings
+    ]
+
+
+def _with(case, **changes):
+    new = dict(case, **changes)
+    new["id"] = case_id(new)
+    return new
+
+
+# --- pypto's own format ------------------------------------------------------------------------
+def _from_fields(fields, where):
+    """The canonical case(s) of one line of pypto's format (a dict of field -> JSON value or
+    CSV text; empty CSV cells already dropped)."""
+    unknown = [key for key in fields if key not in FIELDS]
+    if unknown:
+        raise CaseFileError(
+            where,
+            f"unknown field '{unknown[0]}' (the fields: {', '.join(FIELDS)})",
+        )
+    given_dims = [key for key in _DIMS if key in fields]
+    shapes = [key for key in ("grad_output", "weight", "input_size") if key in fields]
+    strides = _ints(fields.get("strides", [1, 1]), 2, where, "strides")
+    paddings = _ints(fields.get("paddings", [0, 0, 0, 0]), 4, where, "paddings")
+    dilations = _ints(fields.get("dilations", [1, 1]), 2, where, "dilations")
+    if given_dims:
+        if shapes:
+            raise CaseFileError(
+                where,
+                f"field '{shapes[0]}' and field '{given_dims[0]}': give the shapes "
+                f"(grad_output, weight) or N,Cin,H,W,Cout,kh,kw, not both",
+            )
+        missing = [key for key in _DIMS if key not in fields]
+        if missing:
+            raise CaseFileError(where, f"field '{missing[0]}' is missing (N,Cin,H,W,Cout,kh,kw)")
+        n, cin, h, w, cout, kh, kw = (_int(fields[key], where, key) for key in _DIMS)
+        # the forward output of an input of H x W: what grad_output must be
+        hout = (h + paddings[0] + paddings[1] - dilations[0] * (kh - 1) - 1) // strides[0] + 1
+        wout = (w + paddings[2] + paddings[3] - dilations[1] * (kw - 1) - 1) // strides[1] + 1
+        grad_output, weight, input_size = [n, cout, hout, wout], [cout, cin, kh, kw], [n, cin, h, w]
+    else:
+        for key in ("grad_output", "weight"):
+            if key not in fields:
+                raise CaseFileError(
+                    where, f"field '{key}' is missing (or give N,Cin,H,W,Cout,kh,kw)"
+                )
+        grad_output = _ints(fields["grad_output"], 4, where, "grad_output")
+        weight = _ints(fields["weight"], 4, where, "weight")
+        input_size = (
+            _ints(fields["input_size"], 4, where, "input_size") if "input_size" in fields else None
+        )
+    tiles = fields.get("tiles", "suggested")
+    if not isinstance(tiles, str) or tiles.strip().lower() not in ("suggested", "all"):
+        raise CaseFileError(
+            where,
+            f'field \'tiles\' must be "suggested" or "all" (explicit tiles: l1, l0, vec), '
+            f"but is {_show(tiles)}",
+        )
+    tiles = tiles.strip().lower()
+    explicit = [key for key in ("l1", "l0") if key in fields]
+    if explicit:
+        if len(explicit) != 2:
+            other = "l0" if explicit == ["l1"] else "l1"
+            raise CaseFileError(where, f"field '{other}' is missing: l1 and l0 go together")
+        if "tiles" in fields:
+            raise CaseFileError(where, "field 'tiles': give tiles or l1/l0, not both")
+        tiles = {
+            "l1": _ints(fields["l1"], 3, where, "l1"),
+            "l0": _ints(fields["l0"], 3, where, "l0"),
+            "vec": _ints(fields.get("vec", [16, 16, 16, 16]), (4, 5), where, "vec"),
+        }
+    elif "vec" in fields:
+        raise CaseFileError(where, "field 'vec' needs explicit l1 and l0 tiles")
+    limit = DEFAULT_LIMIT
+    if "tiles_limit" in fields:
+        if tiles != "all":
+            raise CaseFileError(where, "field 'tiles_limit' applies to tiles \"all\" only")
+        limit = _int(fields["tiles_limit"], where, "tiles_limit")
+        if not 1 <= limit <= 1000:
+            raise CaseFileError(where, f"field 'tiles_limit' must be in [1, 1000], not {limit}")
+    dist = dist_of(fields.get("dist", "uniform"), where, "dist")
+    drawn = {"dist": dist, "range": None}
+    if "range" in fields:
+        drawn["range"] = value_range(fields["range"], where, "range")
+    seed = None
+    if "seed" in fields:
+        seed = _int(fields["seed"], where, "seed")
+        if seed < 0:
+            raise CaseFileError(where, f"field 'seed' must be an int >= 0, but is {seed}")
+    name = fields.get("name")
+    if name is not None and not isinstance(name, str):
+        name = str(name)
+    case = canonical(
+        grad_output,
+        weight,
+        input_size,
+        strides,
+        paddings,
+        dilations,
+        _int(fields.get("groups", 1), where, "groups"),
+        dtype_of(fields.get("dtype", "fp16"), where, "dtype"),
+        "suggested" if tiles == "all" else tiles,
+        {"grad_output": dict(drawn), "weight": dict(drawn)},
+        seed,
+        name,
+        where,
+    )
+    return expand_all_tiles(case, limit) if tiles == "all" else [case]
+
+
+def _read_jsonl(path, text):
+    cases = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        where = f"{path}:{number}"
+        try:
+            fields = json.loads(line)
+        except ValueError as exc:
+            raise CaseFileError(where, f"not a JSON object: {exc}") from None
+        if not isinstance(fields, dict):
+            raise CaseFileError(where, f"a line must be a JSON object, not {type(fields).__name__}")
+        cases += _from_fields(fields, where)
+    return cases
+
+
+def _read_csv(path, text):
+    reader = csv.reader(text.splitlines())
+    header = None
+    cases = []
+    for row in reader:
+        number = reader.line_num
+        if not any(cell.strip() for cell in row) or row[0].lstrip().startswith("#"):
+            continue
+        if header is None:
+            header = [cell.strip() for cell in row]
+            for column in header:
+                if column not in FIELDS:
+                    raise CaseFileError(
+                        f"{path}:{number}",
+                        f"unknown column '{column}' (the fields: {', '.join(FIELDS)})",
+                    )
+            continue
+        where = f"{path}:{number}"
+        if len(row) > len(header):
+            raise CaseFileError(where, f"{len(row)} cells, but the header has {len(header)}")
+        fields = {key: cell for key, cell in zip(header, row) if cell.strip() != ""}
+        cases += _from_fields(fields, where)
+    return cases
+
+
+def read_case_file(path):
+    """(cases, duplicates): every case of a case file, in file order, and how many cases were
+    dropped as duplicates of an earlier one (same id). ``.jsonl``: pypto's JSON lines;
+    ``.csv``: pypto's CSV (a header of field names); ``.json``: msOpST's case list."""
+    from .msopst import read_msopst
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FeError(ValueError(f"cannot read the case file {path}: {exc}")) from None
+    ext = os.path.splitext(path)[1].lower()
+    if ext == ".jsonl":
+        cases = _read_jsonl(path, text)
+    elif ext == ".csv":
+        cases = _read_csv(path, text)
+    elif ext == ".json":
+        cases = read_msopst(path, text)
+    else:
+        raise FeError(
+            ValueError(
+                f"{path}: a case file must be .jsonl or .csv (pypto's format) or .json (msOpST)"
+            )
+        )
+    seen, unique = set(), []
+    for case in cases:
+        if case["id"] not in seen:
+            seen.add(case["id"])
+            unique.append(case)
+    return unique, len(cases) - len(unique)
+
+
+def read_cases(*paths):
+    """Every case of the case files (duplicates dropped), in file order."""
+    cases, seen = [], set()
+    for path in paths:
+        for case in read_case_file(path)[0]:
+            if case["id"] not in seen:
+                seen.add(case["id"])
+                cases.append(case)
+    return cases

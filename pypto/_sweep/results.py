@@ -1,0 +1,224 @@
+"""A sweep's rows on disk: results.jsonl (appended and flushed row by row), merged, counted,
+and written as CSV or xlsx.
+
+    DIR/results.jsonl                  the rows of an unsharded sweep, one JSON object a line
+    DIR/results.shard-I-of-N.jsonl     the rows of shard I (0-based) of N
+    DIR/verdicts.jsonl                 the rows of ``pypto sweep --judge DIR``
+
+A row is written whole with one ``write`` and flushed at once, so an interrupted sweep loses
+at most the line being written; a torn last line (no newline, or not JSON) is ignored when the
+file is read, and cut off before the next append.
+"""
+
+import glob
+import json
+import os
+
+from ..error import FeError
+from .unit import LEADING, TRAILING, VOLATILE
+
+__all__ = [
+    "results_path",
+    "ResultsFile",
+    "read_rows",
+    "merge",
+    "summary",
+    "summary_text",
+    "write_table",
+    "identity",
+    "VERDICTS",
+]
+
+VERDICTS = "verdicts.jsonl"
+STATUSES = ("pass", "fail", "refused", "error", "timeout")
+
+
+def results_path(out_dir, shard=None):
+    if shard is None:
+        return os.path.join(out_dir, "results.jsonl")
+    index, count = shard
+    return os.path.join(out_dir, f"results.shard-{index}-of-{count}.jsonl")
+
+
+def read_rows(path):
+    """The rows of a results file, in order; a torn last line is left out. A bad line
+    elsewhere is a PyptoError naming the file and line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise FeError(OSError(f"cannot read {path}: {exc}")) from None
+    lines = text.split("\n")
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        last = number == len(lines)  # no newline after it: written in part
+        try:
+            row = json.loads(line)
+        except ValueError:
+            if last:
+                continue  # the torn line of an interrupted write
+            raise FeError(ValueError(f"{path}:{number}: not a result row (bad JSON)")) from None
+        if last:
+            continue
+        if not isinstance(row, dict) or "case_id" not in row:
+            raise FeError(ValueError(f"{path}:{number}: not a result row (no case_id)"))
+        rows.append(row)
+    return rows
+
+
+class ResultsFile:
+    """An open results file: :meth:`append` writes a row whole and flushes it."""
+
+    def __init__(self, path):
+        self.path = path
+        try:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            self._cut_torn_line()
+            self._file = open(path, "a", encoding="utf-8")
+        except OSError as exc:
+            raise FeError(OSError(f"cannot write {path}: {exc}")) from None
+
+    def _cut_torn_line(self):
+        """Cut a last line without its newline (an interrupted write), so the next row starts
+        on a line of its own."""
+        try:
+            with open(self.path, "rb+") as f:
+                data = f.read()
+                if data and not data.endswith(b"\n"):
+                    f.truncate(data.rfind(b"\n") + 1)
+        except FileNotFoundError:
+            pass
+
+    def append(self, row):
+        self._file.write(json.dumps(row, separators=(",", ":")) + "\n")
+        self._file.flush()
+
+    def close(self):
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _row_files(directory):
+    return sorted(glob.glob(os.path.join(directory, "results*.jsonl")))
+
+
+def merge(directories):
+    """Every row of the sweep folders (results.jsonl and shard files), one per case id: a row
+    of verdicts.jsonl (``--judge``) replaces the case's golden row. In case-id order."""
+    by_id = {}
+    for directory in directories:
+        if not os.path.isdir(directory):
+            raise FeError(ValueError(f"--merge {directory}: not a folder"))
+        files = _row_files(directory)
+        if not files and not os.path.exists(os.path.join(directory, VERDICTS)):
+            raise FeError(
+                ValueError(f"--merge {directory}: no results*.jsonl (is it a sweep's --out?)")
+            )
+        for path in files:
+            for row in read_rows(path):
+                by_id.setdefault(row["case_id"], row)
+        for row in read_rows(os.path.join(directory, VERDICTS)):
+            by_id[row["case_id"]] = row
+    return [by_id[key] for key in sorted(by_id)]
+
+
+def identity(row):
+    """The row less its time and place (what two runs of a case must agree on)."""
+    return {key: value for key, value in row.items() if key not in VOLATILE}
+
+
+def summary(rows, seconds=None):
+    counts = {"cases": len(rows)}
+    for status in STATUSES:
+        counts[status] = sum(row["status"] == status for row in rows)
+    counts["seconds"] = seconds
+    rules = {}
+    for row in rows:
+        if row["status"] == "refused":
+            rules[row["rule"]] = rules.get(row["rule"], 0) + 1
+    counts["rules"] = dict(sorted(rules.items()))
+    return counts
+
+
+def summary_text(counts):
+    header = ("cases", "passed", "failed", "refused", "errors", "timeouts", "seconds")
+    values = (
+        counts["cases"],
+        counts["pass"],
+        counts["fail"],
+        counts["refused"],
+        counts["error"],
+        counts["timeout"],
+        "" if counts["seconds"] is None else f"{counts['seconds']:.1f}",
+    )
+    widths = [max(len(h), len(str(v))) for h, v in zip(header, values)]
+    lines = [
+        "  ".join(h.rjust(n) for h, n in zip(header, widths)),
+        "  ".join(str(v).rjust(n) for v, n in zip(values, widths)),
+    ]
+    if counts["rules"]:
+        lines.append(
+            "refused by rule: " + ", ".join(f"{rule} {n}" for rule, n in counts["rules"].items())
+        )
+    return "\n".join(lines)
+
+
+def check_table_path(path):
+    """Before any work: a .csv or .xlsx path in a writable folder; xlsx needs openpyxl."""
+    from .._golden.files import check_path
+
+    check_path(path, "--csv")
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in (".csv", ".xlsx"):
+        raise FeError(ValueError(f"--csv {path}: the table is written as .csv or .xlsx"))
+    if ext == ".xlsx":
+        try:
+            import openpyxl  # noqa: F401
+        except ImportError:
+            raise FeError(
+                ImportError(
+                    f"--csv {path}: writing .xlsx needs openpyxl (pip install openpyxl); "
+                    f"or write a .csv"
+                )
+            ) from None
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise FeError(OSError(f"cannot write the table {path}: {folder} is not a writable folder"))
+
+
+def write_table(path, rows):
+    """The rows as a table: ``_golden/calls``'s CSV (its columns, verdicts in words), or the
+    same cells in an xlsx sheet."""
+    from .._golden.calls import write_csv
+
+    if os.path.splitext(path)[1].lower() != ".xlsx":
+        write_csv(path, rows, LEADING, TRAILING)
+        return
+    import csv
+    import tempfile
+
+    import openpyxl
+
+    with tempfile.TemporaryDirectory() as folder:  # the same cells as the CSV
+        text = os.path.join(folder, "table.csv")
+        write_csv(text, rows, LEADING, TRAILING)
+        with open(text, encoding="utf-8", newline="") as f:
+            cells = list(csv.reader(f))
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.title = "sweep"
+    for line in cells:
+        sheet.append(line)
+    try:
+        book.save(path)
+    except OSError as exc:
+        raise FeError(OSError(f"cannot write the table {path}: {exc}")) from None
