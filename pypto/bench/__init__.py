@@ -32,6 +32,8 @@ from pypto._dtypes import DTYPE_NAMES, numpy_dtype
 from pypto._golden.reference import dgrad_gemm_col2im
 from pypto._kernels.dispatch import kernel_info, measure_peak_gflops
 
+from .networks import NETWORKS
+
 # name: (N, Cin, Cout, Hin, Win, Kh, Kw, stride, pad, dilation)
 CASES = {
     "a": (1, 16, 16, 5, 32, 3, 3, 1, 1, 1),
@@ -52,18 +54,33 @@ class Case:
     """One benchmark problem with its data and every runner."""
 
     def __init__(self, name, params, dtype, rng):
-        n, cin, cout, hin, win, kh, kw, s, p, d = params
-        hout = forward_out_size(hin, kh, s, p, p, d)
-        wout = forward_out_size(win, kw, s, p, p, d)
-        self.name, self.dtype = name, dtype
-        self.problem = ConvProblem(
-            n, cin, cout, hin, win, hout, wout, kh, kw, s, s, p, p, p, p, d, d
-        )
+        """``params``: a ConvProblem, or a CASES entry (square strides, pads, dilations)."""
+        if isinstance(params, ConvProblem):
+            problem = params
+        else:
+            n, cin, cout, hin, win, kh, kw, s, p, d = params
+            hout = forward_out_size(hin, kh, s, p, p, d)
+            wout = forward_out_size(win, kw, s, p, p, d)
+            problem = ConvProblem(
+                n, cin, cout, hin, win, hout, wout, kh, kw, s, s, p, p, p, p, d, d
+            )
+        self.name, self.dtype, self.problem = name, dtype, problem
+        q = problem
         np_dtype = numpy_dtype(dtype)
-        self.dy = rng.uniform(-1, 1, (n, cout, hout, wout)).astype(np_dtype)
-        self.w = rng.uniform(-1, 1, (cout, cin, kh, kw)).astype(np_dtype)
-        self.attrs = ([s, s], [p, p, p, p], [d, d])
-        self.input_size = [n, cin, hin, win]
+        self.dy = rng.uniform(-1, 1, (q.n, q.cout, q.hout, q.wout)).astype(np_dtype)
+        self.w = rng.uniform(-1, 1, (q.cout, q.cin, q.kh, q.kw)).astype(np_dtype)
+        self.attrs = ([q.sh, q.sw], [q.pt, q.pb, q.pl, q.pr], [q.dh, q.dw])
+        self.input_size = [q.n, q.cin, q.hin, q.win]
+
+    def suggested_tiles(self):
+        p = self.problem
+        return pypto.suggest_convbp_input_tile_shapes(
+            [p.n, p.cout, p.hout, p.wout],
+            [p.cout, p.cin, p.kh, p.kw],
+            self.input_size,
+            self.dtype,
+            *self.attrs,
+        )
 
     def pypto_runner(self, tiles):
         l1, l0 = tiles
@@ -304,14 +321,7 @@ def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_nu
         for dtype in dtypes:
             case = Case(name, CASES[name], dtype, rng)
             p = case.problem
-            tiles = pypto.suggest_convbp_input_tile_shapes(
-                [p.n, p.cout, p.hout, p.wout],
-                [p.cout, p.cin, p.kh, p.kw],
-                case.input_size,
-                dtype,
-                *case.attrs,
-            )
-            runners = {"pypto": case.pypto_runner(tiles)}
+            runners = {"pypto": case.pypto_runner(case.suggested_tiles())}
             if name == "a":
                 runners["pypto spec tiles"] = case.pypto_runner(
                     (
@@ -391,6 +401,123 @@ def summarize(rows):
     for (dtype, threads, peer), ratios in sorted(groups.items()):
         gm = float(np.exp(np.mean(np.log(ratios))))
         print(f"  {dtype} {threads} thread(s) vs {peer:<18} {gm:6.2f}x  (min {min(ratios):.2f}x)")
+
+
+def _import_torch(with_torch):
+    if not with_torch:
+        return None
+    try:
+        import torch
+    except ImportError:
+        print("torch not installed: PyTorch peers skipped")
+        return None
+    return torch
+
+
+def run_networks(names, dtypes, thread_counts, rounds, budget_s, batch=None, with_torch=True):
+    """The whole backward-data pass of each network (``networks.NETWORKS``): every layer timed
+    as one call (pypto with its suggested tiles, torch in the storage dtype and upcast), times
+    its count. Prints per network and setting the total against torch's faster path per layer
+    and the ten layers slowest relative to torch; returns the rows (one per layer and setting)."""
+    from .networks import NETWORKS
+
+    info = kernel_info()
+    torch_cap = _cap_torch_to_level(info["isa"]) if with_torch else None
+    torch = _import_torch(with_torch)
+    print(f"machine: {_machine()}")
+    if torch_cap:
+        print(torch_cap)
+    print(
+        f"pypto {pypto.__version__}: ISA {info['isa']} ({info['reason']}); "
+        f"torch {torch.__version__ if torch else '-'}"
+    )
+    peaks = measure_peaks(thread_counts)
+    for t, peak in peaks.items():
+        dot = f", bf16 dot {peak['bf16_dot']:.0f}" if peak["bf16_dot"] else ""
+        print(f"measured peak on {t} thread(s): fp32 multiply-add {peak['fp32']:.0f}{dot} GFLOP/s")
+    rng = np.random.default_rng(0)
+    rows = []
+    work = [(NETWORKS[name], d) for name in names for d in dtypes]
+    total = sum(len(net.layers) for net, _ in work) * len(thread_counts)
+    done = 0
+    for net, dtype in work:
+        n = batch or net.batch
+        dtype_name = "bf16" if dtype == pypto.DT_BF16 else "fp16"
+        layer_rows = []
+        for layer in net.layers:
+            case = Case(layer.name, layer.problem(n), dtype, rng)
+            runners = {"pypto": case.pypto_runner(case.suggested_tiles())}
+            if torch is not None:
+                storage = torch.bfloat16 if dtype == pypto.DT_BF16 else torch.float16
+                runners["torch"] = case.torch_runner(torch, storage, storage)
+                runners["torch upcast"] = case.torch_runner(torch, torch.float32, storage)
+            for threads in thread_counts:
+                done += 1
+                _progress(done, total, f"{net.name} {dtype_name} {threads}t {layer.name[:24]}")
+                _set_threads(torch, threads)
+                medians = _median_times(runners, rounds, budget_s)
+                p = case.problem
+                row = {
+                    "network": net.name,
+                    "batch": n,
+                    "layer": layer.name,
+                    "count": layer.count,
+                    "shape": f"{p.cin}<-{p.cout} {p.hin}x{p.win} {p.kh}x{p.kw}/{p.sh}",
+                    "dtype": dtype_name,
+                    "threads": threads,
+                    "flops": p.flops,
+                    "pypto_ms": medians["pypto"] * 1e3,
+                }
+                if torch is not None:
+                    row["torch_ms"] = medians["torch"] * 1e3
+                    row["torch_upcast_ms"] = medians["torch upcast"] * 1e3
+                    row["torch_best_ms"] = min(row["torch_ms"], row["torch_upcast_ms"])
+                    row["ratio"] = row["torch_best_ms"] / row["pypto_ms"]
+                layer_rows.append(row)
+        rows += layer_rows
+        for threads in thread_counts:
+            _report_network(net, n, dtype_name, threads, peaks, layer_rows)
+    pypto.set_num_threads(None)
+    return rows, peaks
+
+
+def _report_network(net, batch, dtype_name, threads, peaks, layer_rows):
+    mine = [r for r in layer_rows if r["threads"] == threads]
+    pypto_ms = sum(r["count"] * r["pypto_ms"] for r in mine)
+    flops = sum(r["count"] * r["flops"] for r in mine)
+    peak, peak_kind = _peak_for(peaks, dtype_name, threads)
+    print(
+        f"\n{net.name}, batch {batch}, {dtype_name}, {threads} thread(s): "
+        f"{sum(r['count'] for r in mine)} convolutions ({len(mine)} distinct), "
+        f"{flops / 1e9:.1f} GFLOP; source: {net.source}"
+    )
+    gflops = flops / pypto_ms / 1e6
+    line = f"  pypto {pypto_ms:.1f} ms ({gflops:.0f} GFLOP/s, {100 * gflops / peak:.0f}% of {peak_kind} peak)"
+    if "ratio" not in mine[0]:
+        print(line)
+        return
+    torch_ms = sum(r["count"] * r["torch_best_ms"] for r in mine)
+    print(
+        f"{line}; torch's faster path per layer {torch_ms:.1f} ms: ratio {torch_ms / pypto_ms:.2f}x"
+    )
+    slow = sorted(mine, key=lambda r: r["ratio"])[:10]
+    print(f"  ten slowest layers relative to torch:")
+    print(
+        f"  {'layer':<34}{'shape':<26}{'count':>6}{'pypto ms':>10}{'torch ms':>10}{'ratio':>7}{'share':>7}"
+    )
+    for r in slow:
+        share = 100 * r["count"] * r["pypto_ms"] / pypto_ms
+        print(
+            f"  {r['layer'][:33]:<34}{r['shape']:<26}{r['count']:>6}{r['pypto_ms']:>10.3f}"
+            f"{r['torch_best_ms']:>10.3f}{r['ratio']:>7.2f}{share:>6.1f}%"
+        )
+    heavy_slow = [
+        r for r in mine if r["ratio"] < 0.9 and r["count"] * r["pypto_ms"] > 0.02 * pypto_ms
+    ]
+    print(
+        "  layers over 2% of the time below 0.9x: "
+        + (", ".join(f"{r['layer']} ({r['ratio']:.2f}x)" for r in heavy_slow) or "none")
+    )
 
 
 def small_call_overhead(torch=None, calls=2000):
@@ -697,14 +824,34 @@ def parse_args(argv=None):
         help=f"comma-separated thread counts, each in [1, {MAX_THREADS}]",
     )
     parser.add_argument(
-        "--rounds", type=_positive_int, default=15, help="timed calls per runner (>= 1)"
+        "--rounds",
+        type=_positive_int,
+        default=None,
+        help="timed calls per runner (>= 1; default 15, with --networks 5)",
     )
     parser.add_argument(
         "--budget",
         type=_seconds,
-        default=6.0,
+        default=None,
         help="seconds after which a slow runner stops repeating (>= 0; it "
-        "still makes 3 timed calls)",
+        "still makes 3 timed calls; default 6, with --networks 1)",
+    )
+    parser.add_argument(
+        "--networks",
+        nargs="?",
+        const=list(NETWORKS),
+        type=_names(list(NETWORKS), "network"),
+        metavar="NAMES",
+        help="time the whole backward-data pass of real networks instead of the cases, layer "
+        f"by layer (comma-separated; default all: {', '.join(NETWORKS)})",
+    )
+    parser.add_argument(
+        "--batch",
+        type=_positive_int,
+        default=None,
+        help="batch size for --networks (default: each network's own: "
+        + ", ".join(f"{n} {net.batch}" for n, net in NETWORKS.items())
+        + ")",
     )
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
@@ -722,8 +869,16 @@ def parse_args(argv=None):
         help="a run under a minute: cases a, c, f at one thread, 3 rounds",
     )
     args = parser.parse_args(argv)
+    if args.batch is not None and not args.networks:
+        parser.error("--batch is for --networks")
+    if args.networks and (args.plot or args.memory or args.quick):
+        parser.error("--networks takes no --plot, --memory or --quick")
     if args.quick:
         args.cases, args.threads, args.rounds, args.budget = ["a", "c", "f"], [1], 3, 0.5
+    if args.rounds is None:
+        args.rounds = 5 if args.networks else 15
+    if args.budget is None:
+        args.budget = 1.0 if args.networks else 6.0
     # the output paths before the run: a typo must not cost minutes of measurements
     if not args.memory:
         for path, error in ((args.json, _json_path_error), (args.plot, _plot_path_error)):
@@ -737,6 +892,23 @@ def main(argv=None):
     args = parse_args(argv)
     if args.memory:
         peak_memory()
+        return 0
+    if args.networks:
+        rows, peaks = run_networks(
+            args.networks,
+            [DTYPE_NAMES[d] for d in args.dtypes],
+            args.threads,
+            args.rounds,
+            args.budget,
+            batch=args.batch,
+            with_torch=not args.no_torch,
+        )
+        if args.json is not None:
+            try:
+                write_json(args.json, rows, peaks, sys.argv if argv is None else argv)
+            except OSError as exc:
+                print(f"error: cannot write {args.json}: {exc}", file=sys.stderr)
+                return 1
         return 0
     cases = args.cases
     rows, peaks = run(
