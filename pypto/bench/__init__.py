@@ -492,7 +492,8 @@ def _report_network(net, batch, dtype_name, threads, peaks, layer_rows):
         f"{flops / 1e9:.1f} GFLOP; source: {net.source}"
     )
     gflops = flops / pypto_ms / 1e6
-    line = f"  pypto {pypto_ms:.1f} ms ({gflops:.0f} GFLOP/s, {100 * gflops / peak:.0f}% of {peak_kind} peak)"
+    share = 100 * gflops / peak
+    line = f"  pypto {pypto_ms:.1f} ms ({gflops:.0f} GFLOP/s, {share:.0f}% of {peak_kind} peak)"
     if "ratio" not in mine[0]:
         print(line)
         return
@@ -501,9 +502,10 @@ def _report_network(net, batch, dtype_name, threads, peaks, layer_rows):
         f"{line}; torch's faster path per layer {torch_ms:.1f} ms: ratio {torch_ms / pypto_ms:.2f}x"
     )
     slow = sorted(mine, key=lambda r: r["ratio"])[:10]
-    print(f"  ten slowest layers relative to torch:")
+    print("  ten slowest layers relative to torch:")
     print(
-        f"  {'layer':<34}{'shape':<26}{'count':>6}{'pypto ms':>10}{'torch ms':>10}{'ratio':>7}{'share':>7}"
+        f"  {'layer':<34}{'shape':<26}{'count':>6}{'pypto ms':>10}{'torch ms':>10}"
+        f"{'ratio':>7}{'share':>7}"
     )
     for r in slow:
         share = 100 * r["count"] * r["pypto_ms"] / pypto_ms

@@ -10,10 +10,10 @@ import subprocess
 import sys
 
 import pytest
-from support.slowdown import limit
 
 import pypto
 from pypto.bench.networks import NETWORKS
+from support.slowdown import limit
 
 
 def _gflop_per_image(net):
