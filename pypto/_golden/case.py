@@ -329,9 +329,7 @@ def draw_inputs(case, dist, seed, value_ranges=None):
     check_host_memory(inputs_bytes(case), case.problem, "the random inputs")
     rng = np.random.default_rng(seed)
     arrays = []
-    for shape, name, value_range in zip(
-        (case.grad_output_shape, case.weight_shape), dists, ranges
-    ):
+    for shape, name, value_range in zip((case.grad_output_shape, case.weight_shape), dists, ranges):
         arrays.append(_draw(rng, shape, name, value_range).astype(case.np_dtype))
     return tuple(arrays)
 

@@ -137,16 +137,17 @@ def _number(value, where, field):
     return value
 
 
-def value_range(value, where, field):
-    """[lo, hi] (two finite numbers, lo <= hi) from a list or "lo,hi"."""
+def value_range(value, where, field, ordered=True):
+    """[lo, hi] (two finite numbers, lo <= hi when ``ordered``; a normal distribution's
+    range is [mean, standard deviation]) from a list or "lo,hi"."""
     if isinstance(value, str):
         value = [p for p in value.strip().strip("[]()").replace(" ", ",").split(",") if p]
     if not isinstance(value, list) or len(value) != 2:
         raise CaseFileError(where, f"field '{field}' must be [lo, hi], but is {_show(value)}")
     lo, hi = (_number(v, where, field) for v in value)
-    if lo > hi:
+    if ordered and lo > hi:
         raise CaseFileError(where, f"field '{field}' must have lo <= hi, but is {[lo, hi]}")
-    return [lo, hi]
+    return [float(lo), float(hi)]  # 2 and 2.0 are one range (and one case id)
 
 
 def dtype_of(value, where, field):
@@ -325,7 +326,7 @@ def _from_fields(fields, where):
     dist = dist_of(fields.get("dist", "uniform"), where, "dist")
     drawn = {"dist": dist, "range": None}
     if "range" in fields:
-        drawn["range"] = value_range(fields["range"], where, "range")
+        drawn["range"] = value_range(fields["range"], where, "range", dist != "normal")
     seed = None
     if "seed" in fields:
         seed = _int(fields["seed"], where, "seed")

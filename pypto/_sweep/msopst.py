@@ -7,9 +7,11 @@ Sub-cases are made as msOpST's ``SubCaseDesignCross`` makes them: each tensor's 
 fields are combined orthogonally (``itertools.product``) in msOpST's order (inputs: format,
 shape, type, data_distribute, value_range; outputs: format, shape, type); every input must then
 have the same number of combinations, and sub-case i takes the i-th of each input and of y
-(y's i modulo its count when it has fewer). Attributes are not combined (one value each), as
-in msOpST. Sub-cases are named as msOpST names them: ``<case_name>_case_<i>_<format>_<type>``
-(``_sub_case_`` when a field held several values), i counting on through the file.
+(y's i modulo its count when it has fewer). Unlike msOpST, an input with one combination
+(input_size, whose value is all that is read) serves every sub-case. Attributes are not
+combined (one value each), as in msOpST. Sub-cases are named as msOpST names them:
+``<case_name>_case_<i>_<format>_<type>`` (``_sub_case_`` when a field held several values), i
+counting on through the file.
 
 msOpST's defaults: ``data_distribute`` uniform, ``value_range`` [0.1, 1.0]. Its "normal" takes
 the range as [mean, standard deviation] (it adds 1e-4 to the deviation); pypto does the same.
@@ -144,13 +146,17 @@ def _sub_cases(case, where, first_index):
         for key in _INPUTS
     }
     counts = {key: len(value) for key, value in combos.items()}
-    if len(set(counts.values())) != 1:
+    # msOpST requires equal counts; pypto also lets a tensor with one combination (input_size,
+    # say, whose type and shape never vary) serve every sub-case
+    many = {count for count in counts.values() if count != 1}
+    if len(many) > 1:
         raise CaseFileError(
             where,
             "field 'input_desc': every input must have as many combinations of its list-valued "
-            "fields (msOpST's rule), but "
+            "fields (msOpST's rule; or one), but "
             + ", ".join(f"{key} has {count}" for key, count in counts.items()),
         )
+    total = max(counts.values())
     outputs = _combinations(y, _OUTPUT_CROSS, f"{where} output 'y'", False)
     multi = any(
         isinstance(desc.get(k), list) and len(_as_list(desc, k)) > 1
@@ -168,9 +174,9 @@ def _sub_cases(case, where, first_index):
     if attrs.get("offset_x", 0) != 0:
         raise CaseFileError(where, "attr 'offset_x' must be 0 (no quantized inputs)")
     made = []
-    for i in range(counts["filter"]):
+    for i in range(total):
         sub = f"{where} sub-case {i}"
-        picked = {key: combos[key][i] for key in _INPUTS}
+        picked = {key: combos[key][i % counts[key]] for key in _INPUTS}
         out = outputs[i] if i < len(outputs) else outputs[i % len(outputs)]
         for key, combo in (("filter", picked["filter"]), ("out_backprop", picked["out_backprop"])):
             _check_format(combo["format"], f"{sub} input '{key}'")
@@ -206,7 +212,9 @@ def _sub_cases(case, where, first_index):
                 )
             drawn[role] = {
                 "dist": dist,
-                "range": value_range(picked[key]["value_range"], where_key, "value_range"),
+                "range": value_range(
+                    picked[key]["value_range"], where_key, "value_range", dist != "normal"
+                ),
             }
         index = first_index + len(made)
         label = "sub_case_" if multi else "case_"
@@ -249,7 +257,9 @@ def _check_format(value, where, field="field 'format'"):
 def _dtype(value, where):
     if not isinstance(value, str) or value.strip().lower() not in DTYPES:
         raise CaseFileError(
-            where, f"field 'type' must be float16 or bfloat16 (fp16, bf16), not {_show(value)}"
+            where,
+            f"field 'type' must be float16 or bfloat16 (fp16, bf16; float32 is read and refused "
+            f"by the op), not {_show(value)}",
         )
     return DTYPES[value.strip().lower()]
 
