@@ -65,6 +65,7 @@ def test_an_interrupted_sweep_resumes_without_recomputing(tmp_path, cases_file, 
     process = subprocess.Popen(
         [sys.executable, "-m", "pypto", "sweep", cases_file, "--out", str(out)],
         env=dict(os.environ, PYPTO_SWEEP_TEST_FAULT=json.dumps(fault)),
+        cwd=tmp_path,  # not the checkout's root, whose unbuilt pypto -m would import
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
