@@ -57,6 +57,47 @@ cdef inline int64_t _k_len(const Geometry *g, int64_t ntaps) noexcept nogil:
     return _round_up(g.cout, 2) * ntaps if g.dot_bf16 else g.cout * ntaps
 
 
+cdef enum:
+    ITEMS_PER_THREAD = 4  # work items a thread should have, for dynamic scheduling to balance
+
+
+cdef void _split_for_threads(Geometry *g, int num_threads) noexcept nogil:
+    """Cut the NPU's M-L1 and N-L1 tiles finer where they give a team of ``num_threads`` fewer
+    than ITEMS_PER_THREAD work items each: first whole-row M tiles into fewer rows (down to one
+    row), then N-L1 blocks into fewer channels (whole panels of g.wb channels), then one-row
+    tiles into column ranges (whole register blocks of g.m_block positions). Then balance the
+    row tiles (28 rows in tiles of 9: 7+7+7+7, not 9+9+9+1). Every element is still summed over
+    k in the same order by the same kernel shape: only which work item computes it changes, so
+    no bit does. Image groups are left alone: they shrink for threads on their own (_plan)."""
+    cdef int64_t want = ITEMS_PER_THREAD * num_threads
+    cdef int64_t others, needed, size
+    if num_threads > 1 and g.group == 1:
+        others = g.n_groups * g.n_blocks * g.col_tiles
+        if g.col_tiles == 1 and others * g.row_tiles < want:
+            needed = (want + others - 1) // others
+            g.m_rows = _min(g.m_rows, _max(1, g.hin // needed))
+            g.row_tiles = (g.hin + g.m_rows - 1) // g.m_rows
+        others = g.n_groups * g.row_tiles * g.col_tiles
+        if others * g.n_blocks < want and g.nl1 > g.wb:
+            needed = (want + others - 1) // others
+            size = _max(g.wb, g.cin // needed // g.wb * g.wb)
+            if size < g.nl1:
+                g.nl1 = size
+                g.n_blocks = (g.cin + g.nl1 - 1) // g.nl1
+        others = g.n_groups * g.n_blocks * g.row_tiles
+        if g.m_rows == 1 and others * g.col_tiles < want:
+            needed = (want + others - 1) // others
+            size = _max(g.m_block, g.win // needed // g.m_block * g.m_block)
+            if size < g.m_cols:
+                g.m_cols = size
+                g.col_tiles = (g.win + g.m_cols - 1) // g.m_cols
+    if g.m_rows > 1:  # whole rows: tiles of equal height
+        g.row_tiles = (g.hin + g.m_rows - 1) // g.m_rows
+        g.m_rows = (g.hin + g.row_tiles - 1) // g.row_tiles
+    g.ml0 = _min(g.ml0, g.m_rows * g.m_cols)
+    g.nl0 = _min(g.nl0, g.nl1)
+
+
 cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, bint use_wide,
                 int64_t group_pixels, int64_t *tables) noexcept nogil:
     """The rest of g for one call, from its problem, dtype, dot_bf16 and tiles: the kernel
@@ -85,14 +126,16 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
             and g.nl1 % PYPTO_CVW_N == 0:
         g.wb, g.m_block = PYPTO_CVW_N, PYPTO_CVW_M
     g.nl1_pad = _round_up(g.nl1, g.wb)
-    # Image groups: small whole-image M tiles share work items, while at least two items per
+    # Image groups: small whole-image M tiles share work items, while ITEMS_PER_THREAD items per
     # thread remain. The same sums: only which images one weight read serves changes.
     g.group = 1
     if g.chan_vec and g.row_tiles == 1 and g.col_tiles == 1:
         g.group = _max(1, _min(g.n_img, group_pixels // (g.m_rows * g.m_cols)))
-        while g.group > 1 and (g.n_img + g.group - 1) // g.group * g.n_blocks < 2 * num_threads:
+        while g.group > 1 and (g.n_img + g.group - 1) // g.group * g.n_blocks \
+                < ITEMS_PER_THREAD * num_threads:
             g.group -= 1
     g.n_groups = (g.n_img + g.group - 1) // g.group
+    _split_for_threads(g, num_threads)
 
     # taps grouped by stride phase: tap (kh, kw) feeds phase (kh*dh % sh, kw*dw % sw).
     # Tables live in one C block (small calls: no NumPy objects to build).
@@ -178,14 +221,14 @@ def buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, int dtype, tuple
     g.hin, g.win = dx_shape[2], dx_shape[3]
     g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = attrs
     g.dtype = dtype
-    g.m_rows, g.m_cols, g.nl1, kl1, g.ml0, g.kl0, g.nl0 = tiles
-    g.cout_l1 = kl1 // (g.kh * g.kw)
     cdef int64_t *tables = <int64_t *>malloc((3 * g.sh * g.sw + 2 * g.kh * g.kw)
                                              * sizeof(int64_t))
     if tables == NULL:
         raise MemoryError("pypto: no memory for the kernel's tap tables")
     try:
         for dot in range(2 if dtype == 1 and PYPTO_HAVE_BF16_DOT and use_bf16_dot else 1):
+            g.m_rows, g.m_cols, g.nl1, kl1, g.ml0, g.kl0, g.nl0 = tiles  # _plan changes some
+            g.cout_l1 = kl1 // (g.kh * g.kw)
             g.dot_bf16 = dot
             _plan(&g, num_threads, use_chan_vec, use_few, use_wide, group_pixels, tables)
             shared = max(shared, _panel_bytes(&g) + ALIGN * sizeof(float))
@@ -193,3 +236,33 @@ def buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, int dtype, tuple
     finally:
         free(tables)
     return shared, per_thread, g.threads
+
+
+def work_split(tuple dy_shape, tuple w_shape, tuple dx_shape, int dtype, tuple attrs,
+               tuple tiles, int num_threads, bint dot_bf16=False):
+    """How dgrad() with these arguments cuts its work for ``num_threads`` threads, from the
+    same plan: a dict of the work items and what makes them (image groups, N-L1 blocks and
+    their channels, row and column tiles and the rows of each)."""
+    cdef Geometry g
+    cdef int64_t kl1
+    cdef int64_t group_pixels = CPU_GROUP_PIXELS
+    g.n_img, g.cout, g.hout, g.wout = dy_shape
+    g.cin, g.kh, g.kw = w_shape[1], w_shape[2], w_shape[3]
+    g.hin, g.win = dx_shape[2], dx_shape[3]
+    g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = attrs
+    g.dtype = dtype
+    g.dot_bf16 = dot_bf16 and dtype == 1 and PYPTO_HAVE_BF16_DOT
+    g.m_rows, g.m_cols, g.nl1, kl1, g.ml0, g.kl0, g.nl0 = tiles
+    g.cout_l1 = kl1 // (g.kh * g.kw)
+    cdef int64_t *tables = <int64_t *>malloc((3 * g.sh * g.sw + 2 * g.kh * g.kw)
+                                             * sizeof(int64_t))
+    if tables == NULL:
+        raise MemoryError("pypto: no memory for the kernel's tap tables")
+    try:
+        _plan(&g, num_threads, True, True, True, group_pixels, tables)
+    finally:
+        free(tables)
+    return {"items": g.n_items, "group": g.group, "n_blocks": g.n_blocks, "nl1": g.nl1,
+            "row_tiles": g.row_tiles, "m_rows": g.m_rows, "col_tiles": g.col_tiles,
+            "m_cols": g.m_cols, "threads": g.threads, "chan_vec": bool(g.chan_vec),
+            "panel_channels": g.wb, "block_positions": g.m_block}

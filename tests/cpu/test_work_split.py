@@ -1,0 +1,123 @@
+"""Work for the thread count (issue 27, item 4): the kernel cuts the NPU's tiles finer where they
+give a team too few work items, balances row tiles, and no bit of the result changes.
+
+The model is the kernel's own plan (``work_split``): the same code that cuts a call's work. It
+is checked here on the benchmark's layers b..j at batch 1 and 8 for 1 to 64 threads.
+"""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pypto
+from pypto._core.shapes import forward_out_size
+from pypto._core.tiling import ConvProblem, Tiling
+from pypto._kernels.dispatch import BUILT_LEVELS, CPU_LEVELS, load_level
+from pypto.bench import CASES
+
+LEVELS = [level for level in CPU_LEVELS if level in BUILT_LEVELS]
+ITEMS_PER_THREAD = 4
+THREADS = (1, 2, 3, 4, 8, 16, 24, 32, 48, 64)
+
+
+def _problem(n, cin, cout, hin, win, kh, kw, s, p, d):
+    hout, wout = forward_out_size(hin, kh, s, p, p, d), forward_out_size(win, kw, s, p, p, d)
+    return ConvProblem(n, cin, cout, hin, win, hout, wout, kh, kw, s, s, p, p, p, p, d, d)
+
+
+def _suggested(q, dtype=pypto.DT_BF16):
+    l1, l0 = pypto.suggest_convbp_input_tile_shapes(
+        [q.n, q.cout, q.hout, q.wout],
+        [q.cout, q.cin, q.kh, q.kw],
+        [q.n, q.cin, q.hin, q.win],
+        dtype,
+        [q.sh, q.sw],
+        [q.pt, q.pb, q.pl, q.pr],
+        [q.dh, q.dw],
+    )
+    return Tiling.from_infos(l1, l0)
+
+
+def _split(kernel, q, tiling, threads, dot=True):
+    return kernel.work_split(
+        (q.n, q.cout, q.hout, q.wout),
+        (q.cout, q.cin, q.kh, q.kw),
+        (q.n, q.cin, q.hin, q.win),
+        1,
+        (q.sh, q.sw, q.pt, q.pl, q.dh, q.dw),
+        tiling.kernel_tiles(q),
+        threads,
+        dot,
+    )
+
+
+def _at_the_floor(s, q):
+    """True when no cut is left that keeps the kernel shape and the summation order: one-row
+    tiles, N-L1 blocks of one register panel, column ranges of one register block."""
+    return (
+        s["m_rows"] == 1
+        and (s["nl1"] <= s["panel_channels"] or s["n_blocks"] == 1)
+        and s["m_cols"] <= max(s["block_positions"], q.win // 2)
+    )
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("name", list("bcdefghij"))
+def test_every_thread_gets_four_items_or_the_tiles_are_at_their_floor(name, batch):
+    kernel = load_level(LEVELS[-1])
+    q = _problem(batch, *CASES[name][1:])
+    tiling = _suggested(q)
+    short = []
+    for threads in THREADS:
+        s = _split(kernel, q, tiling, threads)
+        assert s["threads"] == threads
+        if threads > 1 and s["items"] < ITEMS_PER_THREAD * threads:
+            assert _at_the_floor(s, q), (name, batch, threads, s)
+            short.append(threads)
+    # where it falls short, it is a small layer (one 7x7 or 14x14 image) on 32 or more threads
+    assert all(t >= 32 for t in short), (name, batch, short)
+
+
+def test_row_tiles_are_balanced():
+    kernel = load_level(LEVELS[-1])
+    q = _problem(8, 128, 128, 28, 28, 3, 3, 1, 1, 1)  # case c
+    tiling = Tiling(28 * 9, 1152, 128, 252, 128, 128)  # 9-row M tiles: 9 + 9 + 9 + 1
+    s = _split(kernel, q, tiling, 1)
+    assert (s["row_tiles"], s["m_rows"]) == (4, 7)
+
+
+SPLIT_PROBLEMS = [
+    # (n, cin, cout, hin, win, kh, kw, s, p, d)
+    (1, 64, 64, 56, 56, 3, 3, 1, 1, 1),  # b at batch 1: rows, then column ranges
+    (1, 256, 256, 14, 14, 3, 3, 1, 1, 1),  # d: channel blocks
+    (2, 512, 64, 7, 7, 3, 3, 1, 1, 1),  # e-like: groups, then everything
+    (1, 96, 40, 23, 19, 3, 3, 2, 1, 1),  # stride 2: phases in every cut
+    (3, 3, 16, 30, 30, 7, 7, 2, 3, 1),  # the few-channel stem
+    (1, 72, 24, 9, 31, 3, 5, 1, 1, 1),  # 3x5, Cin off the 32 grid
+]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("dtype", [0, 1], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("index", range(len(SPLIT_PROBLEMS)))
+def test_finer_cuts_for_more_threads_change_no_bit(level, dtype, index):
+    kernel = load_level(level)
+    q = _problem(*SPLIT_PROBLEMS[index])
+    rng = np.random.default_rng(index)
+    np_dtype = np.float16 if dtype == 0 else ml_dtypes.bfloat16
+    dy = rng.uniform(-1, 1, (q.n, q.cout, q.hout, q.wout)).astype(np_dtype).view(np.uint16)
+    w = rng.uniform(-1, 1, (q.cout, q.cin, q.kh, q.kw)).astype(np_dtype).view(np.uint16)
+    tiles = _suggested(q, pypto.DT_FP16 if dtype == 0 else pypto.DT_BF16).kernel_tiles(q)
+    attrs = (q.sh, q.sw, q.pt, q.pl, q.dh, q.dw)
+    results, cuts = {}, set()
+    for threads in (1, 2, 3, 8, 16):
+        out = np.full((q.n, q.cin, q.hin, q.win), 0xABCD, np.uint16)
+        kernel.dgrad(dy, w, out, dtype, attrs, tiles, (16, 64), threads)
+        results[threads] = out
+        s = kernel.work_split(
+            dy.shape, w.shape, out.shape, dtype, attrs, tiles, threads, dtype == 1
+        )
+        cuts.add((s["m_rows"], s["nl1"], s["m_cols"], s["group"]))
+    assert len(cuts) > 1, "no thread count cut the work differently: nothing was tested"
+    for threads, out in results.items():
+        assert np.array_equal(out, results[1]), (SPLIT_PROBLEMS[index], threads)
