@@ -61,13 +61,51 @@ cdef void _fill_frame(const Geometry *g, const uint16_t *dy_img, const Frame *f,
                       int64_t co_first, int64_t co_count, void *frame) noexcept nogil:
     """dy channels co_first .. +co_count of the group's images as zero-haloed frames: fp32,
     or bf16 channel pairs."""
-    cdef int64_t plane = f.plane, ch, row, ho, wo_first, lo, hi, co, image, dst
+    cdef int64_t ho, wo_first, lo, hi
     cdef int64_t slots = (co_count + 1) // 2 if g.dot_bf16 else co_count
-    cdef const uint16_t *src
-    cdef const uint16_t *src2
     wo_first = f.jw0 - f.qw_max
     lo = _min(_max(-wo_first, 0), f.fc)
     hi = _max(_min(g.wout - wo_first, f.fc), lo)
+    ho = f.ih0 - f.qh_max
+    if wo_first == 0 and f.fc == g.wout and ho >= 0 and ho + f.fr <= g.hout:
+        # no halo (1x1 layers): the frame's rows are whole dy rows, one after another, so each
+        # plane is one copy, not fr short ones (7-pixel rows ran the copy's scalar tail only)
+        _fill_frame_planes(g, dy_img, f, co_first, co_count, slots, ho, frame)
+    else:
+        _fill_frame_rows(g, dy_img, f, co_first, co_count, slots, wo_first, lo, hi, frame)
+    # reads past the last plane (discarded halo positions unpacked, the 8-element copies of
+    # pypto_pack_a packed) stay on zeros
+    memset(<float *>frame + slots * f.plane, 0, (f.fc + g.m_block) * sizeof(float))
+
+
+cdef void _fill_frame_planes(const Geometry *g, const uint16_t *dy_img, const Frame *f,
+                             int64_t co_first, int64_t co_count, int64_t slots, int64_t ho,
+                             void *frame) noexcept nogil:
+    """_fill_frame where the frame rows are whole consecutive dy rows: one copy per plane."""
+    cdef int64_t ch, image, co, dst, n = f.fr * f.fc
+    cdef const uint16_t *src
+    cdef const uint16_t *src2
+    for ch in range(slots):
+        co = co_first + (2 * ch if g.dot_bf16 else ch)
+        for image in range(f.images):
+            src = dy_img + ((image * g.cout + co) * g.hout + ho) * g.wout
+            dst = ch * f.plane + image * n
+            if co + FILL_AHEAD < co_first + co_count:
+                pypto_prefetch_row(src + FILL_AHEAD * g.hout * g.wout, n, 0)
+            if g.dot_bf16:
+                src2 = src + g.hout * g.wout if co + 1 < co_first + co_count else NULL
+                pypto_frame_row_pairs(src, src2, 0, n, n, <uint32_t *>frame + dst)
+            else:
+                pypto_frame_row_f32(src, 0, n, n, <float *>frame + dst, g.dtype)
+
+
+cdef void _fill_frame_rows(const Geometry *g, const uint16_t *dy_img, const Frame *f,
+                           int64_t co_first, int64_t co_count, int64_t slots, int64_t wo_first,
+                           int64_t lo, int64_t hi, void *frame) noexcept nogil:
+    """_fill_frame row by row, each with its zero halo."""
+    cdef int64_t plane = f.plane, ch, row, ho, co, image, dst
+    cdef const uint16_t *src
+    cdef const uint16_t *src2
     for ch in range(slots):
         for image in range(f.images):
             for row in range(f.fr):
@@ -87,9 +125,6 @@ cdef void _fill_frame(const Geometry *g, const uint16_t *dy_img, const Frame *f,
                     pypto_frame_row_f32(src, 0, 0, f.fc, <float *>frame + dst, g.dtype)
                 else:
                     pypto_frame_row_f32(src, lo, hi, f.fc, <float *>frame + dst, g.dtype)
-    # reads past the last plane (discarded halo positions unpacked, the 8-element copies of
-    # pypto_pack_a packed) stay on zeros
-    memset(<float *>frame + slots * plane, 0, (f.fc + g.m_block) * sizeof(float))
 
 
 cdef void _row_table(const Geometry *g, const Frame *f, int64_t phase, int64_t slots,

@@ -59,6 +59,7 @@ cdef inline int64_t _k_len(const Geometry *g, int64_t ntaps) noexcept nogil:
 
 cdef enum:
     ITEMS_PER_THREAD = 4  # work items a thread should have, for dynamic scheduling to balance
+    MERGE_TAPS = 512      # channel-taps (N-L1 x Kh*Kw) below which N-L1 blocks are merged
 
 
 cdef void _split_for_threads(Geometry *g, int num_threads) noexcept nogil:
@@ -70,7 +71,18 @@ cdef void _split_for_threads(Geometry *g, int num_threads) noexcept nogil:
     k in the same order by the same kernel shape: only which work item computes it changes, so
     no bit does. Image groups are left alone: they shrink for threads on their own (_plan)."""
     cdef int64_t want = ITEMS_PER_THREAD * num_threads
-    cdef int64_t others, needed, size
+    cdef int64_t others, needed, size, merge
+    # Few channel-taps per item (1x1 layers: N-L1 x 1): the frame fill, once per item and K-L1
+    # block, is a large share of the item's work. Merge whole N-L1 blocks up to MERGE_TAPS
+    # channel-taps, while ITEMS_PER_THREAD items a thread remain.
+    if g.nl1 % g.wb == 0 and g.nl1 < g.cin:
+        others = g.n_groups * g.row_tiles * g.col_tiles
+        merge = MERGE_TAPS // (g.nl1 * g.kh * g.kw)
+        while merge > 1 and others * ((g.cin + merge * g.nl1 - 1) // (merge * g.nl1)) < want:
+            merge -= 1
+        if merge > 1:
+            g.nl1 = _min(merge * g.nl1, _round_up(g.cin, g.wb))
+            g.n_blocks = (g.cin + g.nl1 - 1) // g.nl1
     if num_threads > 1 and g.group == 1:
         others = g.n_groups * g.n_blocks * g.col_tiles
         if g.col_tiles == 1 and others * g.row_tiles < want:
@@ -96,6 +108,7 @@ cdef void _split_for_threads(Geometry *g, int num_threads) noexcept nogil:
         g.m_rows = (g.hin + g.row_tiles - 1) // g.row_tiles
     g.ml0 = _min(g.ml0, g.m_rows * g.m_cols)
     g.nl0 = _min(g.nl0, g.nl1)
+    g.nl1_pad = _round_up(g.nl1, g.wb)
 
 
 cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, bint use_wide,
