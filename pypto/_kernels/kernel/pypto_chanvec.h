@@ -222,7 +222,12 @@ static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos
     pypto_transpose_8x8(v);
     for (int j = 0; j < n_ch; j++) {
         uint16_t lanes[8];
-        _mm_storeu_si128((__m128i *)lanes, pypto_narrow8(v[j], dtype));
+        const __m128i narrow = pypto_narrow8(v[j], dtype);
+        if (step == 1 && n_pos == 8) {  /* whole blocks: one store, not a libc call */
+            _mm_storeu_si128((__m128i *)(dst + j * ch_stride), narrow);
+            continue;
+        }
+        _mm_storeu_si128((__m128i *)lanes, narrow);
         if (step == 1) {
             memcpy(dst + j * ch_stride, lanes, (size_t)n_pos * sizeof(uint16_t));
         } else {
