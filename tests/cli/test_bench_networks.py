@@ -96,5 +96,6 @@ def test_bad_network_arguments_are_usage_errors(args):
         capture_output=True,
         text=True,
         timeout=limit(120),
+        cwd=pathlib.Path(__file__).resolve().parent,  # not the source tree's unbuilt pypto
     )
     assert done.returncode == 2 and "error:" in done.stderr
