@@ -60,6 +60,7 @@ cdef inline int64_t _k_len(const Geometry *g, int64_t ntaps) noexcept nogil:
 cdef enum:
     ITEMS_PER_THREAD = 4  # work items a thread should have, for dynamic scheduling to balance
     MERGE_TAPS = 2048     # channel-taps (N-L1 x Kh*Kw) below which N-L1 blocks are merged
+    CV_L0_BYTES = 24576   # weight panel chunk of one channel-vector K-L0 block (L1 is 32-48 KiB)
 
 
 cdef void _split_for_threads(Geometry *g, int num_threads) noexcept nogil:
@@ -154,6 +155,12 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
             g.group -= 1
     g.n_groups = (g.n_img + g.group - 1) // g.group
     _split_for_threads(g, num_threads)
+    if g.chan_vec:
+        # K-L0 for the CPU: each K-L0 block stores the accumulator and the next reads it back
+        # (the same fp32 values: no bit changes), so take as much of the K-L1 block as keeps
+        # the block's weight panel chunk (g.wb channels x K-L0) within CV_L0_BYTES of L1
+        g.kl0 = _max(g.kl0, _min(g.cout_l1 * g.kh * g.kw,
+                                 CV_L0_BYTES // (g.wb * 4) * (2 if g.dot_bf16 else 1)))
 
     # taps grouped by stride phase: tap (kh, kw) feeds phase (kh*dh % sh, kw*dw % sw).
     # Tables live in one C block (small calls: no NumPy objects to build).
