@@ -28,6 +28,7 @@ from ..error import (
     PyptoRtError,
 )
 from . import options as _config
+from .bounded import remember
 from .shapes import MAX_DIM, clipped_bounds, forward_out_size
 from .tiling import BUFFER_BYTES, C0, ConvProblem, Tiling, ceil_align
 from .values import as_int
@@ -782,12 +783,7 @@ def validate_conv_backward_input(
             raise entry.error(entry.rule, message)
     passed = ValidatedCall(call.problem, call.tiling, tuple(call.vec_tile), call.grad_output.dtype)
     if key is not None:
-        if len(_PASSED) >= _PASSED_MAX:
-            try:  # another thread may have removed it: either way one entry less
-                del _PASSED[next(iter(_PASSED))]
-            except (KeyError, StopIteration, RuntimeError):
-                pass
-        _PASSED[key] = passed
+        remember(_PASSED, key, passed, _PASSED_MAX)
     return passed
 
 

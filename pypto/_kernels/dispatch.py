@@ -20,6 +20,7 @@ import warnings
 import numpy as np
 
 from .._core import options as _config
+from .._core.bounded import remember
 from .._core.locks import ForkSafeLock
 from .._core.memory import address_space_room, check_host_memory
 from .._core.nonfinite import non_finite_mask, with_real_taps_only
@@ -368,13 +369,7 @@ def _plan_of(call):
     key = (call.problem, call.tiling, call.vec_tile, call.dtype)
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _CallPlan(call)
-        if len(_PLANS) >= _PLANS_MAX:
-            try:  # another thread may have removed it: either way one entry less
-                del _PLANS[next(iter(_PLANS))]
-            except (KeyError, StopIteration, RuntimeError):
-                pass
-        _PLANS[key] = plan
+        plan = remember(_PLANS, key, _CallPlan(call), _PLANS_MAX)
     return plan
 
 

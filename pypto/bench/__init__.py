@@ -241,6 +241,28 @@ def _numpy_blas_note():
     )
 
 
+def _import_torch(with_torch):
+    if not with_torch:
+        return None
+    try:
+        import torch
+    except ImportError:
+        print("torch not installed: PyTorch peers skipped")
+        return None
+    return torch
+
+
+def _measure_and_print_peaks(info, thread_counts):
+    peaks = measure_peaks(thread_counts)
+    for t, peak in peaks.items():
+        dot = f", bf16 dot {peak['bf16_dot']:.0f}" if peak["bf16_dot"] else ""
+        print(
+            f"measured peak of level {info['isa']} on {t} thread(s): fp32 multiply-add "
+            f"{peak['fp32']:.0f}{dot} GFLOP/s"
+        )
+    return peaks
+
+
 def measure_peaks(thread_counts):
     """{threads: {"fp32": GFLOP/s, "bf16_dot": GFLOP/s or None}} of the level in use."""
     return {
@@ -285,12 +307,7 @@ def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_nu
     """Run the suite; returns a list of result rows (dicts) and prints the table."""
     info = kernel_info()
     torch_cap = _cap_torch_to_level(info["isa"]) if with_torch else None
-    torch = None
-    if with_torch:
-        try:
-            import torch
-        except ImportError:
-            print("torch not installed: PyTorch peers skipped")
+    torch = _import_torch(with_torch)
     print(f"machine: {_machine()}")
     if torch_cap:
         print(torch_cap)
@@ -301,13 +318,7 @@ def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_nu
         f"{info['mr']}x{info['nr']}, bf16 dot product {'yes' if info['bf16_dot'] else 'no'}), "
         f"OpenMP {'on' if info['openmp'] else 'off'}; torch {torch.__version__ if torch else '-'}"
     )
-    peaks = measure_peaks(thread_counts)
-    for t, peak in peaks.items():
-        dot = f", bf16 dot {peak['bf16_dot']:.0f}" if peak["bf16_dot"] else ""
-        print(
-            f"measured peak of level {info['isa']} on {t} thread(s): fp32 multiply-add "
-            f"{peak['fp32']:.0f}{dot} GFLOP/s"
-        )
+    peaks = _measure_and_print_peaks(info, thread_counts)
     header = (
         f"{'case':<5}{'dtype':<6}{'thr':>4}  {'peer':<18}{'ms':>10}{'GFLOP/s':>10}"
         f"{'peer/pypto':>11}{'%peak':>7}"
@@ -403,17 +414,6 @@ def summarize(rows):
         print(f"  {dtype} {threads} thread(s) vs {peer:<18} {gm:6.2f}x  (min {min(ratios):.2f}x)")
 
 
-def _import_torch(with_torch):
-    if not with_torch:
-        return None
-    try:
-        import torch
-    except ImportError:
-        print("torch not installed: PyTorch peers skipped")
-        return None
-    return torch
-
-
 def run_networks(names, dtypes, thread_counts, rounds, budget_s, batch=None, with_torch=True):
     """The whole backward-data pass of each network (``networks.NETWORKS``): every layer timed
     as one call (pypto with its suggested tiles, torch in the storage dtype and upcast), times
@@ -431,10 +431,7 @@ def run_networks(names, dtypes, thread_counts, rounds, budget_s, batch=None, wit
         f"pypto {pypto.__version__}: ISA {info['isa']} ({info['reason']}); "
         f"torch {torch.__version__ if torch else '-'}"
     )
-    peaks = measure_peaks(thread_counts)
-    for t, peak in peaks.items():
-        dot = f", bf16 dot {peak['bf16_dot']:.0f}" if peak["bf16_dot"] else ""
-        print(f"measured peak on {t} thread(s): fp32 multiply-add {peak['fp32']:.0f}{dot} GFLOP/s")
+    peaks = _measure_and_print_peaks(info, thread_counts)
     rng = np.random.default_rng(0)
     rows = []
     work = [(NETWORKS[name], d) for name in names for d in dtypes]
