@@ -228,6 +228,30 @@ cdef inline size_t _scratch_bytes(const Geometry *g) noexcept nogil:
     return (g.threads * g.per_thread + ALIGN) * sizeof(float)
 
 
+cdef void _plan_of_tuples(Geometry *g, tuple dy_shape, tuple w_shape, tuple dx_shape, int dtype,
+                          tuple attrs, tuple tiles, int num_threads, bint dot_bf16,
+                          bint use_chan_vec, bint use_few, bint use_wide) except *:
+    """g planned from dispatch's tuples, as dgrad() plans it from its buffers: for the
+    questions asked before a call (buffer_bytes, work_split). The tap tables are freed on
+    return: only g's sizes and counts are read afterwards."""
+    cdef int64_t kl1
+    g.n_img, g.cout, g.hout, g.wout = dy_shape
+    g.cin, g.kh, g.kw = w_shape[1], w_shape[2], w_shape[3]
+    g.hin, g.win = dx_shape[2], dx_shape[3]
+    g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = attrs
+    g.dtype = dtype
+    g.dot_bf16 = dot_bf16
+    g.m_rows, g.m_cols, g.nl1, kl1, g.ml0, g.kl0, g.nl0 = tiles
+    g.cout_l1 = kl1 // (g.kh * g.kw)
+    cdef int64_t *tables = <int64_t *>malloc((3 * g.sh * g.sw + 2 * g.kh * g.kw)
+                                             * sizeof(int64_t))
+    if tables == NULL:
+        raise MemoryError("pypto: no memory for the kernel's tap tables")
+    _plan(g, num_threads, use_chan_vec, use_few, use_wide, CPU_GROUP_PIXELS, tables)
+    free(tables)
+    g.tap_first = g.tap_count = g.w_offset = g.tap_kh = g.tap_kw = NULL
+
+
 def buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, int dtype, tuple attrs,
                  tuple tiles, int num_threads, bint use_bf16_dot=True, bint use_chan_vec=True,
                  bint use_few=True, bint use_wide=True):
@@ -237,29 +261,13 @@ def buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, int dtype, tuple
     dot product may serve (it is chosen after a scan of the data), the larger of the two plans.
     Per thread is largest with one thread: image groups only shrink as threads are added."""
     cdef Geometry g
-    cdef int64_t kl1
     cdef size_t shared = 0, per_thread = 0
     cdef int dot
-    cdef int64_t group_pixels = CPU_GROUP_PIXELS
-    g.n_img, g.cout, g.hout, g.wout = dy_shape
-    g.cin, g.kh, g.kw = w_shape[1], w_shape[2], w_shape[3]
-    g.hin, g.win = dx_shape[2], dx_shape[3]
-    g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = attrs
-    g.dtype = dtype
-    cdef int64_t *tables = <int64_t *>malloc((3 * g.sh * g.sw + 2 * g.kh * g.kw)
-                                             * sizeof(int64_t))
-    if tables == NULL:
-        raise MemoryError("pypto: no memory for the kernel's tap tables")
-    try:
-        for dot in range(2 if dtype == 1 and PYPTO_HAVE_BF16_DOT and use_bf16_dot else 1):
-            g.m_rows, g.m_cols, g.nl1, kl1, g.ml0, g.kl0, g.nl0 = tiles  # _plan changes some
-            g.cout_l1 = kl1 // (g.kh * g.kw)
-            g.dot_bf16 = dot
-            _plan(&g, num_threads, use_chan_vec, use_few, use_wide, group_pixels, tables)
-            shared = max(shared, _panel_bytes(&g) + ALIGN * sizeof(float))
-            per_thread = max(per_thread, g.per_thread * sizeof(float))
-    finally:
-        free(tables)
+    for dot in range(2 if dtype == 1 and PYPTO_HAVE_BF16_DOT and use_bf16_dot else 1):
+        _plan_of_tuples(&g, dy_shape, w_shape, dx_shape, dtype, attrs, tiles, num_threads, dot,
+                        use_chan_vec, use_few, use_wide)
+        shared = max(shared, _panel_bytes(&g) + ALIGN * sizeof(float))
+        per_thread = max(per_thread, g.per_thread * sizeof(float))
     return shared, per_thread, g.threads
 
 
@@ -269,24 +277,8 @@ def work_split(tuple dy_shape, tuple w_shape, tuple dx_shape, int dtype, tuple a
     same plan: a dict of the work items and what makes them (image groups, N-L1 blocks and
     their channels, row and column tiles and the rows of each)."""
     cdef Geometry g
-    cdef int64_t kl1
-    cdef int64_t group_pixels = CPU_GROUP_PIXELS
-    g.n_img, g.cout, g.hout, g.wout = dy_shape
-    g.cin, g.kh, g.kw = w_shape[1], w_shape[2], w_shape[3]
-    g.hin, g.win = dx_shape[2], dx_shape[3]
-    g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = attrs
-    g.dtype = dtype
-    g.dot_bf16 = dot_bf16 and dtype == 1 and PYPTO_HAVE_BF16_DOT
-    g.m_rows, g.m_cols, g.nl1, kl1, g.ml0, g.kl0, g.nl0 = tiles
-    g.cout_l1 = kl1 // (g.kh * g.kw)
-    cdef int64_t *tables = <int64_t *>malloc((3 * g.sh * g.sw + 2 * g.kh * g.kw)
-                                             * sizeof(int64_t))
-    if tables == NULL:
-        raise MemoryError("pypto: no memory for the kernel's tap tables")
-    try:
-        _plan(&g, num_threads, True, True, True, group_pixels, tables)
-    finally:
-        free(tables)
+    _plan_of_tuples(&g, dy_shape, w_shape, dx_shape, dtype, attrs, tiles, num_threads,
+                    dot_bf16 and dtype == 1 and PYPTO_HAVE_BF16_DOT, True, True, True)
     return {"items": g.n_items, "group": g.group, "n_blocks": g.n_blocks, "nl1": g.nl1,
             "row_tiles": g.row_tiles, "m_rows": g.m_rows, "col_tiles": g.col_tiles,
             "m_cols": g.m_cols, "threads": g.threads, "chan_vec": bool(g.chan_vec),
