@@ -69,62 +69,47 @@ cdef void _fill_frame(const Geometry *g, const uint16_t *dy_img, const Frame *f,
     ho = f.ih0 - f.qh_max
     if wo_first == 0 and f.fc == g.wout and ho >= 0 and ho + f.fr <= g.hout:
         # no halo (1x1 layers): the frame's rows are whole dy rows, one after another, so each
-        # plane is one copy, not fr short ones (7-pixel rows ran the copy's scalar tail only)
-        _fill_frame_planes(g, dy_img, f, co_first, co_count, slots, ho, frame)
+        # plane is one copy of fr * fc, not fr short ones (7-pixel rows ran the copy's scalar
+        # tail only)
+        _fill_frame_rows(g, dy_img, f, co_first, co_count, slots, 1, f.fr * f.fc, 0, 0,
+                         f.fr * f.fc, frame)
     else:
-        _fill_frame_rows(g, dy_img, f, co_first, co_count, slots, wo_first, lo, hi, frame)
+        _fill_frame_rows(g, dy_img, f, co_first, co_count, slots, f.fr, f.fc, wo_first, lo, hi,
+                         frame)
     # reads past the last plane (discarded halo positions unpacked, the 8-element copies of
     # pypto_pack_a packed) stay on zeros
     memset(<float *>frame + slots * f.plane, 0, (f.fc + g.m_block) * sizeof(float))
 
 
-cdef void _fill_frame_planes(const Geometry *g, const uint16_t *dy_img, const Frame *f,
-                             int64_t co_first, int64_t co_count, int64_t slots, int64_t ho,
-                             void *frame) noexcept nogil:
-    """_fill_frame where the frame rows are whole consecutive dy rows: one copy per plane."""
-    cdef int64_t ch, image, co, dst, n = f.fr * f.fc
-    cdef const uint16_t *src
-    cdef const uint16_t *src2
-    for ch in range(slots):
-        co = co_first + (2 * ch if g.dot_bf16 else ch)
-        for image in range(f.images):
-            src = dy_img + ((image * g.cout + co) * g.hout + ho) * g.wout
-            dst = ch * f.plane + image * n
-            if co + FILL_AHEAD < co_first + co_count:
-                pypto_prefetch_row(src + FILL_AHEAD * g.hout * g.wout, n, 0)
-            if g.dot_bf16:
-                src2 = src + g.hout * g.wout if co + 1 < co_first + co_count else NULL
-                pypto_frame_row_pairs(src, src2, 0, n, n, <uint32_t *>frame + dst)
-            else:
-                pypto_frame_row_f32(src, 0, n, n, <float *>frame + dst, g.dtype)
-
-
 cdef void _fill_frame_rows(const Geometry *g, const uint16_t *dy_img, const Frame *f,
-                           int64_t co_first, int64_t co_count, int64_t slots, int64_t wo_first,
-                           int64_t lo, int64_t hi, void *frame) noexcept nogil:
-    """_fill_frame row by row, each with its zero halo."""
+                           int64_t co_first, int64_t co_count, int64_t slots, int64_t rows,
+                           int64_t width, int64_t wo_first, int64_t lo, int64_t hi,
+                           void *frame) noexcept nogil:
+    """_fill_frame in copies of ``width`` elements, ``rows`` per image and channel slot, each
+    with its zero halo outside [lo, hi): the frame's rows (rows = fr, width = fc), or whole
+    planes where the rows are consecutive dy rows (rows = 1, width = fr * fc)."""
     cdef int64_t plane = f.plane, ch, row, ho, co, image, dst
     cdef const uint16_t *src
     cdef const uint16_t *src2
     for ch in range(slots):
         for image in range(f.images):
-            for row in range(f.fr):
+            for row in range(rows):
                 ho = f.ih0 - f.qh_max + row
                 co = co_first + (2 * ch if g.dot_bf16 else ch)
                 src = dy_img + ((image * g.cout + co) * g.hout + ho) * g.wout + wo_first
-                dst = ch * plane + (image * f.fr + row) * f.fc
+                dst = ch * plane + (image * rows + row) * width
                 if co + FILL_AHEAD < co_first + co_count and 0 <= ho < g.hout and hi > lo:
                     pypto_prefetch_row(src + FILL_AHEAD * g.hout * g.wout + lo, hi - lo, 0)
                 if g.dot_bf16:
                     src2 = src + g.hout * g.wout if co + 1 < co_first + co_count else NULL
                     if ho < 0 or ho >= g.hout:
-                        pypto_frame_row_pairs(src, src2, 0, 0, f.fc, <uint32_t *>frame + dst)
+                        pypto_frame_row_pairs(src, src2, 0, 0, width, <uint32_t *>frame + dst)
                     else:
-                        pypto_frame_row_pairs(src, src2, lo, hi, f.fc, <uint32_t *>frame + dst)
+                        pypto_frame_row_pairs(src, src2, lo, hi, width, <uint32_t *>frame + dst)
                 elif ho < 0 or ho >= g.hout:
-                    pypto_frame_row_f32(src, 0, 0, f.fc, <float *>frame + dst, g.dtype)
+                    pypto_frame_row_f32(src, 0, 0, width, <float *>frame + dst, g.dtype)
                 else:
-                    pypto_frame_row_f32(src, lo, hi, f.fc, <float *>frame + dst, g.dtype)
+                    pypto_frame_row_f32(src, lo, hi, width, <float *>frame + dst, g.dtype)
 
 
 cdef void _row_table(const Geometry *g, const Frame *f, int64_t phase, int64_t slots,
