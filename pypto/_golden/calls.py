@@ -218,18 +218,20 @@ def write_csv(path, rows, leading, trailing=(), verdict_prefix="", int_list=brac
     (:func:`bracketed` or :func:`spaced`), the failing tasks in words, each standard's verdict
     and its numbers in words (with the warning, if any). A PyptoError when it cannot be
     written."""
+    lines = csv_lines(rows, leading, trailing, verdict_prefix, int_list)
+    _write(path, "CSV", lambda f: csv.writer(f).writerows(lines), newline="")
+
+
+def csv_lines(rows, leading, trailing=(), verdict_prefix="", int_list=bracketed):
+    """:func:`write_csv`'s header and lines, as lists of cells (for other table formats)."""
     sids = _standards(rows)
-
-    def body(f):
-        writer = csv.writer(f)
-        writer.writerow(csv_columns(rows, leading, trailing, verdict_prefix))
-        for row in rows:
-            cells = [_cell(row, c, int_list) for c in (*leading, *CALL_COLUMNS)]
-            for sid in sids:
-                cells += _verdict_cells(row["verdicts"].get(sid))
-            writer.writerow(cells + [_cell(row, c, int_list) for c in trailing])
-
-    _write(path, "CSV", body, newline="")
+    lines = [csv_columns(rows, leading, trailing, verdict_prefix)]
+    for row in rows:
+        cells = [_cell(row, c, int_list) for c in (*leading, *CALL_COLUMNS)]
+        for sid in sids:
+            cells += _verdict_cells(row["verdicts"].get(sid))
+        lines.append(cells + [_cell(row, c, int_list) for c in trailing])
+    return lines
 
 
 def write_json(path, table):

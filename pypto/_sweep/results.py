@@ -198,26 +198,18 @@ def check_table_path(path):
 def write_table(path, rows):
     """The rows as a table: ``_golden/calls``'s CSV (its columns, verdicts in words), or the
     same cells in an xlsx sheet."""
-    from .._golden.calls import write_csv
+    from .._golden.calls import csv_lines, write_csv
 
     if os.path.splitext(path)[1].lower() != ".xlsx":
         write_csv(path, rows, LEADING, TRAILING)
         return
-    import csv
-    import tempfile
-
     import openpyxl
 
-    with tempfile.TemporaryDirectory() as folder:  # the same cells as the CSV
-        text = os.path.join(folder, "table.csv")
-        write_csv(text, rows, LEADING, TRAILING)
-        with open(text, encoding="utf-8", newline="") as f:
-            cells = list(csv.reader(f))
     book = openpyxl.Workbook()
     sheet = book.active
     sheet.title = "sweep"
-    for line in cells:
-        sheet.append(line)
+    for line in csv_lines(rows, LEADING, TRAILING):  # the CSV's cells, as its text
+        sheet.append([str(cell) for cell in line])
     try:
         book.save(path)
     except OSError as exc:
