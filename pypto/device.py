@@ -14,9 +14,9 @@ Public here: :func:`set_device`, :func:`get_device`, :func:`select_backend`,
 ``pypto._npu``.
 """
 
-import os
 import warnings
 
+from ._core.environ import getenv
 from ._npu.discovery import quick_unavailable_reason
 from ._npu.errors import (
     AclError,
@@ -158,7 +158,7 @@ def get_device():
     """The backend requested: set_device's value, else PYPTO_DEVICE, else "auto"."""
     if _requested is not None:
         return _requested
-    env = os.environ.get(DEVICE_ENV)
+    env = getenv(DEVICE_ENV)
     return _checked(env, DEVICE_ENV) if env else "auto"
 
 

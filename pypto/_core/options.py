@@ -16,6 +16,7 @@ import os
 from ..error import FeError, argument_errors_are_pypto_errors
 from ..pypto_impl import ConvBpTile, ConvBpTileL0Info, ConvBpTileL1Info
 from .cpus import default_threads
+from .environ import getenv
 from .locks import ForkSafeLock
 from .values import as_int
 
@@ -368,7 +369,7 @@ def get_num_threads():
     says which limit applied)."""
     n = _get("num_threads")
     if n is None:
-        n = _env_threads(os.environ.get("OMP_NUM_THREADS"))
+        n = _env_threads(getenv("OMP_NUM_THREADS"))
     return min(default_threads()[0], MAX_THREADS) if n is None else n
 
 

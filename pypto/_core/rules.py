@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._dtypes import DataType, dtype_size, from_numpy_dtype
+from .._dtypes import DataType, dtype_size, from_numpy_dtype, numpy_dtype
 from ..error import (
     ConvBpInputError,
     ConvBpRuntimeError,
@@ -724,41 +724,62 @@ _PASSED = {}
 _PASSED_MAX = 256  # problems remembered; the oldest is forgotten first
 
 
+_INT_ONLY = {int}
+_Tensor = None  # pypto.tensor.Tensor, imported on the first call (tensor imports this module)
+
+
 def _call_key(grad_output, input_size, weight, out_dtype, strides, paddings, dilations, groups):
     """Every value the rules read, with its type, as one hashable tuple; None when an argument
     is anything but a plain Tensor, int, or list or tuple of plain ints (those calls are
     judged by the whole table every time). Types are part of the key because the rules judge
     them (``5`` and ``np.int64(5)`` or ``5.0`` hash alike but are not judged alike)."""
-    from ..tensor import Tensor
-
-    if type(grad_output) is not Tensor or type(weight) is not Tensor or type(groups) is not int:
+    global _Tensor
+    if _Tensor is None:
+        from ..tensor import Tensor as _Tensor
+    if type(grad_output) is not _Tensor or type(weight) is not _Tensor or type(groups) is not int:
         return None
-    for dtype in (out_dtype, grad_output._dtype, weight._dtype):
-        if type(dtype) is not DataType:
+    if (
+        type(out_dtype) is not DataType
+        or type(grad_output._dtype) is not DataType
+        or type(weight._dtype) is not DataType
+    ):
+        return None
+    for values in (input_size, strides, paddings, dilations):
+        if type(values) is not list and type(values) is not tuple:
             return None
     tile = _config._get("convbp_tile_shapes")
     l1, l0 = tile.tileL1Info, tile.tileL0Info
-    key = (
+    vec = _config._get("vec_tile_shapes")
+    parts = (grad_output._shape, weight._shape, vec, input_size, strides, paddings, dilations)
+    ints = (
+        l1.tileML1,
+        l1.tileKL1,
+        l1.tileNL1,
+        l0.tileML0,
+        l0.tileKL0,
+        l0.tileNL0,
+        *parts[0],
+        *parts[1],
+        *parts[2],
+        *parts[3],
+        *parts[4],
+        *parts[5],
+        *parts[6],
+    )
+    # one set of the types of every integer read (tiles too): {int} or the call is judged
+    if set(map(type, ints)) != _INT_ONLY:
+        return None
+    return (
         out_dtype,
         groups,
         grad_output._dtype,
         weight._dtype,
-        tuple(grad_output._shape),
-        tuple(weight._shape),
-        tuple(_config._get("vec_tile_shapes")),
-        (l1.tileML1, l1.tileKL1, l1.tileNL1, l0.tileML0, l0.tileKL0, l0.tileNL0),
+        # each part's kind (list or tuple: the rules judge them) and length, which keeps the
+        # flattened values unambiguous
+        tuple(map(type, parts[3:])),
+        tuple(map(len, parts)),
+        ints,
     )
-    for values in (input_size, strides, paddings, dilations):
-        kind = type(values)
-        if kind is not list and kind is not tuple:
-            return None
-        key += (kind, tuple(values))
-    for part in key[4:]:
-        if type(part) is tuple:
-            for v in part:
-                if type(v) is not int:
-                    return None
-    return key
 
 
 def validate_conv_backward_input(
@@ -954,18 +975,20 @@ def check_host_arrays(problem, dy, w, dtype):
     """
     p = problem
     arrays = []
+    native = numpy_dtype(dtype)  # the common case, checked first: one identity test
     for name, array, want in (
         ("grad_output", dy, (p.n, p.cout, p.hout, p.wout)),
         ("weight", w, (p.cout, p.cin, p.kh, p.kw)),
     ):
-        if isinstance(array, np.ma.MaskedArray):
-            raise PyptoRtError(
-                TypeError(
-                    f"{name} is a masked array: its mask would be ignored; "
-                    "pass .filled(...) or .data"
+        if type(array) is not np.ndarray:
+            if isinstance(array, np.ma.MaskedArray):
+                raise PyptoRtError(
+                    TypeError(
+                        f"{name} is a masked array: its mask would be ignored; "
+                        "pass .filled(...) or .data"
+                    )
                 )
-            )
-        array = np.asarray(array)  # a base-class view of the same buffer
+            array = np.asarray(array)  # a base-class view of the same buffer
         if array.shape != want:
             raise PyptoRtError(
                 RuntimeError(
@@ -974,7 +997,7 @@ def check_host_arrays(problem, dy, w, dtype):
                 )
             )
         # any byte order, but the validated type and width
-        if from_numpy_dtype(array.dtype) != dtype:
+        if array.dtype is not native and from_numpy_dtype(array.dtype) != dtype:
             raise PyptoRtError(
                 RuntimeError(
                     f"{name} data has dtype {array.dtype}, but the validated call needs {dtype}"

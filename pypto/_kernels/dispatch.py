@@ -22,7 +22,7 @@ import numpy as np
 from .._core import options as _config
 from .._core.bounded import remember
 from .._core.locks import ForkSafeLock
-from .._core.memory import address_space_room, check_host_memory
+from .._core.memory import address_space_room, check_host_memory, limit_set
 from .._core.nonfinite import non_finite_mask, with_real_taps_only
 from .._core.rules import check_host_arrays
 from .._dtypes import DataType, numpy_dtype
@@ -334,7 +334,16 @@ class _CallPlan:
     dtype) and kept (``_plan_of``): the kernel's tiles and arguments, and its buffer sizes per
     thread count."""
 
-    __slots__ = ("kernel_tiles", "vec_chunks", "shapes", "attrs", "dtype", "output_bytes", "_bytes")
+    __slots__ = (
+        "kernel_tiles",
+        "vec_chunks",
+        "shapes",
+        "attrs",
+        "dtype",
+        "np_dtype",
+        "output_bytes",
+        "_bytes",
+    )
 
     def __init__(self, call):
         p = call.problem
@@ -347,6 +356,7 @@ class _CallPlan:
         )
         self.attrs = (p.sh, p.sw, p.pt, p.pl, p.dh, p.dw)
         self.dtype = _KERNEL_DTYPE[call.dtype]
+        self.np_dtype = numpy_dtype(call.dtype)
         self.output_bytes = p.n * p.cin * p.hin * p.win * p.dtype_size
         self._bytes = {}
 
@@ -381,13 +391,17 @@ def conv_backward_input_cpu(call, dy, w):
     p = call.problem
     dy, w = check_host_arrays(p, dy, w, call.dtype)
     plan = _plan_of(call)
-    np_dtype = numpy_dtype(call.dtype)
+    np_dtype = plan.np_dtype
     dy_ready, w_ready = _is_kernel_ready(dy, np_dtype), _is_kernel_ready(w, np_dtype)
     copies = (0 if dy_ready else dy.size * 2) + (0 if w_ready else w.size * 2)
     output = plan.output_bytes
-    room = address_space_room()  # read once: each check below and the thread count use it
+    # read once: each check below and the thread count use them
+    room = address_space_room()
+    limited = limit_set(room)
     # the output and copies first: a call refused for them never loads the kernel module
-    check_host_memory(output + copies, p, "input copies, before the kernel's buffers", room)
+    check_host_memory(
+        output + copies, p, "input copies, before the kernel's buffers", room, limited
+    )
     # The kernel's own plan sizes its buffers (weight panels, tile scratch); per thread they are
     # largest with one thread, where image groups are largest.
     kernel = _kernel()
@@ -404,6 +418,7 @@ def conv_backward_input_cpu(call, dy, w):
         p,
         "weight panels, tile scratch and input copies",
         room,
+        limited,
     )
     out = np.empty(plan.shapes[2], dtype=np_dtype)
     path = kernel.dgrad(
