@@ -24,8 +24,10 @@ cdef void _magnitudes(const uint16_t *x, int64_t n, int num_threads, uint16_t *l
     """pypto_magnitudes over n values, in parallel chunks (the weight and dy can be large)."""
     cdef int64_t chunk = 1 << 16, n_chunks = (n + chunk - 1) // chunk, i
     cdef int threads = <int>_max(1, num_threads)  # the call's team, whatever the chunks (plan.pxi)
-    cdef uint16_t *found = <uint16_t *>malloc(2 * n_chunks * sizeof(uint16_t))
-    if found == NULL:
+    cdef uint16_t *found = NULL
+    if n_chunks > 1 and threads > 1:
+        found = <uint16_t *>malloc(2 * n_chunks * sizeof(uint16_t))
+    if found == NULL:   # one chunk, one thread (small calls: no team to wake) or no memory
         pypto_magnitudes(x, n, least, most)
         return
     with nogil, parallel(num_threads=threads):
