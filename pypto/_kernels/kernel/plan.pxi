@@ -60,7 +60,7 @@ cdef inline int64_t _k_len(const Geometry *g, int64_t ntaps) noexcept nogil:
 cdef enum:
     ITEMS_PER_THREAD = 4  # work items a thread should have, for dynamic scheduling to balance
     MERGE_TAPS = 2048     # channel-taps (N-L1 x Kh*Kw) below which N-L1 blocks are merged
-    CV_L0_BYTES = 24576   # weight panel chunk of one channel-vector K-L0 block (L1 is 32-48 KiB)
+    CV_L0_BYTES = 73728   # weight panel chunk of one channel-vector K-L0 block (in L2)
 
 
 cdef void _split_for_threads(Geometry *g, int num_threads) noexcept nogil:
@@ -158,7 +158,10 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
     if g.chan_vec:
         # K-L0 for the CPU: each K-L0 block stores the accumulator and the next reads it back
         # (the same fp32 values: no bit changes), so take as much of the K-L1 block as keeps
-        # the block's weight panel chunk (g.wb channels x K-L0) within CV_L0_BYTES of L1
+        # the block's weight panel chunk (g.wb channels x K-L0) within CV_L0_BYTES. Each pixel
+        # block reads the chunk once, a 64-byte line per 6-7 dot products: L2 keeps up with
+        # that, and longer chunks store the accumulator less often (24 KiB, an L1's worth, was
+        # 1-4% slower on every layer class tried: tools/layer_ab.py, issue 27's note)
         g.kl0 = _max(g.kl0, _min(g.cout_l1 * g.kh * g.kw,
                                  CV_L0_BYTES // (g.wb * 4) * (2 if g.dot_bf16 else 1)))
 
