@@ -223,13 +223,20 @@ cdef void _multiply_few(const Geometry *g, const Frame *f, int64_t phase, int64_
 cdef void _position_offsets(const Geometry *g, const Frame *f, int64_t *offs) noexcept nogil:
     """offs[t] = the frame offset of position t (image, row, column), for t up to the
     positions rounded up to g.m_block; the spare ones repeat the last position."""
-    cdef int64_t per_image = f.rows * f.cols, t, p, image, r
-    for t in range(_round_up(f.positions, g.m_block)):
-        p = _min(t, f.positions - 1)
-        image = p // per_image
-        p -= image * per_image
-        r = p // f.cols
-        offs[t] = (image * f.fr + r) * f.fc + (p - r * f.cols)
+    cdef int64_t t, image = 0, r = 0, c = 0, last = 0
+    # counters, not two divisions per position (those were ~5% of a 1x1 layer's work items)
+    for t in range(f.positions):
+        last = (image * f.fr + r) * f.fc + c
+        offs[t] = last
+        c += 1
+        if c == f.cols:
+            c = 0
+            r += 1
+            if r == f.rows:
+                r = 0
+                image += 1
+    for t in range(f.positions, _round_up(f.positions, g.m_block)):
+        offs[t] = last
 
 
 cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t c_first,
