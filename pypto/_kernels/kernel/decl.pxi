@@ -18,7 +18,8 @@ cdef extern from "pypto_convert.h" nogil:
     uint16_t pypto_float_to_bf16(float f)
 
 cdef extern from "pypto_memops.h" nogil:
-    void pypto_gather_f32(const float *src, int64_t stride, int64_t n, float *dst)
+    void pypto_gather32(const void *src, int64_t stride, int64_t n, void *dst)
+    void pypto_pair16(const uint16_t *a, const uint16_t *b, int64_t n, uint32_t *dst)
     void pypto_magnitudes(const uint16_t *x, int64_t n, uint16_t *least_minus_one,
                           uint16_t *most)
     int pypto_bf16_least_exponent(uint16_t least_minus_one)

@@ -5,6 +5,7 @@
 #define PYPTO_MEMOPS_H
 
 #include <stdint.h>
+#include <string.h>
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -47,26 +48,44 @@ static inline __mmask16 pypto_lanes_below(int64_t k)   /* lanes i < k of 16 */
 }
 #endif
 
-/* dst[i] = src[i * stride] for i < n (n, stride small: a weight block's transpose). AVX-512
+/* dst[i] = the 32-bit element src[i * stride] for i < n (n, stride small: a column of a weight
+ * block, its transpose): fp32 values or bf16 pairs, bits moved, never converted. AVX-512
  * gathers 16 at a time, the tail under a mask; elsewhere a plain loop. */
-static inline void pypto_gather_f32(const float *restrict src, int64_t stride, int64_t n,
-                                    float *restrict dst)
+static inline void pypto_gather32(const void *restrict src, int64_t stride, int64_t n,
+                                  void *restrict dst)
 {
+    const char *from = (const char *)src;
+    char *to = (char *)dst;
     int64_t i = 0;
 #if defined(__AVX512F__)
     const __m512i index = _mm512_mullo_epi32(_mm512_set1_epi32((int)stride),
         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(dst + i, _mm512_i32gather_ps(index, src + i * stride, 4));
+        _mm512_storeu_si512(to + 4 * i,
+                            _mm512_i32gather_epi32(index, from + 4 * i * stride, 4));
     if (i < n) {
         const __mmask16 tail = pypto_lanes_below(n - i);
-        _mm512_mask_storeu_ps(dst + i, tail, _mm512_mask_i32gather_ps(
-            _mm512_setzero_ps(), tail, index, src + i * stride, 4));
+        _mm512_mask_storeu_epi32(to + 4 * i, tail, _mm512_mask_i32gather_epi32(
+            _mm512_setzero_si512(), tail, index, from + 4 * i * stride, 4));
     }
     return;
 #endif
     for (; i < n; i++)
-        dst[i] = src[i * stride];
+        memcpy(to + 4 * i, from + 4 * i * stride, 4);
+}
+
+/* dst[i] = a[i] | b[i] << 16 (b NULL: 0), for i < n: two output channels' weights as the bf16
+ * dot product's pairs. A plain loop the compiler vectorizes. */
+static inline void pypto_pair16(const uint16_t *restrict a, const uint16_t *restrict b,
+                                int64_t n, uint32_t *restrict dst)
+{
+    if (b == NULL) {
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = a[i];
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = (uint32_t)a[i] | ((uint32_t)b[i] << 16);
 }
 
 /* dst[0 .. n) = 0 for 32-bit elements. AVX-512 (AVX2) stores 16 (8) at a time under a mask:

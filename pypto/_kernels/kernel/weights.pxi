@@ -60,7 +60,9 @@ cdef void _pack_weights(const Geometry *g, const uint16_t *w, int64_t co_begin,
     cdef const uint16_t *src2
     cdef float *dst_f
     cdef uint32_t *dst_pair
+    # one wb x Kh*Kw block as 32-bit elements: fp32 values, or bf16 pairs (co, co + 1)
     cdef float widened[PACK_BLOCK]
+    cdef uint32_t *paired = <uint32_t *>widened
     cdef int64_t wb = g.wb
     cdef int64_t cin_pad = _round_up(g.cin, wb)
     cdef bint block_fits = wb * taps <= PACK_BLOCK
@@ -71,10 +73,14 @@ cdef void _pack_weights(const Geometry *g, const uint16_t *w, int64_t co_begin,
         while cb < cin_pad:
             rows = _min(wb, g.cin - cb)
             src = w + (co * g.cin + cb) * taps
-            src2 = src + g.cin * taps
-            if not g.dot_bf16 and block_fits:
-                # the wb x Kh*Kw source block is contiguous: one vectorized conversion
-                pypto_widen(src, widened, rows * taps, g.dtype)
+            src2 = src + g.cin * taps if co + 1 < g.cout else NULL  # odd Cout: partner 0
+            # the wb x Kh*Kw source block is contiguous: one vectorized pass makes its 32-bit
+            # elements, and each tap's column of them is then one strided gather
+            if block_fits:
+                if g.dot_bf16:
+                    pypto_pair16(src, src2, rows * taps, paired)
+                else:
+                    pypto_widen(src, widened, rows * taps, g.dtype)
             for phase in range(g.sh * g.sw):
                 ntaps = g.tap_count[phase]
                 first = g.tap_first[phase]
@@ -82,22 +88,22 @@ cdef void _pack_weights(const Geometry *g, const uint16_t *w, int64_t co_begin,
                 for ti in range(ntaps):
                     tap_index = g.tap_kh[first + ti] * g.kw + g.tap_kw[first + ti]
                     if g.dot_bf16:
-                        # one 32-bit store per (W[co], W[co+1]) pair
+                        # one 32-bit element per (W[co], W[co+1]) pair
                         dst_pair = <uint32_t *>(<uint16_t *>g.w_packed + base) \
                             + ((co // 2) * ntaps + ti) * wb
-                        if co + 1 < g.cout:
+                        if block_fits:
+                            pypto_gather32(paired + tap_index, taps, rows, dst_pair)
+                        else:
                             for r in range(rows):
-                                dst_pair[r] = src[r * taps + tap_index] \
-                                    | (<uint32_t>src2[r * taps + tap_index] << 16)
-                        else:   # odd Cout: the last pair's partner is 0
-                            for r in range(rows):
-                                dst_pair[r] = src[r * taps + tap_index]
+                                dst_pair[r] = src[r * taps + tap_index] | (
+                                    0 if src2 == NULL
+                                    else <uint32_t>src2[r * taps + tap_index] << 16)
                         pypto_zero32(dst_pair + rows, wb - rows)
                         continue
                     k = co * ntaps + ti
                     dst_f = <float *>g.w_packed + base + k * wb
-                    if block_fits:   # widened once per (co, channel block), above
-                        pypto_gather_f32(widened + tap_index, taps, rows, dst_f)
+                    if block_fits:
+                        pypto_gather32(widened + tap_index, taps, rows, dst_f)
                     else:
                         for r in range(rows):
                             pypto_widen(&src[r * taps + tap_index], &dst_f[r], 1, g.dtype)
