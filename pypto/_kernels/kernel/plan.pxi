@@ -60,6 +60,8 @@ cdef inline int64_t _k_len(const Geometry *g, int64_t ntaps) noexcept nogil:
 cdef enum:
     ITEMS_PER_THREAD = 4  # work items a thread should have, for dynamic scheduling to balance
     MERGE_TAPS = 2048     # channel-taps (N-L1 x Kh*Kw) below which N-L1 blocks are merged
+    ROW_HALO_SHARE = 4    # whole-width M tiles are merged up to this many times the halo rows
+    ROW_MERGE_BYTES = 262144  # ... while the tile's fp32 accumulator stays within 256 KiB
     CV_L0_BYTES = 73728   # weight panel chunk of one channel-vector K-L0 block (in L2)
 
 
@@ -68,9 +70,11 @@ cdef void _split_for_threads(Geometry *g, int num_threads) noexcept nogil:
     than ITEMS_PER_THREAD work items each: first whole-row M tiles into fewer rows (down to one
     row), then N-L1 blocks into fewer channels (whole panels of g.wb channels), then one-row
     tiles into column ranges (whole register blocks of g.m_block positions). Then balance the
-    row tiles (28 rows in tiles of 9: 7+7+7+7, not 9+9+9+1). Every element is still summed over
-    k in the same order by the same kernel shape: only which work item computes it changes, so
-    no bit does. Image groups are left alone: they shrink for threads on their own (_plan)."""
+    row tiles (28 rows in tiles of 9: 7+7+7+7, not 9+9+9+1). Before cutting, N-L1 blocks of
+    few channel-taps and whole-width M tiles of few rows (against the kernel's halo rows) are
+    merged while enough items remain. Every element is still summed over k in the same order
+    by the same kernel shape: only which work item computes it changes, so no bit does. Image
+    groups are left alone: they shrink for threads on their own (_plan)."""
     cdef int64_t want = ITEMS_PER_THREAD * num_threads
     cdef int64_t others, needed, size, merge
     # Few channel-taps per item (1x1 layers: N-L1 x 1): the frame fill, once per item and K-L1
@@ -86,6 +90,21 @@ cdef void _split_for_threads(Geometry *g, int num_threads) noexcept nogil:
             g.n_blocks = (g.cin + g.nl1 - 1) // g.nl1
     if g.nl1 % g.wb == 0 and g.nl1 < g.cin:  # blocks of equal panel counts: 96 + 64, not 128 + 32
         g.nl1 = ((g.cin + g.wb - 1) // g.wb + g.n_blocks - 1) // g.n_blocks * g.wb
+    # Short whole-width M tiles of a tall kernel (the NPU's one-row tiles of large images): each
+    # item fills m_rows + halo dy rows into its frame, so every dy row was converted 3 times for
+    # a 3x3 kernel on one-row tiles (11% of Inception's Conv2d_2a). Merge whole rows up to
+    # ROW_HALO_SHARE times the halo, within ROW_MERGE_BYTES of accumulator, while
+    # ITEMS_PER_THREAD items a thread remain.
+    cdef int64_t halo = (g.kh - 1) * g.dh
+    if g.col_tiles == 1 and g.group == 1 and 0 < g.m_rows < ROW_HALO_SHARE * halo:
+        others = g.n_groups * g.n_blocks
+        size = _min(_min(ROW_HALO_SHARE * halo, g.hin),
+                    ROW_MERGE_BYTES // (4 * g.win * _round_up(g.nl1, g.wb)))
+        while size > g.m_rows and others * ((g.hin + size - 1) // size) < want:
+            size -= 1
+        if size > g.m_rows:
+            g.m_rows = size
+            g.row_tiles = (g.hin + g.m_rows - 1) // g.m_rows
     if num_threads > 1 and g.group == 1:
         others = g.n_groups * g.n_blocks * g.col_tiles
         if g.col_tiles == 1 and others * g.row_tiles < want:
