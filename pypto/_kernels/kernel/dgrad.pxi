@@ -100,19 +100,28 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
             raise MemoryError(f"pypto: no memory for the kernel's buffers ({panel_bytes} bytes of "
                               f"weight panels, {threads * per_thread * 4} bytes of tile scratch)")
         g.w_packed = w_packed
-        with nogil, parallel(num_threads=threads):
-            for t in prange(threads, schedule="static", chunksize=1):
-                _pack_weights(&g, w_p, _min(t * pack_step, g.cout),
-                              _min((t + 1) * pack_step, g.cout))
+        if threads == 1:   # no team to wake: small calls spend microseconds in each region
+            with nogil:
+                _pack_weights(&g, w_p, 0, g.cout)
+        else:
+            with nogil, parallel(num_threads=threads):
+                for t in prange(threads, schedule="static", chunksize=1):
+                    _pack_weights(&g, w_p, _min(t * pack_step, g.cout),
+                                  _min((t + 1) * pack_step, g.cout))
         # Work items go in chunks so that Ctrl-C is noticed between them: a signal only
         # reaches Python code, and a whole large call could run for minutes.
         chunk = max(8 * threads, 1)
         first = 0
         while first < n_items:
             last = _min(first + chunk, n_items)
-            with nogil, parallel(num_threads=threads):
-                for item in prange(first, last, schedule="dynamic"):
-                    _work_item(&g, item, dy_p, dx_p, scratch + threadid() * per_thread)
+            if threads == 1:
+                with nogil:
+                    for item in range(first, last):
+                        _work_item(&g, item, dy_p, dx_p, scratch)
+            else:
+                with nogil, parallel(num_threads=threads):
+                    for item in prange(first, last, schedule="dynamic"):
+                        _work_item(&g, item, dy_p, dx_p, scratch + threadid() * per_thread)
             first = last
             PyErr_CheckSignals()
     finally:
