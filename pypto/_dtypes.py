@@ -121,6 +121,10 @@ def from_numpy_dtype(np_dtype):
 
     Byte order does not matter here: a big-endian array maps like a native one.
     """
+    if isinstance(np_dtype, np.dtype):  # the common case, an array's native dtype: one lookup
+        found = _DATATYPE_OF.get(np_dtype)
+        if found is not None:
+            return found
     np_dtype = np.dtype(np_dtype)
     if np_dtype.byteorder not in "=|":
         np_dtype = np_dtype.newbyteorder("=")
