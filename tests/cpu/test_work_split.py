@@ -86,6 +86,20 @@ def test_row_tiles_are_balanced():
     assert (s["row_tiles"], s["m_rows"]) == (4, 7)
 
 
+def test_few_row_tiles_are_merged_against_the_kernel_halo():
+    """One-row NPU tiles of a wide image (Inception's Conv2d_2a shape) fill every dy row into
+    three frames for a 3x3 kernel: they are merged up to four times the halo rows (8) while
+    four items a thread remain, then cut again for more threads."""
+    kernel = load_level(LEVELS[-1])
+    q = _problem(2, 32, 32, 40, 149, 3, 3, 1, 1, 1)
+    tiling = _suggested(q)
+    assert tiling.kernel_tiles(q)[0] == 1, "the suggested tiles are no longer one row"
+    assert _split(kernel, q, tiling, 1)["m_rows"] == 8
+    three = _split(kernel, q, tiling, 3)
+    assert three["items"] >= 3 * ITEMS_PER_THREAD and 1 < three["m_rows"] < 8
+    assert _split(kernel, q, tiling, 16)["m_rows"] == 1
+
+
 SPLIT_PROBLEMS = [
     # (n, cin, cout, hin, win, kh, kw, s, p, d)
     (1, 64, 64, 56, 56, 3, 3, 1, 1, 1),  # b at batch 1: rows, then column ranges
@@ -94,6 +108,11 @@ SPLIT_PROBLEMS = [
     (1, 96, 40, 23, 19, 3, 3, 2, 1, 1),  # stride 2: phases in every cut
     (3, 3, 16, 30, 30, 7, 7, 2, 3, 1),  # the few-channel stem
     (1, 72, 24, 9, 31, 3, 5, 1, 1, 1),  # 3x5, Cin off the 32 grid
+    # one-row (or few-row) NPU tiles, merged against the halo rows (8, 16, 24 rows), then cut
+    (2, 32, 32, 40, 149, 3, 3, 1, 1, 1),  # channel-vector kernels
+    (1, 16, 24, 30, 200, 5, 5, 1, 2, 1),  # pixel-vector, 5x5
+    (1, 40, 16, 37, 96, 3, 3, 2, 1, 1),  # stride 2
+    (1, 3, 8, 64, 160, 7, 7, 2, 3, 1),  # the few-channel stem, 7x7/2
 ]
 
 
