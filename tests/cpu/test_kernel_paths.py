@@ -39,6 +39,7 @@ PROBLEMS = [
     (4, 128, 18, 7, 7, 3, 3, (1, 1), (1, 1), (1, 1), 64),  # 6-pixel blocks across images
     (1, 64, 24, 9, 10, 1, 1, (2, 2), (0, 0), (1, 1), None),  # phases without taps: zeros
     (2, 160, 24, 9, 11, 1, 7, (1, 1), (0, 3), (1, 1), 128),  # 1x7; 128 + 32: never wide
+    (1, 64, 24, 9, 41, 3, 3, (2, 2), (1, 1), (1, 1), None),  # stride-2 stores: 16 + 5, 16 + 4
 ]
 # problem index: {threads: images per item}; groups keep four work items per thread
 GROUPED = {8: {1: 2}, 9: {1: 4}, 10: {1: 3}}
