@@ -169,9 +169,8 @@ static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos
     __m512 v[16];
     const __mmask16 ch_mask = (__mmask16)((1u << n_ch) - 1u);
     const __mmask16 pos_mask = (__mmask16)((1u << n_pos) - 1u);
-    uint32_t every_other = 0;  /* lanes 2i, i < n_pos */
-    for (int i = 0; i < n_pos; i++)
-        every_other |= 1u << (2 * i);
+    /* lanes 2i, i < n_pos (n_pos <= 16: 2 * n_pos <= 32 bits) */
+    const uint32_t every_other = (uint32_t)(0x55555555ull & ((1ull << (2 * n_pos)) - 1u));
     for (int i = 0; i < 16; i++)
         v[i] = i < n_pos ? _mm512_maskz_loadu_ps(ch_mask, acc + i * ldc) : _mm512_setzero_ps();
     pypto_transpose_16x16(v);
