@@ -54,15 +54,14 @@ cdef void _pack_weights(const Geometry *g, const uint16_t *w, int64_t co_begin,
     the weight in (taken block column by block column, every pair's rows came as cache misses:
     12% of case e).
     """
-    cdef int64_t phase, ntaps, co, ti, r, rows, first, base, k, tap_index, cb
+    cdef int64_t phase, ntaps, co, ti, r, rows, first, base, tap_index, cb
     cdef int64_t taps = g.kh * g.kw
     cdef const uint16_t *src
     cdef const uint16_t *src2
-    cdef float *dst_f
-    cdef uint32_t *dst_pair
+    cdef uint32_t *dst
     # one wb x Kh*Kw block as 32-bit elements: fp32 values, or bf16 pairs (co, co + 1)
     cdef float widened[PACK_BLOCK]
-    cdef uint32_t *paired = <uint32_t *>widened
+    cdef uint32_t *block32 = <uint32_t *>widened
     cdef int64_t wb = g.wb
     cdef int64_t cin_pad = _round_up(g.cin, wb)
     cdef bint block_fits = wb * taps <= PACK_BLOCK
@@ -78,7 +77,7 @@ cdef void _pack_weights(const Geometry *g, const uint16_t *w, int64_t co_begin,
             # elements, and each tap's column of them is then one strided gather
             if block_fits:
                 if g.dot_bf16:
-                    pypto_pair16(src, src2, rows * taps, paired)
+                    pypto_pair16(src, src2, rows * taps, block32)
                 else:
                     pypto_widen(src, widened, rows * taps, g.dtype)
             for phase in range(g.sh * g.sw):
@@ -87,27 +86,23 @@ cdef void _pack_weights(const Geometry *g, const uint16_t *w, int64_t co_begin,
                 base = g.w_offset[phase] + cb * _k_len(g, ntaps)
                 for ti in range(ntaps):
                     tap_index = g.tap_kh[first + ti] * g.kw + g.tap_kw[first + ti]
+                    # the panel row of k = (co, tap): wb 32-bit elements, one (W[co], W[co+1])
+                    # pair each with the dot product (k counts pairs), else one fp32 value each
                     if g.dot_bf16:
-                        # one 32-bit element per (W[co], W[co+1]) pair
-                        dst_pair = <uint32_t *>(<uint16_t *>g.w_packed + base) \
+                        dst = <uint32_t *>(<uint16_t *>g.w_packed + base) \
                             + ((co // 2) * ntaps + ti) * wb
-                        if block_fits:
-                            pypto_gather32(paired + tap_index, taps, rows, dst_pair)
-                        else:
-                            for r in range(rows):
-                                dst_pair[r] = src[r * taps + tap_index] | (
-                                    0 if src2 == NULL
-                                    else <uint32_t>src2[r * taps + tap_index] << 16)
-                        pypto_zero32(dst_pair + rows, wb - rows)
-                        continue
-                    k = co * ntaps + ti
-                    dst_f = <float *>g.w_packed + base + k * wb
-                    if block_fits:
-                        pypto_gather32(widened + tap_index, taps, rows, dst_f)
+                    else:
+                        dst = <uint32_t *>(<float *>g.w_packed + base) + (co * ntaps + ti) * wb
+                    if block_fits:   # the block's 32-bit elements were made once, above
+                        pypto_gather32(block32 + tap_index, taps, rows, dst)
+                    elif g.dot_bf16:
+                        for r in range(rows):
+                            dst[r] = src[r * taps + tap_index] | (
+                                0 if src2 == NULL else <uint32_t>src2[r * taps + tap_index] << 16)
                     else:
                         for r in range(rows):
-                            pypto_widen(&src[r * taps + tap_index], &dst_f[r], 1, g.dtype)
-                    pypto_zero32(dst_f + rows, wb - rows)
+                            pypto_widen(&src[r * taps + tap_index], <float *>&dst[r], 1, g.dtype)
+                    pypto_zero32(dst + rows, wb - rows)
             cb += wb
         co += step
     # rows past Cin and the missing partner of an odd last channel are written as 0, so the
