@@ -123,42 +123,40 @@ static inline void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *rest
 }
 #endif
 
-/* 16x16 fp32 transpose in registers: out[j] lane i = in[i] lane j. Unpacks pair rows within
- * 128-bit lanes, then two rounds of 128-bit lane shuffles gather each column. */
-static inline void pypto_transpose_16x16(__m512 *v)
+/* 16x16 16-bit transpose in registers. x[i] holds rows i and i+8 (16 words each, the low and
+ * high 256 bits); on return x[k] holds columns k (low 256 bits) and k+8 (high): within each
+ * 128-bit lane an 8x8 transpose by three rounds of unpacks, then one lane shuffle a register
+ * puts rows 0-7 of a column beside its rows 8-15. */
+static inline void pypto_transpose_16x16_epi16(__m512i *x)
 {
-    __m512 a[16], b[16], c[4];
-    for (int k = 0; k < 8; k++) {
-        a[2 * k] = _mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]);
-        a[2 * k + 1] = _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]);
+    __m512i t[8], u[8];
+    for (int k = 0; k < 4; k++) {
+        t[2 * k] = _mm512_unpacklo_epi16(x[2 * k], x[2 * k + 1]);
+        t[2 * k + 1] = _mm512_unpackhi_epi16(x[2 * k], x[2 * k + 1]);
     }
-    for (int g = 0; g < 4; g++) {  /* b[4g+m], lane L: rows 4g..4g+3 of column 4L+m */
-        const __m512d lo = _mm512_castps_pd(a[4 * g]), hi = _mm512_castps_pd(a[4 * g + 1]);
-        const __m512d lo2 = _mm512_castps_pd(a[4 * g + 2]), hi2 = _mm512_castps_pd(a[4 * g + 3]);
-        b[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, lo2));
-        b[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, lo2));
-        b[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(hi, hi2));
-        b[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(hi, hi2));
+    for (int h = 0; h < 2; h++) {   /* u[4h+m]: rows 4h..4h+3 of columns 2m, 2m+1 (a lane's) */
+        u[4 * h] = _mm512_unpacklo_epi32(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 1] = _mm512_unpackhi_epi32(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 2] = _mm512_unpacklo_epi32(t[4 * h + 1], t[4 * h + 3]);
+        u[4 * h + 3] = _mm512_unpackhi_epi32(t[4 * h + 1], t[4 * h + 3]);
     }
-    for (int m = 0; m < 4; m++) {  /* column 4L+m: lane L of b[m], b[4+m], b[8+m], b[12+m] */
-        c[0] = _mm512_shuffle_f32x4(b[m], b[4 + m], 0x88);
-        c[1] = _mm512_shuffle_f32x4(b[m], b[4 + m], 0xdd);
-        c[2] = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0x88);
-        c[3] = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0xdd);
-        v[m] = _mm512_shuffle_f32x4(c[0], c[2], 0x88);
-        v[4 + m] = _mm512_shuffle_f32x4(c[1], c[3], 0x88);
-        v[8 + m] = _mm512_shuffle_f32x4(c[0], c[2], 0xdd);
-        v[12 + m] = _mm512_shuffle_f32x4(c[1], c[3], 0xdd);
+    for (int m = 0; m < 4; m++) {   /* lanes: rows 0-7 of k, of k+8, rows 8-15 of k, of k+8 */
+        x[2 * m] = _mm512_unpacklo_epi64(u[m], u[4 + m]);
+        x[2 * m + 1] = _mm512_unpackhi_epi64(u[m], u[4 + m]);
     }
+    for (int k = 0; k < 8; k++)
+        x[k] = _mm512_shuffle_i64x2(x[k], x[k], _MM_SHUFFLE(3, 1, 2, 0));
 }
 
 /* The channel-vector write-out: n_pos (<= 16) positions x n_ch (<= 16) channels of the
  * [position][channel] accumulator (acc: the first position's first channel, rows ldc apart),
  * rounded once and stored channel by channel: channel j's n_pos values go to dst + j*ch_stride
- * + i*step (step: the stride's column step). Step 2 (a stride-2 phase: every other column)
- * spreads the 16 values to the even 16-bit lanes of a zmm and stores them under a mask, one
- * store where there were 16 (the scalar stores were 8-15% of ResNet's and YOLOv5s's 3x3/2
- * layers); other steps store lane by lane. */
+ * + i*step (step: the stride's column step). Rounded first, then transposed as 16-bit words:
+ * half the data to move as fp32, 32 shuffles where there were 64 (a 1x1 layer's write-out
+ * -25%). Step 2 (a stride-2 phase: every other column) spreads the 16 values to the even
+ * 16-bit lanes of a zmm and stores them under a mask, one store where there were 16 (the
+ * scalar stores were 8-15% of ResNet's and YOLOv5s's 3x3/2 layers); other steps store lane by
+ * lane. */
 static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch,
                                         uint16_t *dst, int64_t ch_stride, int64_t step,
                                         int dtype)
@@ -166,16 +164,23 @@ static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos
     static const uint16_t even_lanes[32] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7,
                                             8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14,
                                             15, 15};
-    __m512 v[16];
+    __m512i x[8];
     const __mmask16 ch_mask = (__mmask16)((1u << n_ch) - 1u);
     const __mmask16 pos_mask = (__mmask16)((1u << n_pos) - 1u);
     /* lanes 2i, i < n_pos (n_pos <= 16: 2 * n_pos <= 32 bits) */
     const uint32_t every_other = (uint32_t)(0x55555555ull & ((1ull << (2 * n_pos)) - 1u));
-    for (int i = 0; i < 16; i++)
-        v[i] = i < n_pos ? _mm512_maskz_loadu_ps(ch_mask, acc + i * ldc) : _mm512_setzero_ps();
-    pypto_transpose_16x16(v);
+    for (int i = 0; i < 8; i++) {
+        const __m512 lo = i < n_pos ? _mm512_maskz_loadu_ps(ch_mask, acc + i * ldc)
+                                    : _mm512_setzero_ps();
+        const __m512 hi = i + 8 < n_pos ? _mm512_maskz_loadu_ps(ch_mask, acc + (i + 8) * ldc)
+                                        : _mm512_setzero_ps();
+        x[i] = _mm512_inserti64x4(_mm512_castsi256_si512(pypto_narrow16(lo, dtype)),
+                                  pypto_narrow16(hi, dtype), 1);
+    }
+    pypto_transpose_16x16_epi16(x);
     for (int j = 0; j < n_ch; j++) {
-        const __m256i narrow = pypto_narrow16(v[j], dtype);
+        const __m256i narrow = j < 8 ? _mm512_castsi512_si256(x[j])
+                                     : _mm512_extracti64x4_epi64(x[j - 8], 1);
         if (step == 1) {
             _mm256_mask_storeu_epi16(dst + j * ch_stride, pos_mask, narrow);
         } else if (step == 2) {
