@@ -7,7 +7,9 @@ blocks (with the bf16 dot product, the wide one: 6 pixels x 64 channels, for who
 blocks), and the few-channel kernels (4 rows x 64 positions) tiles of at most 4 channels. All
 sum each element over k in the same order, so they must agree bit for bit with the 8-row
 pixel kernels, on fp16 and bf16 (with and without the dot product), for every stride, tile and
-vec-tile chunk shape, on any thread count, with Inf and NaN in dy too.
+vec-tile chunk shape, on any thread count, with Inf and NaN in dy too. (Whole-width tiles of
+stride-1 layers are written out as one run per channel, 16 positions at a time across row
+ends: the 7- and 17-wide rows here.)
 """
 
 import ml_dtypes
@@ -40,6 +42,7 @@ PROBLEMS = [
     (1, 64, 24, 9, 10, 1, 1, (2, 2), (0, 0), (1, 1), None),  # phases without taps: zeros
     (2, 160, 24, 9, 11, 1, 7, (1, 1), (0, 3), (1, 1), 128),  # 1x7; 128 + 32: never wide
     (1, 64, 24, 9, 41, 3, 3, (2, 2), (1, 1), (1, 1), None),  # stride-2 stores: 16 + 5, 16 + 4
+    (2, 96, 24, 6, 17, 3, 3, (1, 1), (1, 1), (1, 1), None),  # 17-wide rows, stored as runs
 ]
 # problem index: {threads: images per item}; groups keep four work items per thread
 GROUPED = {8: {1: 2}, 9: {1: 4}, 10: {1: 3}}
