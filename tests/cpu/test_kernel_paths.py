@@ -43,6 +43,7 @@ PROBLEMS = [
     (2, 160, 24, 9, 11, 1, 7, (1, 1), (0, 3), (1, 1), 128),  # 1x7; 128 + 32: never wide
     (1, 64, 24, 9, 41, 3, 3, (2, 2), (1, 1), (1, 1), None),  # stride-2 stores: 16 + 5, 16 + 4
     (2, 96, 24, 6, 17, 3, 3, (1, 1), (1, 1), (1, 1), None),  # 17-wide rows, stored as runs
+    (1, 288, 20, 7, 9, 3, 3, (2, 2), (1, 1), (1, 1), 128),  # 128 + 128 + 32: never wide
 ]
 # problem index: {threads: images per item}; groups keep four work items per thread
 GROUPED = {8: {1: 2}, 9: {1: 4}, 10: {1: 3}}
@@ -117,11 +118,10 @@ def _same_bits_as_pixel_kernels(kernel, case, dtype, shape_kind, label, groups=N
             for kind in kinds:
                 path, out = _run(kernel, case, dtype, vec, threads, dot, kind)
                 assert f"+{shape_kind}" in path, path
-                # the wide kernel serves exactly the tiles of whole 64-channel blocks whose
-                # last block's padding to 64 wastes at most 1/9 of the channels
+                # the wide kernel serves exactly the tiles of whole 64-channel blocks, the
+                # last block too
                 nl1, cin = case[3][2], case[4][1]
-                tail = cin % nl1
-                wide = nl1 % 64 == 0 and (cin - tail + -(-tail // 64) * 64) * 8 <= cin * 9
+                wide = nl1 % 64 == 0 and cin % 64 == 0
                 assert ("+wide" in path) == (kind == "wide" and wide), (path, nl1)
                 group = (groups or {}).get(threads, 1)
                 assert ("+group" not in path) if group == 1 else path.endswith(f"+group{group}")
