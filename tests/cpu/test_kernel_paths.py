@@ -3,13 +3,14 @@
 Pixel-vector kernels (C rows are 8 input channels, columns output pixels) serve every level;
 on the AVX-512 levels the channel-vector kernels (rows are pixels, columns 32 input channels;
 no halo, no A packing, 16x16 transposes on the way out) serve tiles of whole 32-channel
-blocks (with the bf16 dot product, the wide one: 6 pixels x 64 channels, for whole 64-channel
-blocks), and the few-channel kernels (4 rows x 64 positions) tiles of at most 4 channels. All
-sum each element over k in the same order, so they must agree bit for bit with the 8-row
-pixel kernels, on fp16 and bf16 (with and without the dot product), for every stride, tile and
-vec-tile chunk shape, on any thread count, with Inf and NaN in dy too. (Whole-width tiles of
-stride-1 layers are written out as one run per channel, 16 positions at a time across row
-ends: the 7- and 17-wide rows here.)
+blocks, a last panel of at most 16 channels on their 16-column forms (with the bf16 dot
+product, the wide one: 6 pixels x 64 channels, for whole 64-channel blocks), and the
+few-channel kernels (4 rows x 64 positions) tiles of at most 4 channels. All sum each element
+over k in the same order, so they must agree bit for bit with the 8-row pixel kernels, on fp16
+and bf16 (with and without the dot product), for every stride, tile and vec-tile chunk shape,
+on any thread count, with Inf and NaN in dy too. (Whole-width tiles of stride-1 layers are
+written out as one run per channel, 16 positions at a time across row ends: the 7- and
+17-wide rows here.)
 """
 
 import ml_dtypes
@@ -44,6 +45,9 @@ PROBLEMS = [
     (1, 64, 24, 9, 41, 3, 3, (2, 2), (1, 1), (1, 1), None),  # stride-2 stores: 16 + 5, 16 + 4
     (2, 96, 24, 6, 17, 3, 3, (1, 1), (1, 1), (1, 1), None),  # 17-wide rows, stored as runs
     (1, 288, 20, 7, 9, 3, 3, (2, 2), (1, 1), (1, 1), 128),  # 128 + 128 + 32: never wide
+    (2, 80, 21, 9, 11, 3, 3, (1, 1), (1, 1), (1, 1), 80),  # 32 + 32 + 16: the 7 x 16 kernels
+    (1, 48, 16, 8, 9, 5, 5, (1, 1), (2, 2), (1, 1), None),  # 32 + 16, 5x5
+    (1, 80, 18, 6, 7, 3, 3, (2, 2), (1, 1), (1, 1), 64),  # blocks of 64 and of 16
 ]
 # problem index: {threads: images per item}; groups keep four work items per thread
 GROUPED = {8: {1: 2}, 9: {1: 4}, 10: {1: 3}}

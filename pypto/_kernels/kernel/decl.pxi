@@ -46,6 +46,7 @@ cdef extern from "pypto_isa.h" nogil:
     enum: PYPTO_HAVE_CV_WIDE
     enum: PYPTO_CVW_M
     enum: PYPTO_CVW_N
+    enum: PYPTO_HAVE_CV_HALF
     const char *pypto_isa_name()
 
 cdef extern from "pypto_pixel.h" nogil:
@@ -74,6 +75,10 @@ cdef extern from "pypto_chanvec.h" nogil:
     void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
                                const int64_t *offs, float *c, int64_t ldc, int first)
     void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
+                                const int64_t *offs, float *c, int64_t ldc, int first)
+    void pypto_ukernel_cvh_f32(int64_t kc, const float *w, const float *const *a_rows,
+                               const int64_t *offs, float *c, int64_t ldc, int first)
+    void pypto_ukernel_cvh_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
                                 const int64_t *offs, float *c, int64_t ldc, int first)
     void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch, uint16_t *dst,
                               int64_t ch_stride, int64_t step, int dtype)

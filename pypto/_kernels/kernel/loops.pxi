@@ -251,12 +251,15 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
     cdef int64_t k_len = _k_len(g, g.tap_count[phase])
     cdef int64_t nl0 = _round_up(g.nl0, g.wb)
     cdef int64_t n0, n_end, cb, pb, panel
+    cdef bint half
     n0 = 0
     while n0 < n_count1:                                           # N-L0
         n_end = _min(n0 + nl0, n_count1)
         cb = n0
         while cb < n_end:            # g.wb channels: their weight panel stays in L1 ...
             panel = g.w_offset[phase] + (c_first + cb) * k_len
+            # a last panel of at most 16 channels: the 16-channel kernels
+            half = PYPTO_HAVE_CV_HALF and g.wb == PYPTO_CV_N and n_count1 - cb <= PYPTO_CV_N // 2
             pb = t0
             while pb < t0 + t_count:  # ... while the pixel blocks pass over it
                 if g.wb == PYPTO_CVW_N:
@@ -265,12 +268,12 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
                         <const uint32_t *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc,
                         first)
                 elif g.dot_bf16:
-                    pypto_ukernel_cv_bf16(
+                    (pypto_ukernel_cvh_bf16 if half else pypto_ukernel_cv_bf16)(
                         k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_CV_N,
                         <const uint32_t *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc,
                         first)
                 else:
-                    pypto_ukernel_cv_f32(
+                    (pypto_ukernel_cvh_f32 if half else pypto_ukernel_cv_f32)(
                         k_count, <const float *>g.w_packed + panel + k_first * PYPTO_CV_N,
                         <const float *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc,
                         first)

@@ -52,6 +52,18 @@ cdef inline int64_t _round_up(int64_t a, int64_t b) noexcept nogil:
     return (a + b - 1) // b * b
 
 
+cdef inline int64_t _cv_computed(int64_t channels) noexcept nogil:
+    """The channels the channel-vector kernels compute for a block of ``channels``: whole
+    PYPTO_CV_N-channel panels, the last one 16 wide where it holds at most 16, follows a whole
+    one and the level has the half kernels (Cin 48 and 80, Inception's 5x5 and Conv2d_4a
+    layers, ran on the pixel kernels at 184-191 GFLOP/s, 7 x 32 + 7 x 16 runs them at 209-218;
+    a lone 16-channel block is no faster than on the pixel kernels, and a 1x1 one slower)."""
+    cdef int64_t computed = _round_up(channels, PYPTO_CV_N)
+    if PYPTO_HAVE_CV_HALF and channels > PYPTO_CV_N and computed - channels >= PYPTO_CV_N // 2:
+        computed -= PYPTO_CV_N // 2
+    return computed
+
+
 cdef inline int64_t _cv_ldc(const Geometry *g) noexcept nogil:
     """Floats between the channel-vector accumulator's pixel rows: N-L1 padded, plus one
     cache line, so that the 16 rows the write-out transposes fall in 16 L1 sets (512 or 1024
@@ -156,7 +168,7 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
     # packing and pixel blocks of 7 (AVX2 6) instead of 32 (small images).
     g.chan_vec = PYPTO_HAVE_CHAN_VEC and use_chan_vec \
         and (g.nl1 % PYPTO_CV_N == 0 or g.nl1 == g.cin) \
-        and _round_up(g.nl1, PYPTO_CV_N) * 8 <= g.nl1 * 9
+        and _cv_computed(g.nl1) * 8 <= g.nl1 * 9
     # Few-channel kernels where the whole of Cin is at most 4 channels (the stem's 3).
     g.few = PYPTO_HAVE_FEW and use_few and not g.chan_vec and g.nl1 == g.cin \
         and g.cin <= PYPTO_FEW_MR

@@ -68,6 +68,48 @@ static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
 
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
 
+/* The half channel-vector kernels: PYPTO_CV_M pixels x 16 channels (one zmm), for a block's last
+ * panel when it holds at most 16 channels (Cin 48 = 32 + 16, 80 = 2 x 32 + 16: the 7 x 32
+ * kernel would pad it to 32, the pixel kernels pack A for the whole block). W stays packed
+ * [k][PYPTO_CV_N]; its first 16 columns are read. 7 accumulators still cover the FMA and dot
+ * latencies. The same sums in the same k order as the 7 x 32 kernels, lane for lane. */
+#define PYPTO_CVH_LOAD(r) const int64_t o##r = offs[r]; \
+    __m512 c##r = PYPTO_CV_INIT(c + (r) * ldc);
+#define PYPTO_CVH_STORE(r) _mm512_storeu_ps(c + (r) * ldc, c##r);
+
+static inline void pypto_ukernel_cvh_f32(int64_t kc, const float *restrict w,
+                                         const float *const *a_rows, const int64_t *offs,
+                                         float *restrict c, int64_t ldc, int first)
+{
+    PYPTO_CV_ROWS(PYPTO_CVH_LOAD)
+    for (int64_t k = 0; k < kc; k++) {
+        const float *a = a_rows[k];
+        const __m512 w0 = _mm512_loadu_ps(w + k * PYPTO_CV_N);
+#define PYPTO_CVH_FMA(r) c##r = _mm512_fmadd_ps(w0, _mm512_set1_ps(a[o##r]), c##r);
+        PYPTO_CV_ROWS(PYPTO_CVH_FMA)
+#undef PYPTO_CVH_FMA
+    }
+    PYPTO_CV_ROWS(PYPTO_CVH_STORE)
+}
+
+#ifdef PYPTO_ISA_AVX512BF16
+static inline void pypto_ukernel_cvh_bf16(int64_t kc_pairs, const uint32_t *restrict w,
+                                          const uint32_t *const *a_rows, const int64_t *offs,
+                                          float *restrict c, int64_t ldc, int first)
+{
+    PYPTO_CV_ROWS(PYPTO_CVH_LOAD)
+    for (int64_t kp = 0; kp < kc_pairs; kp++) {
+        const uint32_t *a = a_rows[kp];
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512((const void *)(w + kp * PYPTO_CV_N));
+#define PYPTO_CVH_DOT(r) \
+        c##r = _mm512_dpbf16_ps(c##r, (__m512bh)_mm512_set1_epi32((int)a[o##r]), w0);
+        PYPTO_CV_ROWS(PYPTO_CVH_DOT)
+#undef PYPTO_CVH_DOT
+    }
+    PYPTO_CV_ROWS(PYPTO_CVH_STORE)
+}
+#endif
+
 /* The wide channel-vector kernel (bf16 dot product): 6 pixels x 64 channels (four zmm), for
  * N-L1 blocks of whole 64-channel panels. 24 accumulators instead of 14: each broadcast of A
  * feeds four vectors and each W vector six pixels (10 loads per 24 dot products, against 9 per

@@ -21,7 +21,8 @@
  *                    pixels), with 16-column (*_half) forms on AVX-512 and AVX2 and an 8-column
  *                    (*_quarter) form on AVX2
  *   pypto_chanvec.h  channel-vector, AVX-512 and AVX2: C[PYPTO_CV_M pixels x PYPTO_CV_N
- *                    channels], 7 x 32 (AVX2 6 x 16); with the bf16 dot product also the wide
+ *                    channels], 7 x 32 (AVX2 6 x 16); on AVX-512 also 7 x 16 (*_cvh_*) for a
+ *                    last panel of at most 16 channels; with the bf16 dot product the wide
  *                    6 x 64 (*_cvw_*) for whole 64-channel blocks
  *   pypto_few.h      few-channel, AVX-512: C[4 channels x 64 positions] for tiles of at most 4
  *                    input channels
@@ -86,6 +87,12 @@ enum { PYPTO_HAVE_CHAN_VEC = 0, PYPTO_CV_M = 7, PYPTO_CV_N = 32, PYPTO_CV_STORE 
 #endif
 /* the wide channel-vector kernel (6 pixels x 64 channels) is a bf16 dot-product kernel */
 enum { PYPTO_HAVE_CV_WIDE = PYPTO_HAVE_BF16_DOT, PYPTO_CVW_M = 6, PYPTO_CVW_N = 64 };
+/* the half channel-vector kernels (PYPTO_CV_M pixels x 16 channels, a last panel's 1-16) */
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
+enum { PYPTO_HAVE_CV_HALF = 1 };
+#else
+enum { PYPTO_HAVE_CV_HALF = 0 };
+#endif
 
 /* Few-channel blocks: PYPTO_FEW_MR channels x PYPTO_FEW_NR positions. */
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
@@ -107,12 +114,19 @@ enum { PYPTO_HAVE_FEW = 0, PYPTO_FEW_MR = 4, PYPTO_FEW_NR = 64 };
  * there (PYPTO_HAVE_* are 0). The pixel-vector bf16 kernels exist at every level, empty
  * without the dot product (pypto_pixel.h). */
 #if !(defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512))
-/* Other levels have no few-channel kernel (the kernel never chooses it there). */
+/* Other levels have no few-channel kernel and no half channel-vector one (the kernel never
+ * chooses them there). */
 static inline void pypto_ukernel_few_f32(int64_t kc, const float *restrict w,
                                          const float *const *a_rows, int64_t j0,
                                          float *restrict c, int64_t ldc)
 {
     (void)kc; (void)w; (void)a_rows; (void)j0; (void)c; (void)ldc;  /* never called */
+}
+static inline void pypto_ukernel_cvh_f32(int64_t kc, const float *restrict w,
+                                         const float *const *a_rows, const int64_t *offs,
+                                         float *restrict c, int64_t ldc, int first)
+{
+    (void)kc; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;
 }
 #endif
 
@@ -149,6 +163,12 @@ static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restr
     (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;
 }
 static inline void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *restrict w,
+                                          const uint32_t *const *a_rows, const int64_t *offs,
+                                          float *restrict c, int64_t ldc, int first)
+{
+    (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;
+}
+static inline void pypto_ukernel_cvh_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                           const uint32_t *const *a_rows, const int64_t *offs,
                                           float *restrict c, int64_t ldc, int first)
 {
