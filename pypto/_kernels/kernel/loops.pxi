@@ -398,6 +398,56 @@ cdef void _write_out_cv_run(const Geometry *g, const float *acc, uint16_t *dx_ru
         c_blk = c_end
 
 
+cdef inline void _frame_share(Frame *f, int64_t top, int64_t left, int64_t fr,
+                              int64_t fc) noexcept nogil:
+    """f re-based on the frame of fr x fc dy positions from (top, left) that covers it: the one
+    frame every phase of a tile reads (_row_table's shifts and the fill follow qh_max, qw_max)."""
+    f.qh_max = f.ih0 - top
+    f.qw_max = f.jw0 - left
+    f.fr = fr
+    f.fc = fc
+    f.plane = f.images * fr * fc
+
+
+cdef inline int64_t _acc_part(const Geometry *g, const Frame *f) noexcept nogil:
+    """Floats of one phase's accumulator in the channel-vector kernels' per-phase parts."""
+    return _round_up(f.positions, g.m_block) * f.ldc
+
+
+cdef inline void _multiply_block(const Geometry *g, const Frame *f, int64_t phase,
+                                 int64_t c_first, int64_t n_count1, int64_t co1,
+                                 int64_t co_count, const void *frame, const void **row_ptrs,
+                                 float *acc, const int64_t *offs, uint32_t *a_panel,
+                                 const void **panel_rows) noexcept nogil:
+    """acc += one K-L1 block (dy channels co1 .. +co_count, already in the frame) of one phase:
+    the row table, then M-L0 x K-L0 blocks through the tile's kernel shape."""
+    cdef int64_t pair = 2 if g.dot_bf16 else 1
+    cdef int64_t ntaps = g.tap_count[phase]
+    cdef int64_t t0, t_count, k0, k_count
+    # this block's k (in pairs for bf16): channel slots x taps
+    cdef int64_t k1 = (co1 // pair) * ntaps
+    cdef int64_t k_count1 = ((co_count + pair - 1) // pair) * ntaps
+    _row_table(g, f, phase, k_count1 // ntaps, frame, row_ptrs)
+    t0 = 0
+    while t0 < f.positions:                                        # M-L0
+        # blocks start on the register width: a padded block must not reach into the next one
+        # (each would add its products to the same positions)
+        t_count = _min(_round_up(g.ml0, g.m_block), f.positions - t0)
+        k0 = 0
+        while k0 < k_count1:                                       # K-L0
+            k_count = _min(_max(g.kl0 // pair, 1), k_count1 - k0)
+            if g.chan_vec:
+                _multiply_cv(g, f, phase, c_first, n_count1, k1 + k0, k_count, row_ptrs + k0,
+                             t0, t_count, acc, offs, co1 == 0 and k0 == 0)
+            elif g.few:
+                _multiply_few(g, f, phase, k1 + k0, k_count, row_ptrs + k0, t0, t_count, acc)
+            else:
+                _multiply(g, f, phase, c_first, n_count1, k1 + k0, k_count, row_ptrs + k0, t0,
+                          t_count, acc, a_panel, panel_rows)
+            k0 += k_count
+        t0 += t_count
+
+
 cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16_t *dx,
                      float *scratch) noexcept nogil:
     """One (image group, N-L1 block, M-L1 tile): every output element of it, start to
@@ -423,49 +473,79 @@ cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16
     cdef const void **row_ptrs = <const void **>(acc + g.acc_len + g.frame_len)
     cdef int64_t *offs = <int64_t *>(acc + g.acc_len + g.frame_len + g.rows_len)
     cdef Frame f
-    cdef int64_t phase, ntaps, co1, co_count, k1, k_count1, t0, t_count, k0, k_count
-    cdef int64_t pair = 2 if g.dot_bf16 else 1
-    cdef int64_t m_block = g.m_block
+    cdef int64_t phase, co1, co_count, k0
     if g.pack_a:
         for k0 in range(g.panel_rows_len // 2):
             panel_rows[k0] = a_panel + k0 * PYPTO_NR
+    if g.chan_vec:
+        _work_item_cv(g, images, h0, rows, w0, cols, c_first, n_count1, dy_img, dx_img, acc,
+                      frame, row_ptrs, offs)
+        return
     for phase in range(g.sh * g.sw):
         if not _frame_for_phase(g, phase, h0, rows, w0, cols, images, &f):
             continue
-        ntaps = g.tap_count[phase]
-        if g.chan_vec:
-            _position_offsets(g, &f, offs)
-            if ntaps == 0:   # otherwise the first k block starts the sums at 0 (no memset)
-                memset(acc, 0, _round_up(f.positions, m_block) * f.ldc * sizeof(float))
-        else:
-            memset(acc, 0, g.nl1_pad * f.ldc * sizeof(float))
+        memset(acc, 0, g.nl1_pad * f.ldc * sizeof(float))
         co1 = 0
-        while ntaps > 0 and co1 < g.cout:                          # K-L1: cout_l1 channels
+        while g.tap_count[phase] > 0 and co1 < g.cout:            # K-L1: cout_l1 channels
             co_count = _min(g.cout_l1, g.cout - co1)
             _fill_frame(g, dy_img, &f, co1, co_count, frame)
-            # this block's k (in pairs for bf16): channel slots x taps
-            k1 = (co1 // pair) * ntaps
-            k_count1 = ((co_count + pair - 1) // pair) * ntaps
-            _row_table(g, &f, phase, k_count1 // ntaps, frame, row_ptrs)
-            t0 = 0
-            while t0 < f.positions:                                # M-L0
-                # blocks start on the register width: a padded block must not reach into
-                # the next one (each would add its products to the same positions)
-                t_count = _min(_round_up(g.ml0, m_block), f.positions - t0)
-                k0 = 0
-                while k0 < k_count1:                               # K-L0
-                    k_count = _min(_max(g.kl0 // pair, 1), k_count1 - k0)
-                    if g.chan_vec:
-                        _multiply_cv(g, &f, phase, c_first, n_count1, k1 + k0, k_count,
-                                     row_ptrs + k0, t0, t_count, acc, offs,
-                                     co1 == 0 and k0 == 0)
-                    elif g.few:
-                        _multiply_few(g, &f, phase, k1 + k0, k_count, row_ptrs + k0, t0,
-                                      t_count, acc)
-                    else:
-                        _multiply(g, &f, phase, c_first, n_count1, k1 + k0, k_count,
-                                  row_ptrs + k0, t0, t_count, acc, a_panel, panel_rows)
-                    k0 += k_count
-                t0 += t_count
+            _multiply_block(g, &f, phase, c_first, n_count1, co1, co_count, frame, row_ptrs,
+                            acc, offs, a_panel, panel_rows)
             co1 += co_count
         _write_out(g, acc, dx_img, c_first, n_count1, &f)
+
+
+cdef void _work_item_cv(const Geometry *g, int64_t images, int64_t h0, int64_t rows, int64_t w0,
+                        int64_t cols, int64_t c_first, int64_t n_count1,
+                        const uint16_t *dy_img, uint16_t *dx_img, float *acc, void *frame,
+                        const void **row_ptrs, int64_t *offs) noexcept nogil:
+    """_work_item with the channel-vector kernels: K-L1 blocks outside, the stride phases
+    inside, each phase summing into its own part of the accumulator, so that all phases read
+    one frame of the tile's dy rows, filled once per K-L1 block (a 3x3/2 layer filled the
+    same rows into four frames: up to 17% of its time)."""
+    cdef Frame f
+    cdef int64_t n_phases = g.sh * g.sw
+    cdef int64_t phase, co1, co_count, part, ch, cw, top = 0, left = 0, bottom = 0, right = 0
+    cdef bint seen = False, filled
+    # the frame that covers every phase with taps
+    for phase in range(n_phases):
+        if g.tap_count[phase] == 0 \
+                or not _frame_for_phase(g, phase, h0, rows, w0, cols, images, &f):
+            continue
+        ch, cw = f.ih0 - f.qh_max, f.jw0 - f.qw_max   # the phase's own frame's corner
+        if not seen:
+            top, left, bottom, right, seen = ch, cw, ch + f.fr, cw + f.fc, True
+        else:
+            top, left = _min(top, ch), _min(left, cw)
+            bottom, right = _max(bottom, ch + f.fr), _max(right, cw + f.fc)
+    co1 = 0
+    while seen and co1 < g.cout:                                   # K-L1: cout_l1 channels
+        co_count = _min(g.cout_l1, g.cout - co1)
+        filled = False
+        part = 0
+        for phase in range(n_phases):
+            if g.tap_count[phase] == 0 \
+                    or not _frame_for_phase(g, phase, h0, rows, w0, cols, images, &f):
+                continue
+            _frame_share(&f, top, left, bottom - top, right - left)
+            if not filled:
+                _fill_frame(g, dy_img, &f, co1, co_count, frame)
+                filled = True
+            _position_offsets(g, &f, offs)
+            _multiply_block(g, &f, phase, c_first, n_count1, co1, co_count, frame, row_ptrs,
+                            acc + part, offs, NULL, NULL)
+            part += _acc_part(g, &f)
+        co1 += co_count
+    part = 0
+    for phase in range(n_phases):
+        if g.tap_count[phase] > 0 \
+                and _frame_for_phase(g, phase, h0, rows, w0, cols, images, &f):
+            _write_out(g, acc + part, dx_img, c_first, n_count1, &f)
+            part += _acc_part(g, &f)
+    # phases without taps (1x1/2: three of four) are zeros, written out from the start of acc
+    # (the phases above own a part each and start their sums at 0 in their first k block)
+    for phase in range(n_phases):
+        if g.tap_count[phase] == 0 \
+                and _frame_for_phase(g, phase, h0, rows, w0, cols, images, &f):
+            memset(acc, 0, _acc_part(g, &f) * sizeof(float))
+            _write_out(g, acc, dx_img, c_first, n_count1, &f)

@@ -239,9 +239,13 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
     cdef int64_t k_l0 = _max(g.kl0 // pair, 1)
     g.panel_len = _round_up(k_l0 * PYPTO_NR + 8, ALIGN) if g.pack_a else 0
     g.panel_rows_len = _round_up(2 * k_l0, ALIGN) if g.pack_a else 0   # pointers: two slots
+    cdef int64_t live = 0   # phases with taps
+    for phase in range(n_phases):
+        live += t_count[phase] > 0
     if g.chan_vec:
-        g.acc_len = _round_up(_round_up(g.group * rows_max * cols_max, g.m_block) * _cv_ldc(g),
-                              ALIGN)
+        # a part per stride phase with taps (loops.pxi, _work_item_cv)
+        g.acc_len = _round_up(_max(live, 1) * _round_up(g.group * rows_max * cols_max, g.m_block)
+                              * _cv_ldc(g), ALIGN)
     else:
         g.acc_len = _round_up(g.nl1_pad * _round_up(rows_max * (cols_max if g.pack_a else fc_max),
                                                     g.m_block), ALIGN)
