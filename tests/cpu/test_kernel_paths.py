@@ -10,7 +10,8 @@ over k in the same order, so they must agree bit for bit with the 8-row pixel ke
 and bf16 (with and without the dot product), for every stride, tile and vec-tile chunk shape,
 on any thread count, with Inf and NaN in dy too. (Whole-width tiles of stride-1 layers are
 written out as one run per channel, 16 positions at a time across row ends: the 7- and
-17-wide rows here.)
+17-wide rows here; the two column phases of a stride-2 row phase are written out together,
+interleaved: padding 1 puts the odd columns' phase first, padding 2 the even columns'.)
 """
 
 import ml_dtypes
@@ -48,6 +49,7 @@ PROBLEMS = [
     (2, 80, 21, 9, 11, 3, 3, (1, 1), (1, 1), (1, 1), 80),  # 32 + 32 + 16: the 7 x 16 kernels
     (1, 48, 16, 8, 9, 5, 5, (1, 1), (2, 2), (1, 1), None),  # 32 + 16, 5x5
     (1, 80, 18, 6, 7, 3, 3, (2, 2), (1, 1), (1, 1), 64),  # blocks of 64 and of 16
+    (2, 64, 20, 9, 37, 3, 3, (2, 2), (2, 2), (1, 1), None),  # paired stores: even phase first
 ]
 # problem index: {threads: images per item}; groups keep four work items per thread
 GROUPED = {8: {1: 2}, 9: {1: 4}, 10: {1: 3}}

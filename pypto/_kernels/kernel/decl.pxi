@@ -47,6 +47,7 @@ cdef extern from "pypto_isa.h" nogil:
     enum: PYPTO_CVW_M
     enum: PYPTO_CVW_N
     enum: PYPTO_HAVE_CV_HALF
+    enum: PYPTO_HAVE_CV_PAIR
     const char *pypto_isa_name()
 
 cdef extern from "pypto_pixel.h" nogil:
@@ -82,6 +83,8 @@ cdef extern from "pypto_chanvec.h" nogil:
                                 const int64_t *offs, float *c, int64_t ldc, int first)
     void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch, uint16_t *dst,
                               int64_t ch_stride, int64_t step, int dtype)
+    void pypto_cv_store_pair(const float *acc, const float *acc_b, int64_t ldc, int n_pos,
+                             int n_pos_b, int n_ch, uint16_t *dst, int64_t ch_stride, int dtype)
 
 cdef extern from "pypto_peak.h" nogil:
     double pypto_peak_madd(int64_t iterations)

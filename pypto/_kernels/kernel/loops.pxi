@@ -290,7 +290,7 @@ cdef void _write_out(const Geometry *g, const float *acc, uint16_t *dx_img, int6
     cdef const float *src
     cdef uint16_t *dst
     if g.chan_vec:
-        _write_out_cv(g, acc, dx_img, c_first, n_count, f)
+        _write_out_cv(g, acc, dx_img, c_first, n_count, f, NULL, NULL)
         return
     c_blk = 0
     while c_blk < n_count:
@@ -316,21 +316,28 @@ cdef void _write_out(const Geometry *g, const float *acc, uint16_t *dx_img, int6
 
 
 cdef void _write_out_cv(const Geometry *g, const float *acc, uint16_t *dx_img, int64_t c_first,
-                        int64_t n_count, const Frame *f) noexcept nogil:
+                        int64_t n_count, const Frame *f, const float *acc_b,
+                        const Frame *f_b) noexcept nogil:
     """_write_out for the channel-vector kernels' [position][channel] accumulator: each
     vec-tile chunk in blocks of PYPTO_CV_STORE columns x channels (16, AVX2 8), transposed in
-    registers; the group's images one after another."""
+    registers; the group's images one after another. With acc_b and f_b (not NULL), a second
+    stride-2 phase of the same output rows, one column to the right, interleaved with the
+    first (pypto_cv_store_pair)."""
     cdef int64_t image
     for image in range(f.images):
         _write_out_cv_image(g, acc + image * f.rows * f.cols * f.ldc,
-                            dx_img + image * g.cin * g.hin * g.win, c_first, n_count, f)
+                            dx_img + image * g.cin * g.hin * g.win, c_first, n_count, f,
+                            acc_b + image * f_b.rows * f_b.cols * f_b.ldc if f_b else NULL, f_b)
 
 
 cdef void _write_out_cv_image(const Geometry *g, const float *acc, uint16_t *dx_img,
-                              int64_t c_first, int64_t n_count, const Frame *f) noexcept nogil:
+                              int64_t c_first, int64_t n_count, const Frame *f,
+                              const float *acc_b, const Frame *f_b) noexcept nogil:
     cdef int64_t c_blk, c_end, r, w_blk, w_end, cb, pb, ci, r_next, c_next, c_next_end
     cdef int64_t plane = g.hin * g.win
-    cdef int64_t span = (f.cols - 1) * g.sw + 1   # a tile row's extent in an output row
+    # a tile row's extent in an output row
+    cdef int64_t span = (f.cols - 1) * g.sw + 1 + (f_b != NULL)
+    cdef uint16_t *dst
     if g.sh == 1 and g.sw == 1 and f.cols == g.win:
         _write_out_cv_run(g, acc, dx_img + f.hi0 * g.win, c_first, n_count, f.rows * f.cols)
         return
@@ -352,12 +359,21 @@ cdef void _write_out_cv_image(const Geometry *g, const float *acc, uint16_t *dx_
                 while cb < c_end:
                     pb = w_blk
                     while pb < w_end:
-                        pypto_cv_store_block(
-                            acc + (r * f.pitch + pb) * f.ldc + cb, f.ldc,
-                            <int>_min(PYPTO_CV_STORE, w_end - pb),
-                            <int>_min(PYPTO_CV_STORE, c_end - cb),
-                            dx_img + ((c_first + cb) * g.hin + f.hi0 + r * g.sh) * g.win
-                            + f.wi0 + pb * g.sw, plane, g.sw, g.dtype)
+                        dst = dx_img + ((c_first + cb) * g.hin + f.hi0 + r * g.sh) * g.win \
+                            + f.wi0 + pb * g.sw
+                        if f_b != NULL:
+                            pypto_cv_store_pair(
+                                acc + (r * f.pitch + pb) * f.ldc + cb,
+                                acc_b + (r * f_b.pitch + pb) * f.ldc + cb, f.ldc,
+                                <int>_min(PYPTO_CV_STORE, w_end - pb),
+                                <int>_max(0, _min(PYPTO_CV_STORE, _min(w_end, f_b.cols) - pb)),
+                                <int>_min(PYPTO_CV_STORE, c_end - cb), dst, plane, g.dtype)
+                        else:
+                            pypto_cv_store_block(
+                                acc + (r * f.pitch + pb) * f.ldc + cb, f.ldc,
+                                <int>_min(PYPTO_CV_STORE, w_end - pb),
+                                <int>_min(PYPTO_CV_STORE, c_end - cb), dst, plane, g.sw,
+                                g.dtype)
                         pb += PYPTO_CV_STORE
                     cb += PYPTO_CV_STORE
                 w_blk = w_end
@@ -503,7 +519,7 @@ cdef void _work_item_cv(const Geometry *g, int64_t images, int64_t h0, int64_t r
     inside, each phase summing into its own part of the accumulator, so that all phases read
     one frame of the tile's dy rows, filled once per K-L1 block (a 3x3/2 layer filled the
     same rows into four frames: up to 17% of its time)."""
-    cdef Frame f
+    cdef Frame f, f_b
     cdef int64_t n_phases = g.sh * g.sw
     cdef int64_t phase, co1, co_count, part, ch, cw, top = 0, left = 0, bottom = 0, right = 0
     cdef bint seen = False, filled
@@ -537,11 +553,27 @@ cdef void _work_item_cv(const Geometry *g, int64_t images, int64_t h0, int64_t r
             part += _acc_part(g, &f)
         co1 += co_count
     part = 0
-    for phase in range(n_phases):
+    phase = 0
+    while phase < n_phases:
         if g.tap_count[phase] > 0 \
                 and _frame_for_phase(g, phase, h0, rows, w0, cols, images, &f):
+            # column phases 0 and 1 of a stride-2 row phase fill the same output rows, every
+            # other column each: written out together, each output line is stored once
+            if PYPTO_HAVE_CV_PAIR and g.sw == 2 and phase % 2 == 0 \
+                    and g.tap_count[phase + 1] > 0 \
+                    and _frame_for_phase(g, phase + 1, h0, rows, w0, cols, images, &f_b):
+                if f.wi0 < f_b.wi0:
+                    _write_out_cv(g, acc + part, dx_img, c_first, n_count1, &f,
+                                  acc + part + _acc_part(g, &f), &f_b)
+                else:
+                    _write_out_cv(g, acc + part + _acc_part(g, &f), dx_img, c_first, n_count1,
+                                  &f_b, acc + part, &f)
+                part += _acc_part(g, &f) + _acc_part(g, &f_b)
+                phase += 2
+                continue
             _write_out(g, acc + part, dx_img, c_first, n_count1, &f)
             part += _acc_part(g, &f)
+        phase += 1
     # phases without taps (1x1/2: three of four) are zeros, written out from the start of acc
     # (the phases above own a part each and start their sums at 0 in their first k block)
     for phase in range(n_phases):

@@ -190,27 +190,14 @@ static inline void pypto_transpose_16x16_epi16(__m512i *x)
         x[k] = _mm512_shuffle_i64x2(x[k], x[k], _MM_SHUFFLE(3, 1, 2, 0));
 }
 
-/* The channel-vector write-out: n_pos (<= 16) positions x n_ch (<= 16) channels of the
- * [position][channel] accumulator (acc: the first position's first channel, rows ldc apart),
- * rounded once and stored channel by channel: channel j's n_pos values go to dst + j*ch_stride
- * + i*step (step: the stride's column step). Rounded first, then transposed as 16-bit words:
- * half the data to move as fp32, 32 shuffles where there were 64 (a 1x1 layer's write-out
- * -25%). Step 2 (a stride-2 phase: every other column) spreads the 16 values to the even
- * 16-bit lanes of a zmm and stores them under a mask, one store where there were 16 (the
- * scalar stores were 8-15% of ResNet's and YOLOv5s's 3x3/2 layers); other steps store lane by
- * lane. */
-static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch,
-                                        uint16_t *dst, int64_t ch_stride, int64_t step,
-                                        int dtype)
+/* n_pos (<= 16) positions x n_ch (<= 16) channels of the [position][channel] accumulator (acc:
+ * the first position's first channel, rows ldc apart), rounded once, then transposed as 16-bit
+ * words: half the data to move as fp32, 32 shuffles where there were 64 (a 1x1 layer's
+ * write-out -25%). Channel j's values: pypto_cv_channel(x, j). */
+static inline void pypto_cv_round_transpose(const float *acc, int64_t ldc, int n_pos, int n_ch,
+                                            int dtype, __m512i *x)
 {
-    static const uint16_t even_lanes[32] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7,
-                                            8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14,
-                                            15, 15};
-    __m512i x[8];
     const __mmask16 ch_mask = (__mmask16)((1u << n_ch) - 1u);
-    const __mmask16 pos_mask = (__mmask16)((1u << n_pos) - 1u);
-    /* lanes 2i, i < n_pos (n_pos <= 16: 2 * n_pos <= 32 bits) */
-    const uint32_t every_other = (uint32_t)(0x55555555ull & ((1ull << (2 * n_pos)) - 1u));
     for (int i = 0; i < 8; i++) {
         const __m512 lo = i < n_pos ? _mm512_maskz_loadu_ps(ch_mask, acc + i * ldc)
                                     : _mm512_setzero_ps();
@@ -220,9 +207,32 @@ static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos
                                   pypto_narrow16(hi, dtype), 1);
     }
     pypto_transpose_16x16_epi16(x);
+}
+
+static inline __m256i pypto_cv_channel(const __m512i *x, int j)
+{
+    return j < 8 ? _mm512_castsi512_si256(x[j]) : _mm512_extracti64x4_epi64(x[j - 8], 1);
+}
+
+/* The channel-vector write-out of one block: channel j's n_pos values go to dst + j*ch_stride
+ * + i*step (step: the stride's column step). Step 2 (a stride-2 phase: every other column)
+ * spreads the 16 values to the even 16-bit lanes of a zmm and stores them under a mask, one
+ * store where there were 16 (the scalar stores were 8-15% of ResNet's and YOLOv5s's 3x3/2
+ * layers); other steps store lane by lane. */
+static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch,
+                                        uint16_t *dst, int64_t ch_stride, int64_t step,
+                                        int dtype)
+{
+    static const uint16_t even_lanes[32] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7,
+                                            8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14,
+                                            15, 15};
+    __m512i x[8];
+    const __mmask16 pos_mask = (__mmask16)((1u << n_pos) - 1u);
+    /* lanes 2i, i < n_pos (n_pos <= 16: 2 * n_pos <= 32 bits) */
+    const uint32_t every_other = (uint32_t)(0x55555555ull & ((1ull << (2 * n_pos)) - 1u));
+    pypto_cv_round_transpose(acc, ldc, n_pos, n_ch, dtype, x);
     for (int j = 0; j < n_ch; j++) {
-        const __m256i narrow = j < 8 ? _mm512_castsi512_si256(x[j])
-                                     : _mm512_extracti64x4_epi64(x[j - 8], 1);
+        const __m256i narrow = pypto_cv_channel(x, j);
         if (step == 1) {
             _mm256_mask_storeu_epi16(dst + j * ch_stride, pos_mask, narrow);
         } else if (step == 2) {
@@ -236,6 +246,30 @@ static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos
                 dst[j * ch_stride + i * step] = lanes[i];
         }
     }
+}
+
+/* The write-out of two stride-2 phases that share output rows, one block of each: the first
+ * phase's n_pos values of channel j go to the even columns dst[2i], the second's n_pos_b (n_pos
+ * or one fewer) to the odd ones, one store of 32 columns (each output line was written twice,
+ * by two masked stores of half its columns, a phase apart). */
+static inline void pypto_cv_store_pair(const float *acc, const float *acc_b, int64_t ldc,
+                                       int n_pos, int n_pos_b, int n_ch, uint16_t *dst,
+                                       int64_t ch_stride, int dtype)
+{
+    static const uint16_t interleave[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38,
+                                            7, 39, 8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13,
+                                            45, 14, 46, 15, 47};
+    __m512i x[8], y[8];
+    const __m512i index = _mm512_loadu_si512((const void *)interleave);
+    const __mmask32 mask = (__mmask32)((0x55555555ull & ((1ull << (2 * n_pos)) - 1u))
+                                       | (0xaaaaaaaaull & ((1ull << (2 * n_pos_b)) - 1u)));
+    pypto_cv_round_transpose(acc, ldc, n_pos, n_ch, dtype, x);
+    pypto_cv_round_transpose(acc_b, ldc, n_pos_b, n_ch, dtype, y);
+    for (int j = 0; j < n_ch; j++)
+        _mm512_mask_storeu_epi16(
+            dst + j * ch_stride, mask,
+            _mm512_permutex2var_epi16(_mm512_castsi256_si512(pypto_cv_channel(x, j)), index,
+                                      _mm512_castsi256_si512(pypto_cv_channel(y, j))));
 }
 #elif defined(PYPTO_ISA_AVX2)
 /* AVX2: 6 pixels x 16 channels (two ymm; pypto_ukernel_cv_f32 above): 12 accumulators, 2 W

@@ -87,11 +87,12 @@ enum { PYPTO_HAVE_CHAN_VEC = 0, PYPTO_CV_M = 7, PYPTO_CV_N = 32, PYPTO_CV_STORE 
 #endif
 /* the wide channel-vector kernel (6 pixels x 64 channels) is a bf16 dot-product kernel */
 enum { PYPTO_HAVE_CV_WIDE = PYPTO_HAVE_BF16_DOT, PYPTO_CVW_M = 6, PYPTO_CVW_N = 64 };
-/* the half channel-vector kernels (PYPTO_CV_M pixels x 16 channels, a last panel's 1-16) */
+/* the half channel-vector kernels (PYPTO_CV_M pixels x 16 channels, a last panel's 1-16) and
+ * the paired write-out of two stride-2 phases */
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
-enum { PYPTO_HAVE_CV_HALF = 1 };
+enum { PYPTO_HAVE_CV_HALF = 1, PYPTO_HAVE_CV_PAIR = 1 };
 #else
-enum { PYPTO_HAVE_CV_HALF = 0 };
+enum { PYPTO_HAVE_CV_HALF = 0, PYPTO_HAVE_CV_PAIR = 0 };
 #endif
 
 /* Few-channel blocks: PYPTO_FEW_MR channels x PYPTO_FEW_NR positions. */
@@ -114,8 +115,8 @@ enum { PYPTO_HAVE_FEW = 0, PYPTO_FEW_MR = 4, PYPTO_FEW_NR = 64 };
  * there (PYPTO_HAVE_* are 0). The pixel-vector bf16 kernels exist at every level, empty
  * without the dot product (pypto_pixel.h). */
 #if !(defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512))
-/* Other levels have no few-channel kernel and no half channel-vector one (the kernel never
- * chooses them there). */
+/* Other levels have no few-channel kernel, no half channel-vector one and no paired
+ * write-out (the kernel never chooses them there). */
 static inline void pypto_ukernel_few_f32(int64_t kc, const float *restrict w,
                                          const float *const *a_rows, int64_t j0,
                                          float *restrict c, int64_t ldc)
@@ -127,6 +128,13 @@ static inline void pypto_ukernel_cvh_f32(int64_t kc, const float *restrict w,
                                          float *restrict c, int64_t ldc, int first)
 {
     (void)kc; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;
+}
+static inline void pypto_cv_store_pair(const float *acc, const float *acc_b, int64_t ldc,
+                                       int n_pos, int n_pos_b, int n_ch, uint16_t *dst,
+                                       int64_t ch_stride, int dtype)
+{
+    (void)acc; (void)acc_b; (void)ldc; (void)n_pos; (void)n_pos_b; (void)n_ch; (void)dst;
+    (void)ch_stride; (void)dtype;
 }
 #endif
 
