@@ -39,10 +39,11 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     Tiling.kernel_tiles; vec_cw = (channels, columns) per write-out chunk. bf16 uses the
     dot-product micro-kernel when this build has one, ``use_bf16_dot`` is true and the data
     cannot produce subnormals. The channel-vector kernels serve tiles of whole blocks of 32
-    input channels where the build has them and ``use_chan_vec`` is true (the same bits either
-    way), and the few-channel kernels tiles of at most 4 channels (all of Cin) where the build
-    has them and ``use_few`` is true; with the bf16 dot product, the wide channel-vector kernel
-    (6 pixels x 64 channels) serves tiles of whole 64-channel blocks where ``use_wide`` is true.
+    input channels (a block's last panel of at most 16 on their 16-channel forms, AVX-512)
+    where the build has them and ``use_chan_vec`` is true (the same bits either way), and the
+    few-channel kernels tiles of at most 4 channels (all of Cin) where the build has them and
+    ``use_few`` is true; with the bf16 dot product, the wide channel-vector kernel (6 pixels x
+    64 channels) serves tiles of whole 64-channel blocks where ``use_wide`` is true.
     Returns the path taken: "bf16_dot" or "fp32", with "+chan_vec" (and "+wide") or "+few" when
     those served and "+group<G>" when work items held G images; or "non_finite", having written
     nothing, when the weight holds Inf or NaN (the caller's with_real_taps_only case).

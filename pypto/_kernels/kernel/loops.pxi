@@ -4,7 +4,7 @@
 
 cdef enum:
     FILL_AHEAD = 8      # the frame fill prefetches dy rows this many channels ahead
-    WRITE_AHEAD = 32    # the run write-out prefetches dx this many positions ahead
+    WRITE_AHEAD = 64    # the run write-out prefetches dx this many positions ahead
     MAX_RUNS = 32       # runs of frame positions in one register block: at most NR (<= 32)
 
 
