@@ -4,9 +4,8 @@ one.
 The kernel rounds each accumulator once (the op's only rounding); AVX-512 builds do it 16 values
 at a time (pypto_narrow16 in pypto/_kernels/kernel/pypto_convert.h; bf16 by vcvtneps2bf16 where
 the level has AVX512_BF16), AVX2 builds 8 at a time (pypto_narrow8). A small C program runs
-every fp32 bit pattern through both. Kept out of
-test_numerics.py, which test_levels.py re-runs once per ISA level: this check does not
-depend on the level the kernel runs at.
+every fp32 bit pattern through both. Kept out of test_numerics.py, which test_levels.py re-runs
+once per ISA level: this check does not depend on the level the kernel runs at.
 """
 
 import shutil
