@@ -10,7 +10,8 @@ over k in the same order, so they must agree bit for bit with the 8-row pixel ke
 and bf16 (with and without the dot product), for every stride, tile and vec-tile chunk shape,
 on any thread count, with Inf and NaN in dy too. (Whole-width tiles of stride-1 layers are
 written out as one run per channel, 16 positions at a time across row ends: the 7- and
-17-wide rows here; the two column phases of a stride-2 row phase are written out together,
+17-wide rows here, with two threads in non-temporal stores of whole lines, each channel's run
+shifted to its lines; the two column phases of a stride-2 row phase are written out together,
 interleaved: padding 1 puts the odd columns' phase first, padding 2 the even columns'.)
 """
 
@@ -87,10 +88,10 @@ def _case(problem, dtype, rng, non_finite=False):
     )
 
 
-def _run(kernel, case, dtype, vec, threads, dot, shape_kind):
+def _run(kernel, case, dtype, vec, threads, dot, shape_kind, stream_bytes=1 << 62):
     """The kernel on ``case`` with one register-block shape allowed: "pixel" (the 8-row
     pixel-vector kernels), "chan_vec" (7 x 32), "wide" (6 x 64 where the tile allows, else
-    7 x 32) or "few"."""
+    7 x 32) or "few"; with several threads the write-out streams dx from ``stream_bytes``."""
     dy, w, attrs, tiles, shape = case
     out = np.full(shape, 0xABCD, np.uint16)  # a pattern no write leaves behind
     path = kernel.dgrad(
@@ -106,6 +107,7 @@ def _run(kernel, case, dtype, vec, threads, dot, shape_kind):
         shape_kind in ("chan_vec", "wide"),
         shape_kind == "few",
         shape_kind == "wide",
+        stream_bytes,
     )
     return path, out
 
@@ -122,8 +124,13 @@ def _same_bits_as_pixel_kernels(kernel, case, dtype, shape_kind, label, groups=N
             if shape_kind == "chan_vec" and dtype == 1 and dot and kernel.HAS_CV_WIDE:
                 kinds.append("wide")
             for kind in kinds:
-                path, out = _run(kernel, case, dtype, vec, threads, dot, kind)
+                # with 2 threads, the run write-out streamed (pypto_cv_stream_run), however
+                # small dx is
+                path, out = _run(kernel, case, dtype, vec, threads, dot, kind, 0)
                 assert f"+{shape_kind}" in path, path
+                streams = threads > 1 and kernel.openmp_enabled() and kernel.HAS_CV_STREAM
+                streams = streams and shape_kind == "chan_vec"
+                assert ("+stream" in path) == streams, path
                 # the wide kernel serves exactly the tiles of whole 64-channel blocks, the
                 # last block too
                 nl1, cin = case[3][2], case[4][1]

@@ -48,6 +48,8 @@ cdef extern from "pypto_isa.h" nogil:
     enum: PYPTO_CVW_N
     enum: PYPTO_HAVE_CV_HALF
     enum: PYPTO_HAVE_CV_PAIR
+    enum: PYPTO_HAVE_CV_STREAM
+    enum: PYPTO_CV_STREAM_CH
     const char *pypto_isa_name()
 
 cdef extern from "pypto_pixel.h" nogil:
@@ -85,6 +87,9 @@ cdef extern from "pypto_chanvec.h" nogil:
                               int64_t ch_stride, int64_t step, int dtype)
     void pypto_cv_store_pair(const float *acc, const float *acc_b, int64_t ldc, int n_pos,
                              int n_pos_b, int n_ch, uint16_t *dst, int64_t ch_stride, int dtype)
+    void pypto_cv_stream_run(const float *acc, int64_t ldc, int64_t n, int n_ch, uint16_t *dst,
+                             int64_t ch_stride, int dtype)
+    void pypto_stream_fence()
 
 cdef extern from "pypto_peak.h" nogil:
     double pypto_peak_madd(int64_t iterations)

@@ -20,6 +20,7 @@ NR = PYPTO_NR
 HAS_BF16_DOT = bool(PYPTO_HAVE_BF16_DOT)
 HAS_CHAN_VEC = bool(PYPTO_HAVE_CHAN_VEC)
 HAS_CV_WIDE = bool(PYPTO_HAVE_CV_WIDE)
+HAS_CV_STREAM = bool(PYPTO_HAVE_CV_STREAM)
 HAS_FEW = bool(PYPTO_HAVE_FEW)
 
 
@@ -31,7 +32,7 @@ def openmp_enabled():
 def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
           uint16_t[:, :, :, ::1] dx, int dtype, tuple attrs, tuple tiles, tuple vec_cw,
           int num_threads, bint use_bf16_dot=True, bint use_chan_vec=True, bint use_few=True,
-          bint use_wide=True):
+          bint use_wide=True, int64_t stream_bytes=STREAM_BYTES):
     """dx = dgrad(dy, w); NCHW arrays of 16-bit patterns (``dtype``: 0 fp16, 1 bf16).
 
     attrs = (sh, sw, pt, pl, dh, dw); tiles = (m_rows, m_cols, nl1, kl1, ml0, kl0, nl0) from
@@ -42,9 +43,12 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     where the build has them and ``use_chan_vec`` is true (the same bits either way), and the
     few-channel kernels tiles of at most 4 channels (all of Cin) where the build has them and
     ``use_few`` is true; with the bf16 dot product, the wide channel-vector kernel (6 pixels x
-    64 channels) serves tiles of whole 64-channel blocks where ``use_wide`` is true.
+    64 channels) serves tiles of whole 64-channel blocks where ``use_wide`` is true. With
+    several threads and a dx of at least ``stream_bytes``, the channel-vector write-out of
+    whole-width stride-1 tiles stores dx's whole lines non-temporally where the build can.
     Returns the path taken: "bf16_dot" or "fp32", with "+chan_vec" (and "+wide") or "+few" when
-    those served and "+group<G>" when work items held G images; or "non_finite", having written
+    those served, "+group<G>" when work items held G images and "+stream" when the write-out
+    streamed; or "non_finite", having written
     nothing, when the weight holds Inf or NaN (the caller's with_real_taps_only case).
     """
     cdef Geometry g
@@ -80,6 +84,8 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     if tables == NULL:
         raise MemoryError("pypto: no memory for the kernel's tap tables")
     _plan(&g, num_threads, use_chan_vec, use_few, use_wide, group_pixels, tables)
+    g.stream = g.chan_vec and PYPTO_HAVE_CV_STREAM and g.threads > 1 \
+        and dx.size * 2 >= stream_bytes
     cdef int threads = g.threads
     cdef int64_t n_items = g.n_items, per_thread = g.per_thread
     cdef int64_t pair = 2 if g.dot_bf16 else 1
@@ -132,4 +138,5 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     return ("bf16_dot" if g.dot_bf16 else "fp32") + ("+chan_vec" if g.chan_vec else "") \
         + ("+wide" if g.chan_vec and g.wb == PYPTO_CVW_N else "") \
         + ("+few" if g.few else "") \
-        + (f"+group{g.group}" if g.group > 1 else "")
+        + (f"+group{g.group}" if g.group > 1 else "") \
+        + ("+stream" if g.stream else "")

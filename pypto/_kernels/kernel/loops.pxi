@@ -389,6 +389,18 @@ cdef void _write_out_cv_run(const Geometry *g, const float *acc, uint16_t *dx_ru
     small images went to the write-out)."""
     cdef int64_t c_blk = 0, c_end, cb, pb, ci, ahead
     cdef int64_t plane = g.hin * g.win
+    if g.stream:
+        while c_blk < n_count:
+            c_end = _min(c_blk + g.vec_c, n_count)
+            cb = c_blk
+            while cb < c_end:
+                pypto_cv_stream_run(acc + cb, _cv_ldc(g), n,
+                                    <int>_min(PYPTO_CV_STREAM_CH, c_end - cb),
+                                    dx_run + (c_first + cb) * plane, plane, g.dtype)
+                cb += PYPTO_CV_STREAM_CH
+            c_blk = c_end
+        pypto_stream_fence()
+        return
     while c_blk < n_count:
         c_end = _min(c_blk + g.vec_c, n_count)
         pb = 0

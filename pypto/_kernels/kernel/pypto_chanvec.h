@@ -248,6 +248,65 @@ static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos
     }
 }
 
+/* A run write-out that streams dx past the caches: n positions x n_ch (<= 16) channels of a
+ * whole-width stride-1 tile, channel j's run at dst + j*ch_stride. Each 64-byte line of dx that
+ * a run covers whole is written by one non-temporal store, without the read for ownership that
+ * an ordinary store of a line not in cache costs (dx bigger than the caches: 1x1 layers on large
+ * images spent a fifth to a third of their time writing dx, at 2 threads more than at 1). A run
+ * starts anywhere in a line (channel planes are not whole lines), so each channel's 32 values
+ * of a step are shifted to its lines by one two-source permute with the step before (kept in
+ * carry); the partial lines at a run's ends get masked ordinary stores (a neighbouring tile, or
+ * another thread, owns the rest of those lines). The caller ends with pypto_stream_fence(). */
+static inline void pypto_cv_stream_run(const float *acc, int64_t ldc, int64_t n, int n_ch,
+                                       uint16_t *dst, int64_t ch_stride, int dtype)
+{
+    static const uint16_t iota[32] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+                                      17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+    __m512i x[8], y[8], carry[PYPTO_CV_STREAM_CH];
+    int64_t lead[PYPTO_CV_STREAM_CH];   /* channel j's run positions before its first line */
+    const __m512i lanes = _mm512_loadu_si512((const void *)iota);
+    for (int j = 0; j < n_ch; j++) {
+        lead[j] = (int64_t)((64 - ((uintptr_t)(dst + j * ch_stride) & 63)) & 63) / 2;
+        carry[j] = _mm512_setzero_si512();
+    }
+    /* one step past the last values: the lines that end the runs */
+    for (int64_t pb = 0; pb < n + 32; pb += 32) {
+        const int n_lo = (int)(n - pb < 0 ? 0 : (n - pb < 16 ? n - pb : 16));
+        const int n_hi = (int)(n - pb - 16 < 0 ? 0 : (n - pb - 16 < 16 ? n - pb - 16 : 16));
+        for (int cb = 0; cb < n_ch; cb += 16) {
+            const int n_blk = n_ch - cb < 16 ? n_ch - cb : 16;
+            pypto_cv_round_transpose(acc + pb * ldc + cb, ldc, n_lo, n_blk, dtype, x);
+            pypto_cv_round_transpose(acc + (pb + 16) * ldc + cb, ldc, n_hi, n_blk, dtype, y);
+            for (int b = 0; b < n_blk; b++) {
+                const int j = cb + b;
+                const __m512i cur = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(pypto_cv_channel(x, b)), pypto_cv_channel(y, b), 1);
+                /* line lane i: run position first + i, carry's lane lead + i or cur's */
+                const __m512i line = _mm512_permutex2var_epi16(
+                    carry[j], _mm512_add_epi16(lanes, _mm512_set1_epi16((short)lead[j])), cur);
+                carry[j] = cur;
+                /* the line's run positions: [first, first + 32), of which [0, n) are the run's */
+                const int64_t first = pb - 32 + lead[j];
+                const int64_t lo = first < 0 ? 0 : first, hi = first + 32 > n ? n : first + 32;
+                if (lo >= hi)
+                    continue;
+                uint16_t *to = (uint16_t *)((uintptr_t)(dst + j * ch_stride) + 2 * first);
+                if (hi - lo == 32)
+                    _mm512_stream_si512((void *)to, line);
+                else
+                    _mm512_mask_storeu_epi16((void *)to,
+                                             (__mmask32)(((1ull << (hi - first)) - 1u)
+                                                         & ~((1ull << (lo - first)) - 1u)),
+                                             line);
+            }
+        }
+    }
+}
+
+/* Orders the non-temporal stores before what follows (the work item's end, other threads'
+ * reads of dx after the parallel region). */
+static inline void pypto_stream_fence(void) { _mm_sfence(); }
+
 /* The write-out of two stride-2 phases that share output rows, one block of each: the first
  * phase's n_pos values of channel j go to the even columns dst[2i], the second's n_pos_b (n_pos
  * or one fewer) to the odd ones, one store of 32 columns (each output line was written twice,

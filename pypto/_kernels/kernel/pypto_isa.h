@@ -87,12 +87,15 @@ enum { PYPTO_HAVE_CHAN_VEC = 0, PYPTO_CV_M = 7, PYPTO_CV_N = 32, PYPTO_CV_STORE 
 #endif
 /* the wide channel-vector kernel (6 pixels x 64 channels) is a bf16 dot-product kernel */
 enum { PYPTO_HAVE_CV_WIDE = PYPTO_HAVE_BF16_DOT, PYPTO_CVW_M = 6, PYPTO_CVW_N = 64 };
-/* the half channel-vector kernels (PYPTO_CV_M pixels x 16 channels, a last panel's 1-16) and
- * the paired write-out of two stride-2 phases */
+/* the half channel-vector kernels (PYPTO_CV_M pixels x 16 channels, a last panel's 1-16), the
+ * paired write-out of two stride-2 phases and the streamed run write-out */
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
-enum { PYPTO_HAVE_CV_HALF = 1, PYPTO_HAVE_CV_PAIR = 1 };
+enum { PYPTO_HAVE_CV_HALF = 1, PYPTO_HAVE_CV_PAIR = 1, PYPTO_HAVE_CV_STREAM = 1 };
+/* channels one streamed run write-out carries from step to step (64 bytes each) */
+enum { PYPTO_CV_STREAM_CH = 64 };
 #else
-enum { PYPTO_HAVE_CV_HALF = 0, PYPTO_HAVE_CV_PAIR = 0 };
+enum { PYPTO_HAVE_CV_HALF = 0, PYPTO_HAVE_CV_PAIR = 0, PYPTO_HAVE_CV_STREAM = 0 };
+enum { PYPTO_CV_STREAM_CH = 64 };
 #endif
 
 /* Few-channel blocks: PYPTO_FEW_MR channels x PYPTO_FEW_NR positions. */
@@ -136,6 +139,12 @@ static inline void pypto_cv_store_pair(const float *acc, const float *acc_b, int
     (void)acc; (void)acc_b; (void)ldc; (void)n_pos; (void)n_pos_b; (void)n_ch; (void)dst;
     (void)ch_stride; (void)dtype;
 }
+static inline void pypto_cv_stream_run(const float *acc, int64_t ldc, int64_t n, int n_ch,
+                                       uint16_t *dst, int64_t ch_stride, int dtype)
+{
+    (void)acc; (void)ldc; (void)n; (void)n_ch; (void)dst; (void)ch_stride; (void)dtype;
+}
+static inline void pypto_stream_fence(void) {}
 #endif
 
 #if !(defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512) || defined(PYPTO_ISA_AVX2))
