@@ -48,8 +48,8 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     whole-width stride-1 tiles stores dx's whole lines non-temporally where the build can.
     Returns the path taken: "bf16_dot" or "fp32", with "+chan_vec" (and "+wide") or "+few" when
     those served, "+group<G>" when work items held G images and "+stream" when the write-out
-    streamed; or "non_finite", having written
-    nothing, when the weight holds Inf or NaN (the caller's with_real_taps_only case).
+    streamed; or "non_finite", having written nothing, when the weight holds Inf or NaN (the
+    caller's with_real_taps_only case).
     """
     cdef Geometry g
     cdef int64_t kl1

@@ -85,9 +85,10 @@ cdef enum:
     ROW_MERGE_BYTES = 262144  # ... while the tile's fp32 accumulator stays within 256 KiB
     CV_L0_BYTES = 73728   # weight panel chunk of one channel-vector K-L0 block (in L2)
     # dx bytes from which several threads stream the run write-out (pypto_cv_stream_run):
-    # 2 threads, Zen 4 (VM): 1x1 layers with 3.6-6.4 MB of dx 0-10% faster, and where a
-    # dx line's last writer is often the other core's cache, 1.4-1.9x; 3.2 MB -1-2%. Not with
-    # one thread: a loop's dx stays in this core's caches between calls, 3-5% faster cached.
+    # 2 threads, Zen 4 (VM): 1x1 layers with 5-13 MB of dx -3% to +9% (layer2.k.conv1 -1..-3%,
+    # layer2.0.conv1 +4..6%, Mixed_5d.branch1x1 +9%), and 1.4-1.9x in processes whose ordinary
+    # write-out was slow (dx lines last written by the other core); 3.2-3.6 MB -5% to +2%. Not
+    # with one thread: a loop's dx stays in this core's caches between calls, 3-5% faster cached.
     STREAM_BYTES = 4194304
 
 

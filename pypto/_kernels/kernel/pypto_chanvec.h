@@ -248,15 +248,16 @@ static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos
     }
 }
 
-/* A run write-out that streams dx past the caches: n positions x n_ch (<= 16) channels of a
- * whole-width stride-1 tile, channel j's run at dst + j*ch_stride. Each 64-byte line of dx that
- * a run covers whole is written by one non-temporal store, without the read for ownership that
- * an ordinary store of a line not in cache costs (dx bigger than the caches: 1x1 layers on large
- * images spent a fifth to a third of their time writing dx, at 2 threads more than at 1). A run
- * starts anywhere in a line (channel planes are not whole lines), so each channel's 32 values
- * of a step are shifted to its lines by one two-source permute with the step before (kept in
- * carry); the partial lines at a run's ends get masked ordinary stores (a neighbouring tile, or
- * another thread, owns the rest of those lines). The caller ends with pypto_stream_fence(). */
+/* A run write-out that streams dx past the caches: n positions x n_ch (<= PYPTO_CV_STREAM_CH,
+ * transposed 16 at a time) channels of a whole-width stride-1 tile, channel j's run at dst +
+ * j*ch_stride. Each 64-byte line of dx that a run covers whole is written by one non-temporal
+ * store, without the read for ownership that an ordinary store of a line not in cache costs (dx
+ * bigger than the caches: 1x1 layers on large images spent a fifth to a third of their time
+ * writing dx, at 2 threads more than at 1). A run starts anywhere in a line (channel planes
+ * are not whole lines), so each channel's 32 values of a step are shifted to its lines by one
+ * two-source permute with the step before (kept in carry); the partial lines at a run's ends
+ * get masked ordinary stores (a neighbouring tile, or another thread, owns the rest of those
+ * lines). The caller ends with pypto_stream_fence(). */
 static inline void pypto_cv_stream_run(const float *acc, int64_t ldc, int64_t n, int n_ch,
                                        uint16_t *dst, int64_t ch_stride, int dtype)
 {

@@ -91,12 +91,11 @@ enum { PYPTO_HAVE_CV_WIDE = PYPTO_HAVE_BF16_DOT, PYPTO_CVW_M = 6, PYPTO_CVW_N = 
  * paired write-out of two stride-2 phases and the streamed run write-out */
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
 enum { PYPTO_HAVE_CV_HALF = 1, PYPTO_HAVE_CV_PAIR = 1, PYPTO_HAVE_CV_STREAM = 1 };
-/* channels one streamed run write-out carries from step to step (64 bytes each) */
-enum { PYPTO_CV_STREAM_CH = 64 };
 #else
 enum { PYPTO_HAVE_CV_HALF = 0, PYPTO_HAVE_CV_PAIR = 0, PYPTO_HAVE_CV_STREAM = 0 };
-enum { PYPTO_CV_STREAM_CH = 64 };
 #endif
+/* channels one streamed run write-out carries from step to step (64 bytes each) */
+enum { PYPTO_CV_STREAM_CH = 64 };
 
 /* Few-channel blocks: PYPTO_FEW_MR channels x PYPTO_FEW_NR positions. */
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
