@@ -87,8 +87,9 @@ cdef enum:
     # dx bytes from which several threads stream the run write-out (pypto_cv_stream_run):
     # 2 threads, Zen 4 (VM): 1x1 layers with 5-13 MB of dx -3% to +9% (layer2.k.conv1 -1..-3%,
     # layer2.0.conv1 +4..6%, Mixed_5d.branch1x1 +9%), and 1.4-1.9x in processes whose ordinary
-    # write-out was slow (dx lines last written by the other core); 3.2-3.6 MB -5% to +2%. Not
-    # with one thread: a loop's dx stays in this core's caches between calls, 3-5% faster cached.
+    # write-out was slow (dx lines last written by the other core); 3.2-3.6 MB -5% to +2%. The
+    # AVX2 level (same host): 5-13 MB +2% to +10%, 3.2-3.6 MB +-1%. Not with one thread: a
+    # loop's dx stays in this core's caches between calls, 3-5% faster cached.
     STREAM_BYTES = 4194304
 
 

@@ -389,6 +389,70 @@ static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos
         }
     }
 }
+/* pypto_cv_stream_run of the AVX-512 levels (see there), in 8 x 8 blocks: a step's 32
+ * positions of each channel are rounded into a staging row after the step before's, and the
+ * channel's line is read from it at the run's offset in its line (AVX2 has no 16-bit
+ * cross-lane permute), then stored non-temporally as two 32-byte halves; partial lines are
+ * copied. */
+static inline void pypto_cv_stream_run(const float *acc, int64_t ldc, int64_t n, int n_ch,
+                                       uint16_t *dst, int64_t ch_stride, int dtype)
+{
+    /* stage[j]: run positions pb - 32 .. pb + 31 of channel j */
+    uint16_t stage[PYPTO_CV_STREAM_CH][64] __attribute__((aligned(32)));
+    int64_t lead[PYPTO_CV_STREAM_CH];   /* channel j's run positions before its first line */
+    __m256 v[8];
+    float row[8];
+    for (int j = 0; j < n_ch; j++)
+        lead[j] = (int64_t)((64 - ((uintptr_t)(dst + j * ch_stride) & 63)) & 63) / 2;
+    /* one step past the last values: the lines that end the runs */
+    for (int64_t pb = 0; pb < n + 32; pb += 32) {
+        for (int cb = 0; cb < n_ch; cb += 8) {
+            const int n_blk = n_ch - cb < 8 ? n_ch - cb : 8;
+            for (int q = 0; q < 4; q++) {
+                const int64_t left = n - pb - 8 * q;
+                const int n_pos = (int)(left < 0 ? 0 : (left < 8 ? left : 8));
+                const float *a = acc + (pb + 8 * q) * ldc + cb;
+                for (int i = 0; i < 8; i++) {
+                    if (i < n_pos && n_blk == 8) {
+                        v[i] = _mm256_loadu_ps(a + i * ldc);
+                    } else if (i < n_pos) {
+                        for (int b = 0; b < 8; b++) row[b] = b < n_blk ? a[i * ldc + b] : 0.0f;
+                        v[i] = _mm256_loadu_ps(row);
+                    } else {
+                        v[i] = _mm256_setzero_ps();
+                    }
+                }
+                pypto_transpose_8x8(v);
+                for (int b = 0; b < n_blk; b++)
+                    _mm_store_si128((__m128i *)(stage[cb + b] + 32 + 8 * q),
+                                    pypto_narrow8(v[b], dtype));
+            }
+        }
+        for (int j = 0; j < n_ch; j++) {
+            /* the line's run positions: [first, first + 32), stage[j][lead + i] for lane i */
+            const int64_t first = pb - 32 + lead[j];
+            const int64_t lo = first < 0 ? 0 : first, hi = first + 32 > n ? n : first + 32;
+            if (lo < hi) {
+                uint16_t *to = (uint16_t *)((uintptr_t)(dst + j * ch_stride) + 2 * first);
+                const uint16_t *from = stage[j] + lead[j];
+                if (hi - lo == 32) {
+                    _mm256_stream_si256((__m256i *)to,
+                                        _mm256_loadu_si256((const __m256i *)from));
+                    _mm256_stream_si256((__m256i *)(to + 16),
+                                        _mm256_loadu_si256((const __m256i *)(from + 16)));
+                } else {
+                    memcpy(to + (lo - first), from + (lo - first),
+                           (size_t)(hi - lo) * sizeof(uint16_t));
+                }
+            }
+            _mm256_store_si256((__m256i *)stage[j], _mm256_load_si256((__m256i *)(stage[j] + 32)));
+            _mm256_store_si256((__m256i *)(stage[j] + 16),
+                               _mm256_load_si256((__m256i *)(stage[j] + 48)));
+        }
+    }
+}
+
+static inline void pypto_stream_fence(void) { _mm_sfence(); }
 #endif
 
 #endif

@@ -90,9 +90,14 @@ enum { PYPTO_HAVE_CV_WIDE = PYPTO_HAVE_BF16_DOT, PYPTO_CVW_M = 6, PYPTO_CVW_N = 
 /* the half channel-vector kernels (PYPTO_CV_M pixels x 16 channels, a last panel's 1-16), the
  * paired write-out of two stride-2 phases and the streamed run write-out */
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
-enum { PYPTO_HAVE_CV_HALF = 1, PYPTO_HAVE_CV_PAIR = 1, PYPTO_HAVE_CV_STREAM = 1 };
+enum { PYPTO_HAVE_CV_HALF = 1, PYPTO_HAVE_CV_PAIR = 1 };
 #else
-enum { PYPTO_HAVE_CV_HALF = 0, PYPTO_HAVE_CV_PAIR = 0, PYPTO_HAVE_CV_STREAM = 0 };
+enum { PYPTO_HAVE_CV_HALF = 0, PYPTO_HAVE_CV_PAIR = 0 };
+#endif
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512) || defined(PYPTO_ISA_AVX2)
+enum { PYPTO_HAVE_CV_STREAM = 1 };
+#else
+enum { PYPTO_HAVE_CV_STREAM = 0 };
 #endif
 /* channels one streamed run write-out carries from step to step (64 bytes each) */
 enum { PYPTO_CV_STREAM_CH = 64 };
@@ -138,16 +143,16 @@ static inline void pypto_cv_store_pair(const float *acc, const float *acc_b, int
     (void)acc; (void)acc_b; (void)ldc; (void)n_pos; (void)n_pos_b; (void)n_ch; (void)dst;
     (void)ch_stride; (void)dtype;
 }
+#endif
+
+#if !(defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512) || defined(PYPTO_ISA_AVX2))
+/* Other levels have no channel-vector kernel (the kernel never chooses it there). */
 static inline void pypto_cv_stream_run(const float *acc, int64_t ldc, int64_t n, int n_ch,
                                        uint16_t *dst, int64_t ch_stride, int dtype)
 {
     (void)acc; (void)ldc; (void)n; (void)n_ch; (void)dst; (void)ch_stride; (void)dtype;
 }
 static inline void pypto_stream_fence(void) {}
-#endif
-
-#if !(defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512) || defined(PYPTO_ISA_AVX2))
-/* Other levels have no channel-vector kernel (the kernel never chooses it there). */
 static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
                                         const float *const *a_rows, const int64_t *offs,
                                         float *restrict c, int64_t ldc,
