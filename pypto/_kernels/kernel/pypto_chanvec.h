@@ -355,12 +355,11 @@ static inline void pypto_transpose_8x8(__m256 *v)
     }
 }
 
-/* pypto_cv_store_block of the AVX-512 levels, in 8 x 8 blocks (n_pos, n_ch <= 8). */
-static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch,
-                                        uint16_t *dst, int64_t ch_stride, int64_t step,
-                                        int dtype)
+/* v[j] = channel j's n_pos (<= 8) values of an 8 x 8 block of the [position][channel]
+ * accumulator (n_ch <= 8 channels; zeros elsewhere). */
+static inline void pypto_cv_load_transposed8(const float *acc, int64_t ldc, int n_pos, int n_ch,
+                                             __m256 *v)
 {
-    __m256 v[8];
     float row[8];
     for (int i = 0; i < 8; i++) {
         if (i < n_pos && n_ch == 8) {
@@ -373,6 +372,15 @@ static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos
         }
     }
     pypto_transpose_8x8(v);
+}
+
+/* pypto_cv_store_block of the AVX-512 levels, in 8 x 8 blocks (n_pos, n_ch <= 8). */
+static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch,
+                                        uint16_t *dst, int64_t ch_stride, int64_t step,
+                                        int dtype)
+{
+    __m256 v[8];
+    pypto_cv_load_transposed8(acc, ldc, n_pos, n_ch, v);
     for (int j = 0; j < n_ch; j++) {
         uint16_t lanes[8];
         const __m128i narrow = pypto_narrow8(v[j], dtype);
@@ -401,7 +409,6 @@ static inline void pypto_cv_stream_run(const float *acc, int64_t ldc, int64_t n,
     uint16_t stage[PYPTO_CV_STREAM_CH][64] __attribute__((aligned(32)));
     int64_t lead[PYPTO_CV_STREAM_CH];   /* channel j's run positions before its first line */
     __m256 v[8];
-    float row[8];
     for (int j = 0; j < n_ch; j++)
         lead[j] = (int64_t)((64 - ((uintptr_t)(dst + j * ch_stride) & 63)) & 63) / 2;
     /* one step past the last values: the lines that end the runs */
@@ -411,18 +418,7 @@ static inline void pypto_cv_stream_run(const float *acc, int64_t ldc, int64_t n,
             for (int q = 0; q < 4; q++) {
                 const int64_t left = n - pb - 8 * q;
                 const int n_pos = (int)(left < 0 ? 0 : (left < 8 ? left : 8));
-                const float *a = acc + (pb + 8 * q) * ldc + cb;
-                for (int i = 0; i < 8; i++) {
-                    if (i < n_pos && n_blk == 8) {
-                        v[i] = _mm256_loadu_ps(a + i * ldc);
-                    } else if (i < n_pos) {
-                        for (int b = 0; b < 8; b++) row[b] = b < n_blk ? a[i * ldc + b] : 0.0f;
-                        v[i] = _mm256_loadu_ps(row);
-                    } else {
-                        v[i] = _mm256_setzero_ps();
-                    }
-                }
-                pypto_transpose_8x8(v);
+                pypto_cv_load_transposed8(acc + (pb + 8 * q) * ldc + cb, ldc, n_pos, n_blk, v);
                 for (int b = 0; b < n_blk; b++)
                     _mm_store_si128((__m128i *)(stage[cb + b] + 32 + 8 * q),
                                     pypto_narrow8(v[b], dtype));
