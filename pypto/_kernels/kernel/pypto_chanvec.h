@@ -397,6 +397,7 @@ static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos
         }
     }
 }
+
 /* pypto_cv_stream_run of the AVX-512 levels (see there), in 8 x 8 blocks: a step's 32
  * positions of each channel are rounded into a staging row after the step before's, and the
  * channel's line is read from it at the run's offset in its line (AVX2 has no 16-bit
