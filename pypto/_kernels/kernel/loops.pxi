@@ -319,7 +319,7 @@ cdef void _write_out_cv(const Geometry *g, const float *acc, uint16_t *dx_img, i
                         int64_t n_count, const Frame *f, const float *acc_b,
                         const Frame *f_b) noexcept nogil:
     """_write_out for the channel-vector kernels' [position][channel] accumulator: each
-    vec-tile chunk in blocks of PYPTO_CV_STORE columns x channels (16, AVX2 8), transposed in
+    vec-tile chunk in blocks of PYPTO_CV_STORE (16) columns x channels, transposed in
     registers; the group's images one after another. With acc_b and f_b (not NULL), a second
     stride-2 phase of the same output rows, one column to the right, interleaved with the
     first (pypto_cv_store_pair)."""

@@ -335,60 +335,70 @@ static inline void pypto_cv_store_pair(const float *acc, const float *acc_b, int
 /* AVX2: 6 pixels x 16 channels (two ymm; pypto_ukernel_cv_f32 above): 12 accumulators, 2 W
  * loads and 6 broadcasts per k fill its 16 ymm registers. fp32 only (no bf16 dot product). */
 
-/* 8x8 fp32 transpose in registers: out[j] lane i = in[i] lane j. */
-static inline void pypto_transpose_8x8(__m256 *v)
+/* 16x16 16-bit transpose in registers: x[i] holds row i (16 words; columns 0-7 in the low
+ * 128-bit lane, 8-15 in the high); on return x[k] holds column k. Three rounds of unpacks
+ * within the lanes (8x8 blocks), then one lane permute a column puts rows 0-7 beside 8-15. */
+static inline void pypto_transpose_16x16_epi16_avx2(__m256i *x)
 {
-    __m256 t[8], u[8];
-    for (int k = 0; k < 4; k++) {
-        t[2 * k] = _mm256_unpacklo_ps(v[2 * k], v[2 * k + 1]);
-        t[2 * k + 1] = _mm256_unpackhi_ps(v[2 * k], v[2 * k + 1]);
+    __m256i a[16], b[16];
+    for (int p = 0; p < 8; p++) {   /* a[2p], a[2p+1]: rows 2p, 2p+1 at columns 0-3, 4-7 */
+        a[2 * p] = _mm256_unpacklo_epi16(x[2 * p], x[2 * p + 1]);
+        a[2 * p + 1] = _mm256_unpackhi_epi16(x[2 * p], x[2 * p + 1]);
     }
-    for (int h = 0; h < 2; h++) {  /* u[4h+m], 128-bit lane L: rows 4h..4h+3 of column 4L+m */
-        u[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
-        u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xee);
-        u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
-        u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xee);
+    for (int q = 0; q < 4; q++) {   /* b[4q + m]: rows 4q..4q+3 at columns 2m, 2m+1 */
+        b[4 * q] = _mm256_unpacklo_epi32(a[4 * q], a[4 * q + 2]);
+        b[4 * q + 1] = _mm256_unpackhi_epi32(a[4 * q], a[4 * q + 2]);
+        b[4 * q + 2] = _mm256_unpacklo_epi32(a[4 * q + 1], a[4 * q + 3]);
+        b[4 * q + 3] = _mm256_unpackhi_epi32(a[4 * q + 1], a[4 * q + 3]);
     }
-    for (int m = 0; m < 4; m++) {
-        v[m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x20);
-        v[4 + m] = _mm256_permute2f128_ps(u[m], u[4 + m], 0x31);
-    }
-}
-
-/* v[j] = channel j's n_pos (<= 8) values of an 8 x 8 block of the [position][channel]
- * accumulator (n_ch <= 8 channels; zeros elsewhere). */
-static inline void pypto_cv_load_transposed8(const float *acc, int64_t ldc, int n_pos, int n_ch,
-                                             __m256 *v)
-{
-    float row[8];
-    for (int i = 0; i < 8; i++) {
-        if (i < n_pos && n_ch == 8) {
-            v[i] = _mm256_loadu_ps(acc + i * ldc);
-        } else if (i < n_pos) {
-            for (int j = 0; j < 8; j++) row[j] = j < n_ch ? acc[i * ldc + j] : 0.0f;
-            v[i] = _mm256_loadu_ps(row);
-        } else {
-            v[i] = _mm256_setzero_ps();
+    for (int h = 0; h < 2; h++)     /* a[8h + c]: rows 8h..8h+7 at column c (low), c+8 (high) */
+        for (int m = 0; m < 4; m++) {
+            a[8 * h + 2 * m] = _mm256_unpacklo_epi64(b[8 * h + m], b[8 * h + 4 + m]);
+            a[8 * h + 2 * m + 1] = _mm256_unpackhi_epi64(b[8 * h + m], b[8 * h + 4 + m]);
         }
+    for (int c = 0; c < 8; c++) {
+        x[c] = _mm256_permute2x128_si256(a[c], a[8 + c], 0x20);
+        x[8 + c] = _mm256_permute2x128_si256(a[c], a[8 + c], 0x31);
     }
-    pypto_transpose_8x8(v);
 }
 
-/* pypto_cv_store_block of the AVX-512 levels, in 8 x 8 blocks (n_pos, n_ch <= 8). */
+/* n_pos (<= 16) positions x n_ch (<= 16) channels of the [position][channel] accumulator,
+ * rounded once, then transposed as 16-bit words (the AVX-512 levels' order: half the data to
+ * move, and one 32-byte store a channel where 8x8 fp32 blocks took two 16-byte ones): channel
+ * j's values in x[j], zeros past n_pos. */
+static inline void pypto_cv_round_transpose16(const float *acc, int64_t ldc, int n_pos, int n_ch,
+                                              int dtype, __m256i *x)
+{
+    float row[16];
+    for (int i = 0; i < 16; i++) {
+        __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+        if (i < n_pos && n_ch == 16) {
+            lo = _mm256_loadu_ps(acc + i * ldc);
+            hi = _mm256_loadu_ps(acc + i * ldc + 8);
+        } else if (i < n_pos) {
+            for (int c = 0; c < 16; c++) row[c] = c < n_ch ? acc[i * ldc + c] : 0.0f;
+            lo = _mm256_loadu_ps(row);
+            hi = _mm256_loadu_ps(row + 8);
+        }
+        x[i] = _mm256_set_m128i(pypto_narrow8(hi, dtype), pypto_narrow8(lo, dtype));
+    }
+    pypto_transpose_16x16_epi16_avx2(x);
+}
+
+/* pypto_cv_store_block of the AVX-512 levels (n_pos, n_ch <= 16). */
 static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch,
                                         uint16_t *dst, int64_t ch_stride, int64_t step,
                                         int dtype)
 {
-    __m256 v[8];
-    pypto_cv_load_transposed8(acc, ldc, n_pos, n_ch, v);
+    __m256i x[16];
+    pypto_cv_round_transpose16(acc, ldc, n_pos, n_ch, dtype, x);
     for (int j = 0; j < n_ch; j++) {
-        uint16_t lanes[8];
-        const __m128i narrow = pypto_narrow8(v[j], dtype);
-        if (step == 1 && n_pos == 8) {  /* whole blocks: one store, not a libc call */
-            _mm_storeu_si128((__m128i *)(dst + j * ch_stride), narrow);
+        uint16_t lanes[16];
+        if (step == 1 && n_pos == 16) {  /* whole blocks: one store, not a libc call */
+            _mm256_storeu_si256((__m256i *)(dst + j * ch_stride), x[j]);
             continue;
         }
-        _mm_storeu_si128((__m128i *)lanes, narrow);
+        _mm256_storeu_si256((__m256i *)lanes, x[j]);
         if (step == 1) {
             memcpy(dst + j * ch_stride, lanes, (size_t)n_pos * sizeof(uint16_t));
         } else {
@@ -398,31 +408,30 @@ static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos
     }
 }
 
-/* pypto_cv_stream_run of the AVX-512 levels (see there), in 8 x 8 blocks: a step's 32
- * positions of each channel are rounded into a staging row after the step before's, and the
- * channel's line is read from it at the run's offset in its line (AVX2 has no 16-bit
- * cross-lane permute), then stored non-temporally as two 32-byte halves; partial lines are
- * copied. */
+/* pypto_cv_stream_run of the AVX-512 levels (see there): a step's 32 positions of each
+ * channel are rounded into a staging row after the step before's, and the channel's line is
+ * read from it at the run's offset in its line (AVX2 has no 16-bit cross-lane permute), then
+ * stored non-temporally as two 32-byte halves; partial lines are copied. */
 static inline void pypto_cv_stream_run(const float *acc, int64_t ldc, int64_t n, int n_ch,
                                        uint16_t *dst, int64_t ch_stride, int dtype)
 {
     /* stage[j]: run positions pb - 32 .. pb + 31 of channel j */
     uint16_t stage[PYPTO_CV_STREAM_CH][64] __attribute__((aligned(32)));
     int64_t lead[PYPTO_CV_STREAM_CH];   /* channel j's run positions before its first line */
-    __m256 v[8];
+    __m256i x[16];
     for (int j = 0; j < n_ch; j++)
         lead[j] = (int64_t)((64 - ((uintptr_t)(dst + j * ch_stride) & 63)) & 63) / 2;
     /* one step past the last values: the lines that end the runs */
     for (int64_t pb = 0; pb < n + 32; pb += 32) {
-        for (int cb = 0; cb < n_ch; cb += 8) {
-            const int n_blk = n_ch - cb < 8 ? n_ch - cb : 8;
-            for (int q = 0; q < 4; q++) {
-                const int64_t left = n - pb - 8 * q;
-                const int n_pos = (int)(left < 0 ? 0 : (left < 8 ? left : 8));
-                pypto_cv_load_transposed8(acc + (pb + 8 * q) * ldc + cb, ldc, n_pos, n_blk, v);
+        for (int cb = 0; cb < n_ch; cb += 16) {
+            const int n_blk = n_ch - cb < 16 ? n_ch - cb : 16;
+            for (int h = 0; h < 2; h++) {
+                const int64_t left = n - pb - 16 * h;
+                const int n_pos = (int)(left < 0 ? 0 : (left < 16 ? left : 16));
+                pypto_cv_round_transpose16(acc + (pb + 16 * h) * ldc + cb, ldc, n_pos, n_blk,
+                                           dtype, x);
                 for (int b = 0; b < n_blk; b++)
-                    _mm_store_si128((__m128i *)(stage[cb + b] + 32 + 8 * q),
-                                    pypto_narrow8(v[b], dtype));
+                    _mm256_store_si256((__m256i *)(stage[cb + b] + 32 + 16 * h), x[b]);
             }
         }
         for (int j = 0; j < n_ch; j++) {

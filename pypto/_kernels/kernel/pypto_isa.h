@@ -79,7 +79,7 @@ enum { PYPTO_HAVE_BF16_DOT = 0 };
  * blocks of PYPTO_CV_STORE positions x channels. The sizes stay defined where the shape is
  * absent (the kernel never chooses it there). */
 #if defined(PYPTO_ISA_AVX2)
-enum { PYPTO_HAVE_CHAN_VEC = 1, PYPTO_CV_M = 6, PYPTO_CV_N = 16, PYPTO_CV_STORE = 8 };
+enum { PYPTO_HAVE_CHAN_VEC = 1, PYPTO_CV_M = 6, PYPTO_CV_N = 16, PYPTO_CV_STORE = 16 };
 #elif defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
 enum { PYPTO_HAVE_CHAN_VEC = 1, PYPTO_CV_M = 7, PYPTO_CV_N = 32, PYPTO_CV_STORE = 16 };
 #else
