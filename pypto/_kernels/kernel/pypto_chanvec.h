@@ -64,6 +64,17 @@ static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
     }
     PYPTO_CV_ROWS(PYPTO_CV_STORE_ROW)
 }
+
+/* The streamed run write-outs (pypto_cv_stream_run, one per level): the positions of a run
+ * starting at p before its first whole 64-byte line (0..31), and the fence that orders the
+ * non-temporal stores before what follows (the work item's end, other threads' reads of dx
+ * after the parallel region); the caller ends each run write-out with it. */
+static inline int64_t pypto_line_lead(const uint16_t *p)
+{
+    return (int64_t)((64 - ((uintptr_t)p & 63)) & 63) / 2;
+}
+
+static inline void pypto_stream_fence(void) { _mm_sfence(); }
 #endif
 
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
@@ -267,7 +278,7 @@ static inline void pypto_cv_stream_run(const float *acc, int64_t ldc, int64_t n,
     int64_t lead[PYPTO_CV_STREAM_CH];   /* channel j's run positions before its first line */
     const __m512i lanes = _mm512_loadu_si512((const void *)iota);
     for (int j = 0; j < n_ch; j++) {
-        lead[j] = (int64_t)((64 - ((uintptr_t)(dst + j * ch_stride) & 63)) & 63) / 2;
+        lead[j] = pypto_line_lead(dst + j * ch_stride);
         carry[j] = _mm512_setzero_si512();
     }
     /* one step past the last values: the lines that end the runs */
@@ -303,10 +314,6 @@ static inline void pypto_cv_stream_run(const float *acc, int64_t ldc, int64_t n,
         }
     }
 }
-
-/* Orders the non-temporal stores before what follows (the work item's end, other threads'
- * reads of dx after the parallel region). */
-static inline void pypto_stream_fence(void) { _mm_sfence(); }
 
 /* The write-out of two stride-2 phases that share output rows, one block of each: the first
  * phase's n_pos values of channel j go to the even columns dst[2i], the second's n_pos_b (n_pos
@@ -420,7 +427,7 @@ static inline void pypto_cv_stream_run(const float *acc, int64_t ldc, int64_t n,
     int64_t lead[PYPTO_CV_STREAM_CH];   /* channel j's run positions before its first line */
     __m256i x[16];
     for (int j = 0; j < n_ch; j++)
-        lead[j] = (int64_t)((64 - ((uintptr_t)(dst + j * ch_stride) & 63)) & 63) / 2;
+        lead[j] = pypto_line_lead(dst + j * ch_stride);
     /* one step past the last values: the lines that end the runs */
     for (int64_t pb = 0; pb < n + 32; pb += 32) {
         for (int cb = 0; cb < n_ch; cb += 16) {
@@ -457,8 +464,6 @@ static inline void pypto_cv_stream_run(const float *acc, int64_t ldc, int64_t n,
         }
     }
 }
-
-static inline void pypto_stream_fence(void) { _mm_sfence(); }
 #endif
 
 #endif
