@@ -40,8 +40,8 @@ PROBLEMS = [
     (1, 64, 16, 14, 14, 7, 7, (2, 2), (3, 3), (1, 1), None),
     (1, 32, 48, 6, 40, 3, 3, (1, 1), (1, 1), (2, 2), None),  # dilation, wide rows
     (3, 96, 20, 6, 7, 3, 3, (1, 1), (1, 1), (1, 1), 32),  # image groups of 3, or 2 + 1
-    (5, 64, 24, 4, 4, 3, 3, (2, 2), (1, 1), (1, 1), 32),  # 5 images: 4 + 1
-    (4, 128, 18, 7, 7, 3, 3, (1, 1), (1, 1), (1, 1), 64),  # 6-pixel blocks across images
+    (5, 64, 24, 4, 4, 3, 3, (2, 2), (1, 1), (1, 1), 32),  # 5 images: 3 + 2
+    (4, 128, 18, 7, 7, 3, 3, (1, 1), (1, 1), (1, 1), 64),  # 6-pixel blocks across images: 2 + 2
     (1, 64, 24, 9, 10, 1, 1, (2, 2), (0, 0), (1, 1), None),  # phases without taps: zeros
     (2, 160, 24, 9, 11, 1, 7, (1, 1), (0, 3), (1, 1), 128),  # 1x7; 128 + 32: never wide
     (1, 64, 24, 9, 41, 3, 3, (2, 2), (1, 1), (1, 1), None),  # stride-2 stores: 16 + 5, 16 + 4
@@ -53,7 +53,7 @@ PROBLEMS = [
     (2, 64, 20, 9, 37, 3, 3, (2, 2), (2, 2), (1, 1), None),  # paired stores: even phase first
 ]
 # problem index: {threads: images per item}; groups keep four work items per thread
-GROUPED = {8: {1: 2}, 9: {1: 4}, 10: {1: 3}}
+GROUPED = {8: {1: 2}, 9: {1: 3}, 10: {1: 2}}
 VEC_CHUNKS = [(16, 64), (3, 5), (1, 1), (40, 7)]  # (channels, columns) per write-out chunk
 
 

@@ -86,6 +86,25 @@ def test_row_tiles_are_balanced():
     assert (s["row_tiles"], s["m_rows"]) == (4, 7)
 
 
+def test_image_groups_are_equal_and_spread_over_the_team():
+    """Whole-image tiles of 8x8 images (Inception's Mixed_7c 1x3 layer, 384 -> 384 channels)
+    share work items in groups of equal size; with a team, the group whose items the threads
+    share out best."""
+    kernel = load_level(LEVELS[-1])
+    q = _problem(8, 384, 384, 8, 8, 1, 3, 1, 0, 1)._replace(pl=1, pr=1, wout=8)
+    tiling = Tiling(64, 768, 128, 64, 128, 128)
+    one = _split(kernel, q, tiling, 1)
+    assert (one["group"], one["items"]) == (4, 4), one  # 4 + 4, not 7 + 1
+    two = _split(kernel, q, tiling, 2)
+    # 2 images a group, 2 items of 192 channels each: 4 items a thread, the same work in each;
+    # groups of 3 (3 + 3 + 2) made 9 items, one thread ran 5 of them
+    assert (two["group"], two["items"]) == (2, 8), two
+    for threads in THREADS:
+        s = _split(kernel, q, tiling, threads)
+        groups = -(-q.n // s["group"])
+        assert groups * s["group"] - q.n < groups, (threads, s)  # sizes differ by at most one
+
+
 def test_few_row_tiles_are_merged_against_the_kernel_halo():
     """One-row NPU tiles of a wide image (Inception's Conv2d_2a shape) fill every dy row into
     three frames for a 3x3 kernel: they are merged up to four times the halo rows (8) while
