@@ -98,9 +98,35 @@ cdef extern from "pypto_peak.h" nogil:
 cdef extern from *:
     """
     #ifdef _OPENMP
+    #include <omp.h>
     #define PYPTO_HAVE_OPENMP 1
+    static double pypto_seconds(void) { return omp_get_wtime(); }
     #else
     #define PYPTO_HAVE_OPENMP 0
+    #include <time.h>
+    /* one thread runs the team's items: its processor time is the time passed */
+    static double pypto_seconds(void) { return (double)clock() / CLOCKS_PER_SEC; }
     #endif
     """
     int PYPTO_HAVE_OPENMP
+    double pypto_seconds() nogil
+
+cdef extern from *:
+    """
+    /* Ctrl-C inside a parallel region, from the calling thread (the team's thread 0, which
+       holds the caller's thread state): the GIL for this check alone, not for the team (a
+       `with gil` block in a prange makes every thread of the team take the GIL when the
+       region starts). A handler's exception stays set on the thread state; pypto_raise_if
+       hands it to Cython after the region. */
+    static void pypto_check_signals(volatile int *stop) {
+        PyGILState_STATE state = PyGILState_Ensure();
+        if (PyErr_CheckSignals() < 0)
+            *stop = 1;
+        PyGILState_Release(state);
+    }
+    static int pypto_stopped(const volatile int *stop) { return *stop; }
+    static int pypto_raise_if(int stop) { return stop ? -1 : 0; }
+    """
+    void pypto_check_signals(int *stop) nogil
+    int pypto_stopped(const int *stop) nogil
+    int pypto_raise_if(int stop) except -1
