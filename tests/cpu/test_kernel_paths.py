@@ -51,6 +51,11 @@ PROBLEMS = [
     (1, 48, 16, 8, 9, 5, 5, (1, 1), (2, 2), (1, 1), None),  # 32 + 16, 5x5
     (1, 80, 18, 6, 7, 3, 3, (2, 2), (1, 1), (1, 1), 64),  # blocks of 64 and of 16
     (2, 64, 20, 9, 37, 3, 3, (2, 2), (2, 2), (1, 1), None),  # paired stores: even phase first
+    # taps that read padding for a whole pixel block are skipped: one-column images (every
+    # block skips four of a 5x5 kernel's columns), 7x1 on 17 rows, 5x5 dilated 2 with stride 2
+    (2, 64, 20, 9, 1, 5, 5, (1, 1), (2, 2), (1, 1), None),
+    (2, 64, 24, 17, 17, 7, 1, (1, 1), (3, 0), (1, 1), None),
+    (1, 96, 24, 11, 6, 5, 5, (2, 2), (4, 4), (2, 2), None),
 ]
 # problem index: {threads: images per item}; groups keep four work items per thread
 GROUPED = {8: {1: 2}, 9: {1: 3}, 10: {1: 2}}

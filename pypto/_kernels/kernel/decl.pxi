@@ -5,7 +5,7 @@
 
 from cpython.exc cimport PyErr_CheckSignals
 from cython.parallel cimport parallel, prange, threadid
-from libc.stdint cimport int64_t, uint16_t, uint32_t
+from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
@@ -73,16 +73,24 @@ cdef extern from "pypto_few.h" nogil:
                                 const uint32_t *const *a_rows, int64_t j0, float *c, int64_t ldc)
 
 cdef extern from "pypto_chanvec.h" nogil:
+    ctypedef struct pypto_taps:
+        uint64_t mask
+        int64_t first, count
     void pypto_ukernel_cv_f32(int64_t kc, const float *w, const float *const *a_rows,
-                              const int64_t *offs, float *c, int64_t ldc, int first)
+                              const int64_t *offs, float *c, int64_t ldc, int first,
+                              const pypto_taps *taps)
     void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
-                               const int64_t *offs, float *c, int64_t ldc, int first)
+                               const int64_t *offs, float *c, int64_t ldc, int first,
+                               const pypto_taps *taps)
     void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
-                                const int64_t *offs, float *c, int64_t ldc, int first)
+                                const int64_t *offs, float *c, int64_t ldc, int first,
+                                const pypto_taps *taps)
     void pypto_ukernel_cvh_f32(int64_t kc, const float *w, const float *const *a_rows,
-                               const int64_t *offs, float *c, int64_t ldc, int first)
+                               const int64_t *offs, float *c, int64_t ldc, int first,
+                               const pypto_taps *taps)
     void pypto_ukernel_cvh_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
-                                const int64_t *offs, float *c, int64_t ldc, int first)
+                                const int64_t *offs, float *c, int64_t ldc, int first,
+                                const pypto_taps *taps)
     void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch, uint16_t *dst,
                               int64_t ch_stride, int64_t step, int dtype)
     void pypto_cv_store_pair(const float *acc, const float *acc_b, int64_t ldc, int n_pos,

@@ -240,6 +240,32 @@ cdef void _position_offsets(const Geometry *g, const Frame *f, int64_t *offs) no
         offs[t] = last
 
 
+cdef uint64_t _block_taps(const Geometry *g, const Frame *f, const int64_t *qh,
+                          const int64_t *qw, int64_t ntaps, int64_t r, int64_t c, int64_t n,
+                          const int64_t *inner) noexcept nogil:
+    """Bits of the phase's taps (qh, qw: their row and column shifts) that read a real dy value,
+    not padding, for at least one of n positions from tile row r, column c on (row-major, on
+    into the next image); all bits once a position lies in ``inner`` (rows [0], [1), columns
+    [2], [3)), where every tap reads a real value."""
+    cdef uint64_t mask = 0
+    cdef int64_t i, ti, row, col
+    for i in range(n):
+        if inner[0] <= r < inner[1] and inner[2] <= c < inner[3]:
+            return ~(<uint64_t>0)
+        for ti in range(ntaps):
+            row = f.ih0 + r - qh[ti]
+            col = f.jw0 + c - qw[ti]
+            if 0 <= row < g.hout and 0 <= col < g.wout:
+                mask |= (<uint64_t>1) << ti
+        c += 1
+        if c == f.cols:
+            c = 0
+            r += 1
+            if r == f.rows:
+                r = 0
+    return mask
+
+
 cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t c_first,
                        int64_t n_count1, int64_t k_first, int64_t k_count, const void **rows,
                        int64_t t0, int64_t t_count, float *acc,
@@ -247,11 +273,41 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
     """_multiply with the channel-vector kernels: acc[t][ci] for g.m_block pixels x g.wb
     channels at a time (offs: _position_offsets; first: the accumulator's first k, which starts
     the sums at 0 instead of reading acc). A short last pixel block repeats its last pixel into
-    the accumulator's spare rows (past the tile's positions: never written out)."""
+    the accumulator's spare rows (past the tile's positions: never written out).
+
+    A pixel block at the image's border skips the taps that read padding for all its pixels
+    (pypto_taps): their products are zeros. Adding a zero leaves an fp32 sum as it was unless
+    the sum is -0.0, and it never is here: it starts at +0.0, and with fp16 (exact products,
+    none below 2^-48) or the bf16 dot product (products and sums are multiples of 2^-126:
+    nothing is flushed) no sum rounds to -0.0. So the bits are those of the whole sum (not on
+    the bf16 fp32 path, where products can underflow to -0.0)."""
     cdef int64_t k_len = _k_len(g, g.tap_count[phase])
     cdef int64_t nl0 = _round_up(g.nl0, g.wb)
-    cdef int64_t n0, n_end, cb, pb, panel
+    cdef int64_t n0, n_end, cb, pb, panel, ti, tap, rem, r = 0, c = 0
     cdef bint half
+    cdef int64_t ntaps = g.tap_count[phase]
+    cdef int64_t qh[64]
+    cdef int64_t qw[64]
+    cdef int64_t inner[4]
+    cdef uint64_t all_taps = 0, mask
+    cdef pypto_taps taps
+    cdef const pypto_taps *use = NULL
+    cdef bint border = False
+    inner[0], inner[1], inner[2], inner[3] = 0, f.rows, 0, f.cols
+    if 1 < ntaps <= 64 and (g.dtype == 0 or g.dot_bf16):
+        for ti in range(ntaps):
+            tap = g.tap_first[phase] + ti
+            qh[ti] = (g.tap_kh[tap] * g.dh) // g.sh
+            qw[ti] = (g.tap_kw[tap] * g.dw) // g.sw
+            # rows and columns where this tap reads a real value
+            inner[0] = _max(inner[0], qh[ti] - f.ih0)
+            inner[1] = _min(inner[1], g.hout + qh[ti] - f.ih0)
+            inner[2] = _max(inner[2], qw[ti] - f.jw0)
+            inner[3] = _min(inner[3], g.wout + qw[ti] - f.jw0)
+        border = inner[0] > 0 or inner[1] < f.rows or inner[2] > 0 or inner[3] < f.cols
+        all_taps = ~(<uint64_t>0) if ntaps == 64 else ((<uint64_t>1) << ntaps) - 1
+        taps.first = k_first % ntaps
+        taps.count = ntaps
     n0 = 0
     while n0 < n_count1:                                           # N-L0
         n_end = _min(n0 + nl0, n_count1)
@@ -260,23 +316,40 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
             panel = g.w_offset[phase] + (c_first + cb) * k_len
             # a last panel of at most 16 channels: the 16-channel kernels
             half = PYPTO_HAVE_CV_HALF and g.wb == PYPTO_CV_N and n_count1 - cb <= PYPTO_CV_N // 2
+            if border:   # the first block's tile row and column
+                rem = t0 % (f.rows * f.cols)
+                r = rem // f.cols
+                c = rem - r * f.cols
             pb = t0
             while pb < t0 + t_count:  # ... while the pixel blocks pass over it
+                if border:
+                    mask = _block_taps(g, f, qh, qw, ntaps, r, c,
+                                       _min(g.m_block, f.positions - pb), inner)
+                    use = NULL
+                    if mask & all_taps != all_taps:
+                        taps.mask = mask
+                        use = &taps
+                    c += g.m_block
+                    while c >= f.cols:
+                        c -= f.cols
+                        r += 1
+                        if r == f.rows:
+                            r = 0
                 if g.wb == PYPTO_CVW_N:
                     pypto_ukernel_cvw_bf16(
                         k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_CVW_N,
                         <const uint32_t *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc,
-                        first)
+                        first, use)
                 elif g.dot_bf16:
                     (pypto_ukernel_cvh_bf16 if half else pypto_ukernel_cv_bf16)(
                         k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_CV_N,
                         <const uint32_t *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc,
-                        first)
+                        first, use)
                 else:
                     (pypto_ukernel_cvh_f32 if half else pypto_ukernel_cv_f32)(
                         k_count, <const float *>g.w_packed + panel + k_first * PYPTO_CV_N,
                         <const float *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc,
-                        first)
+                        first, use)
                 pb += g.m_block
             cb += g.wb
         n0 = n_end

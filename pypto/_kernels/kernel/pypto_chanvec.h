@@ -49,19 +49,19 @@ enum { PYPTO_CV_HALF = PYPTO_CV_N / 2 };
 static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
                                         const float *const *a_rows, const int64_t *offs,
                                         float *restrict c, int64_t ldc,
-                                        int first)
+                                        int first, const pypto_taps *taps)
 {
     PYPTO_CV_ROWS(PYPTO_CV_LOAD)
-    for (int64_t k = 0; k < kc; k++) {
-        const float *a = a_rows[k];
-        const pypto_cv_vec w0 = PYPTO_CV_VLOAD(w + k * PYPTO_CV_N);
-        const pypto_cv_vec w1 = PYPTO_CV_VLOAD(w + k * PYPTO_CV_N + PYPTO_CV_HALF);
 #define PYPTO_CV_FMA(r) { const pypto_cv_vec b = PYPTO_CV_VSET1(a + o##r); \
                           c##r##0 = PYPTO_CV_VFMA(w0, b, c##r##0); \
                           c##r##1 = PYPTO_CV_VFMA(w1, b, c##r##1); }
-        PYPTO_CV_ROWS(PYPTO_CV_FMA)
+#define PYPTO_CV_STEP(k) { const float *a = a_rows[k]; \
+        const pypto_cv_vec w0 = PYPTO_CV_VLOAD(w + (k) * PYPTO_CV_N); \
+        const pypto_cv_vec w1 = PYPTO_CV_VLOAD(w + (k) * PYPTO_CV_N + PYPTO_CV_HALF); \
+        PYPTO_CV_ROWS(PYPTO_CV_FMA) }
+    PYPTO_K_LOOP(kc, taps, PYPTO_CV_STEP)
+#undef PYPTO_CV_STEP
 #undef PYPTO_CV_FMA
-    }
     PYPTO_CV_ROWS(PYPTO_CV_STORE_ROW)
 }
 
@@ -90,33 +90,35 @@ static inline void pypto_stream_fence(void) { _mm_sfence(); }
 
 static inline void pypto_ukernel_cvh_f32(int64_t kc, const float *restrict w,
                                          const float *const *a_rows, const int64_t *offs,
-                                         float *restrict c, int64_t ldc, int first)
+                                         float *restrict c, int64_t ldc, int first,
+                                         const pypto_taps *taps)
 {
     PYPTO_CV_ROWS(PYPTO_CVH_LOAD)
-    for (int64_t k = 0; k < kc; k++) {
-        const float *a = a_rows[k];
-        const __m512 w0 = _mm512_loadu_ps(w + k * PYPTO_CV_N);
 #define PYPTO_CVH_FMA(r) c##r = _mm512_fmadd_ps(w0, _mm512_set1_ps(a[o##r]), c##r);
-        PYPTO_CV_ROWS(PYPTO_CVH_FMA)
+#define PYPTO_CVH_STEP(k) { const float *a = a_rows[k]; \
+        const __m512 w0 = _mm512_loadu_ps(w + (k) * PYPTO_CV_N); \
+        PYPTO_CV_ROWS(PYPTO_CVH_FMA) }
+    PYPTO_K_LOOP(kc, taps, PYPTO_CVH_STEP)
+#undef PYPTO_CVH_STEP
 #undef PYPTO_CVH_FMA
-    }
     PYPTO_CV_ROWS(PYPTO_CVH_STORE)
 }
 
 #ifdef PYPTO_ISA_AVX512BF16
 static inline void pypto_ukernel_cvh_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                           const uint32_t *const *a_rows, const int64_t *offs,
-                                          float *restrict c, int64_t ldc, int first)
+                                          float *restrict c, int64_t ldc, int first,
+                                          const pypto_taps *taps)
 {
     PYPTO_CV_ROWS(PYPTO_CVH_LOAD)
-    for (int64_t kp = 0; kp < kc_pairs; kp++) {
-        const uint32_t *a = a_rows[kp];
-        const __m512bh w0 = (__m512bh)_mm512_loadu_si512((const void *)(w + kp * PYPTO_CV_N));
 #define PYPTO_CVH_DOT(r) \
         c##r = _mm512_dpbf16_ps(c##r, (__m512bh)_mm512_set1_epi32((int)a[o##r]), w0);
-        PYPTO_CV_ROWS(PYPTO_CVH_DOT)
+#define PYPTO_CVH_STEP(kp) { const uint32_t *a = a_rows[kp]; \
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512((const void *)(w + (kp) * PYPTO_CV_N)); \
+        PYPTO_CV_ROWS(PYPTO_CVH_DOT) }
+    PYPTO_K_LOOP(kc_pairs, taps, PYPTO_CVH_STEP)
+#undef PYPTO_CVH_STEP
 #undef PYPTO_CVH_DOT
-    }
     PYPTO_CV_ROWS(PYPTO_CVH_STORE)
 }
 #endif
@@ -138,40 +140,40 @@ static inline void pypto_ukernel_cvh_bf16(int64_t kc_pairs, const uint32_t *rest
 static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                          const uint32_t *const *a_rows, const int64_t *offs,
                                          float *restrict c, int64_t ldc,
-                                         int first)
+                                         int first, const pypto_taps *taps)
 {
     PYPTO_CV_ROWS(PYPTO_CV_LOAD)
-    for (int64_t kp = 0; kp < kc_pairs; kp++) {
-        const uint32_t *a = a_rows[kp];
-        const __m512bh w0 = (__m512bh)_mm512_loadu_si512((const void *)(w + kp * 32));
-        const __m512bh w1 = (__m512bh)_mm512_loadu_si512((const void *)(w + kp * 32 + 16));
 #define PYPTO_CV_DOT(r) { const __m512bh b = (__m512bh)_mm512_set1_epi32((int)a[o##r]); \
                           c##r##0 = _mm512_dpbf16_ps(c##r##0, b, w0); \
                           c##r##1 = _mm512_dpbf16_ps(c##r##1, b, w1); }
-        PYPTO_CV_ROWS(PYPTO_CV_DOT)
+#define PYPTO_CV_STEP(kp) { const uint32_t *a = a_rows[kp]; \
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512((const void *)(w + (kp) * 32)); \
+        const __m512bh w1 = (__m512bh)_mm512_loadu_si512((const void *)(w + (kp) * 32 + 16)); \
+        PYPTO_CV_ROWS(PYPTO_CV_DOT) }
+    PYPTO_K_LOOP(kc_pairs, taps, PYPTO_CV_STEP)
+#undef PYPTO_CV_STEP
 #undef PYPTO_CV_DOT
-    }
     PYPTO_CV_ROWS(PYPTO_CV_STORE_ROW)
 }
 
 static inline void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                           const uint32_t *const *a_rows, const int64_t *offs,
                                           float *restrict c, int64_t ldc,
-                                          int first)
+                                          int first, const pypto_taps *taps)
 {
     PYPTO_CVW_ROWS(PYPTO_CVW_LOAD)
-    for (int64_t kp = 0; kp < kc_pairs; kp++) {
-        const uint32_t *a = a_rows[kp];
-        const __m512bh w0 = (__m512bh)_mm512_loadu_si512((const void *)(w + kp * 64));
-        const __m512bh w1 = (__m512bh)_mm512_loadu_si512((const void *)(w + kp * 64 + 16));
-        const __m512bh w2 = (__m512bh)_mm512_loadu_si512((const void *)(w + kp * 64 + 32));
-        const __m512bh w3 = (__m512bh)_mm512_loadu_si512((const void *)(w + kp * 64 + 48));
 #define PYPTO_CVW_DOT(r) { const __m512bh b = (__m512bh)_mm512_set1_epi32((int)a[o##r]); \
         c##r##0 = _mm512_dpbf16_ps(c##r##0, b, w0); c##r##1 = _mm512_dpbf16_ps(c##r##1, b, w1); \
         c##r##2 = _mm512_dpbf16_ps(c##r##2, b, w2); c##r##3 = _mm512_dpbf16_ps(c##r##3, b, w3); }
-        PYPTO_CVW_ROWS(PYPTO_CVW_DOT)
+#define PYPTO_CVW_STEP(kp) { const uint32_t *a = a_rows[kp]; \
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512((const void *)(w + (kp) * 64)); \
+        const __m512bh w1 = (__m512bh)_mm512_loadu_si512((const void *)(w + (kp) * 64 + 16)); \
+        const __m512bh w2 = (__m512bh)_mm512_loadu_si512((const void *)(w + (kp) * 64 + 32)); \
+        const __m512bh w3 = (__m512bh)_mm512_loadu_si512((const void *)(w + (kp) * 64 + 48)); \
+        PYPTO_CVW_ROWS(PYPTO_CVW_DOT) }
+    PYPTO_K_LOOP(kc_pairs, taps, PYPTO_CVW_STEP)
+#undef PYPTO_CVW_STEP
 #undef PYPTO_CVW_DOT
-    }
     PYPTO_CVW_ROWS(PYPTO_Z4_STORE)
 }
 #endif

@@ -34,6 +34,42 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The taps a channel-vector kernel call computes, where not all: k runs over (channel slot,
+ * tap) with the tap inner, and k's tap is (first + k) % count; the kernel skips every k whose
+ * tap's bit in mask is 0 (taps whose dy rows and columns are padding for all of the block's
+ * pixels: their products are zeros). NULL: every k. */
+typedef struct {
+    uint64_t mask;
+    int64_t first, count;
+} pypto_taps;
+
+/* for (k = 0; k < kc; k++) STEP(k), skipping the k of taps not in taps->mask: in runs of
+ * computed and of skipped k (a test per k mispredicted at the edges of a 5x5 kernel's masks) */
+#define PYPTO_K_LOOP(kc, taps, STEP)                                                        \
+    if ((taps) == NULL) {                                                                   \
+        for (int64_t k_ = 0; k_ < (kc); k_++) STEP(k_)                                      \
+    } else {                                                                                \
+        const uint64_t mask_ = (taps)->mask; /* no bit at or above count */                 \
+        const int64_t count_ = (taps)->count;                                               \
+        int64_t k_ = 0, t_ = (taps)->first;                                                 \
+        while (k_ < (kc)) {                                                                 \
+            const uint64_t rest_ = mask_ >> t_;                                             \
+            /* the run from tap t_: taps in the mask, or not, up to the period's end */     \
+            int64_t n_ = (rest_ & 1) ? __builtin_ctzll(~rest_)                              \
+                         : rest_ ? __builtin_ctzll(rest_) : count_ - t_;                    \
+            if (n_ > (kc) - k_)                                                             \
+                n_ = (kc) - k_;                                                             \
+            if (rest_ & 1) {                                                                \
+                for (const int64_t end_ = k_ + n_; k_ < end_; k_++) STEP(k_)                \
+            } else {                                                                        \
+                k_ += n_;                                                                   \
+            }                                                                               \
+            t_ += n_;                                                                       \
+            if (t_ == count_)                                                               \
+                t_ = 0;                                                                     \
+        }                                                                                   \
+    }
+
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #define PYPTO_ISA_AVX512BF16 1
 #define PYPTO_ISA_NAME "avx512_bf16"
@@ -132,9 +168,10 @@ static inline void pypto_ukernel_few_f32(int64_t kc, const float *restrict w,
 }
 static inline void pypto_ukernel_cvh_f32(int64_t kc, const float *restrict w,
                                          const float *const *a_rows, const int64_t *offs,
-                                         float *restrict c, int64_t ldc, int first)
+                                         float *restrict c, int64_t ldc, int first,
+                                         const pypto_taps *taps)
 {
-    (void)kc; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;
+    (void)kc; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first; (void)taps;
 }
 static inline void pypto_cv_store_pair(const float *acc, const float *acc_b, int64_t ldc,
                                        int n_pos, int n_pos_b, int n_ch, uint16_t *dst,
@@ -156,9 +193,9 @@ static inline void pypto_stream_fence(void) {}
 static inline void pypto_ukernel_cv_f32(int64_t kc, const float *restrict w,
                                         const float *const *a_rows, const int64_t *offs,
                                         float *restrict c, int64_t ldc,
-                                        int first)
+                                        int first, const pypto_taps *taps)
 {
-    (void)kc; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;
+    (void)kc; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first; (void)taps;
 }
 static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos, int n_ch,
                                         uint16_t *dst, int64_t ch_stride, int64_t step,
@@ -179,21 +216,27 @@ static inline void pypto_ukernel_few_bf16(int64_t kc_pairs, const uint32_t *rest
 }
 static inline void pypto_ukernel_cv_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                          const uint32_t *const *a_rows, const int64_t *offs,
-                                         float *restrict c, int64_t ldc, int first)
+                                         float *restrict c, int64_t ldc, int first,
+                                         const pypto_taps *taps)
 {
     (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;
+    (void)taps;
 }
 static inline void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                           const uint32_t *const *a_rows, const int64_t *offs,
-                                          float *restrict c, int64_t ldc, int first)
+                                          float *restrict c, int64_t ldc, int first,
+                                         const pypto_taps *taps)
 {
     (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;
+    (void)taps;
 }
 static inline void pypto_ukernel_cvh_bf16(int64_t kc_pairs, const uint32_t *restrict w,
                                           const uint32_t *const *a_rows, const int64_t *offs,
-                                          float *restrict c, int64_t ldc, int first)
+                                          float *restrict c, int64_t ldc, int first,
+                                         const pypto_taps *taps)
 {
     (void)kc_pairs; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first;
+    (void)taps;
 }
 #endif
 
