@@ -56,6 +56,10 @@ PROBLEMS = [
     (2, 64, 20, 9, 1, 5, 5, (1, 1), (2, 2), (1, 1), None),
     (2, 64, 24, 17, 17, 7, 1, (1, 1), (3, 0), (1, 1), None),
     (1, 96, 24, 11, 6, 5, 5, (2, 2), (4, 4), (2, 2), None),
+    # 1xN kernels: positions column after column (blocks down a column, across columns and
+    # images: 8x8 images in groups), a dilated 1x5
+    (4, 64, 20, 8, 8, 1, 3, (1, 1), (0, 1), (1, 1), None),
+    (1, 64, 24, 6, 13, 1, 5, (1, 1), (0, 4), (1, 2), None),
 ]
 # problem index: {threads: images per item}; groups keep four work items per thread
 GROUPED = {8: {1: 2}, 9: {1: 3}, 10: {1: 2}}

@@ -221,6 +221,28 @@ cdef void _multiply_few(const Geometry *g, const Frame *f, int64_t phase, int64_
         jb += PYPTO_FEW_NR
 
 
+cdef inline void _next_position(const Geometry *g, const Frame *f, int64_t *r, int64_t *c,
+                                int64_t *image) noexcept nogil:
+    """(r, c, image) of the position after (r, c, image): along the row, or down the column
+    with g.col_major."""
+    if g.col_major:
+        r[0] += 1
+        if r[0] == f.rows:
+            r[0] = 0
+            c[0] += 1
+            if c[0] == f.cols:
+                c[0] = 0
+                image[0] += 1
+    else:
+        c[0] += 1
+        if c[0] == f.cols:
+            c[0] = 0
+            r[0] += 1
+            if r[0] == f.rows:
+                r[0] = 0
+                image[0] += 1
+
+
 cdef void _position_offsets(const Geometry *g, const Frame *f, int64_t *offs) noexcept nogil:
     """offs[t] = the frame offset of position t (image, row, column), for t up to the
     positions rounded up to g.m_block; the spare ones repeat the last position."""
@@ -229,13 +251,7 @@ cdef void _position_offsets(const Geometry *g, const Frame *f, int64_t *offs) no
     for t in range(f.positions):
         last = (image * f.fr + r) * f.fc + c
         offs[t] = last
-        c += 1
-        if c == f.cols:
-            c = 0
-            r += 1
-            if r == f.rows:
-                r = 0
-                image += 1
+        _next_position(g, f, &r, &c, &image)
     for t in range(f.positions, _round_up(f.positions, g.m_block)):
         offs[t] = last
 
@@ -244,11 +260,11 @@ cdef uint64_t _block_taps(const Geometry *g, const Frame *f, const int64_t *qh,
                           const int64_t *qw, int64_t ntaps, int64_t r, int64_t c, int64_t n,
                           const int64_t *inner) noexcept nogil:
     """Bits of the phase's taps (qh, qw: their row and column shifts) that read a real dy value,
-    not padding, for at least one of n positions from tile row r, column c on (row-major, on
-    into the next image); all bits once a position lies in ``inner`` (rows [0], [1), columns
-    [2], [3)), where every tap reads a real value."""
+    not padding, for at least one of n positions from tile row r, column c on (in position
+    order, on into the next image); all bits once a position lies in ``inner`` (rows [0], [1),
+    columns [2], [3)), where every tap reads a real value."""
     cdef uint64_t mask = 0
-    cdef int64_t i, ti, row, col
+    cdef int64_t i, ti, row, col, image = 0
     for i in range(n):
         if inner[0] <= r < inner[1] and inner[2] <= c < inner[3]:
             return ~(<uint64_t>0)
@@ -257,12 +273,7 @@ cdef uint64_t _block_taps(const Geometry *g, const Frame *f, const int64_t *qh,
             col = f.jw0 + c - qw[ti]
             if 0 <= row < g.hout and 0 <= col < g.wout:
                 mask |= (<uint64_t>1) << ti
-        c += 1
-        if c == f.cols:
-            c = 0
-            r += 1
-            if r == f.rows:
-                r = 0
+        _next_position(g, f, &r, &c, &image)
     return mask
 
 
@@ -283,7 +294,7 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
     the bf16 fp32 path, where products can underflow to -0.0)."""
     cdef int64_t k_len = _k_len(g, g.tap_count[phase])
     cdef int64_t nl0 = _round_up(g.nl0, g.wb)
-    cdef int64_t n0, n_end, cb, pb, panel, ti, tap, rem, r = 0, c = 0
+    cdef int64_t n0, n_end, cb, pb, panel, ti, tap, rem, step, r = 0, c = 0, image = 0
     cdef bint half
     cdef int64_t ntaps = g.tap_count[phase]
     cdef int64_t qh[64]
@@ -318,8 +329,12 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
             half = PYPTO_HAVE_CV_HALF and g.wb == PYPTO_CV_N and n_count1 - cb <= PYPTO_CV_N // 2
             if border:   # the first block's tile row and column
                 rem = t0 % (f.rows * f.cols)
-                r = rem // f.cols
-                c = rem - r * f.cols
+                if g.col_major:
+                    c = rem // f.rows
+                    r = rem - c * f.rows
+                else:
+                    r = rem // f.cols
+                    c = rem - r * f.cols
             pb = t0
             while pb < t0 + t_count:  # ... while the pixel blocks pass over it
                 if border:
@@ -329,12 +344,8 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
                     if mask & all_taps != all_taps:
                         taps.mask = mask
                         use = &taps
-                    c += g.m_block
-                    while c >= f.cols:
-                        c -= f.cols
-                        r += 1
-                        if r == f.rows:
-                            r = 0
+                    for step in range(g.m_block):   # the next block's first position
+                        _next_position(g, f, &r, &c, &image)
                 if g.wb == PYPTO_CVW_N:
                     pypto_ukernel_cvw_bf16(
                         k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_CVW_N,
@@ -410,8 +421,11 @@ cdef void _write_out_cv_image(const Geometry *g, const float *acc, uint16_t *dx_
     cdef int64_t plane = g.hin * g.win
     # a tile row's extent in an output row
     cdef int64_t span = (f.cols - 1) * g.sw + 1 + (f_b != NULL)
+    # accumulator rows from one row of the tile to the next, and from one column to the next
+    cdef int64_t row_step = 1 if g.col_major else f.pitch
+    cdef int64_t col_step = f.rows if g.col_major else 1
     cdef uint16_t *dst
-    if g.sh == 1 and g.sw == 1 and f.cols == g.win:
+    if g.sh == 1 and g.sw == 1 and f.cols == g.win and not g.col_major:
         _write_out_cv_run(g, acc, dx_img + f.hi0 * g.win, c_first, n_count, f.rows * f.cols)
         return
     c_blk = 0
@@ -443,7 +457,8 @@ cdef void _write_out_cv_image(const Geometry *g, const float *acc, uint16_t *dx_
                                 <int>_min(PYPTO_CV_STORE, c_end - cb), dst, plane, g.dtype)
                         else:
                             pypto_cv_store_block(
-                                acc + (r * f.pitch + pb) * f.ldc + cb, f.ldc,
+                                acc + (r * row_step + pb * col_step) * f.ldc + cb,
+                                col_step * f.ldc,
                                 <int>_min(PYPTO_CV_STORE, w_end - pb),
                                 <int>_min(PYPTO_CV_STORE, c_end - cb), dst, plane, g.sw,
                                 g.dtype)

@@ -19,6 +19,9 @@ cdef struct Geometry:
     int chan_vec, few
     # stream: the run write-out stores dx's whole lines non-temporally (STREAM_BYTES)
     int stream
+    # col_major: a tile's positions (and accumulator rows) column after column, not row after
+    # row (1xN kernels: a pixel block then shares its column and the taps it can skip)
+    int col_major
     int64_t wb, m_block
     # tiles, clipped to the problem
     int64_t m_rows, m_cols, nl1, ml0, kl0, nl0, cout_l1
@@ -215,6 +218,11 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
         g.wb, g.m_block = PYPTO_CVW_N, PYPTO_CVW_M
     g.nl1_pad = _round_up(g.nl1, g.wb)
     g.stream = 0  # dgrad() decides
+    # 1xN kernels (Inception's 1x7 and 1x3): blocks of a row's consecutive pixels had every tap
+    # in some pixel; down a column, a block skips the taps that read the left or right padding
+    # (_multiply_cv). Stride 1 only (no paired column phases to write out).
+    g.col_major = g.chan_vec and g.kh == 1 and g.kw > 1 and g.sh == 1 and g.sw == 1 \
+        and (g.dtype == 0 or g.dot_bf16)
     g.group = 1
     if g.chan_vec and g.row_tiles == 1 and g.col_tiles == 1:
         g.group = _image_group(g, num_threads, group_pixels)
