@@ -178,3 +178,36 @@ def test_few_channel_kernels_give_the_pixel_kernels_bits(level, dtype, index):
         FEW_PROBLEMS[index], dtype, np.random.default_rng(index), non_finite=index % 2 == 0
     )
     _same_bits_as_pixel_kernels(load_level(level), case, dtype, "few", FEW_PROBLEMS[index])
+
+
+@pytest.mark.skipif(not CHAN_VEC_LEVELS, reason="no level with channel-vector kernels here")
+@pytest.mark.parametrize("level", CHAN_VEC_LEVELS)
+@pytest.mark.parametrize("shape", ["3x3", "1x3"])
+def test_padding_taps_are_computed_where_a_sum_can_be_negative_zero(level, shape):
+    """bf16 products that underflow: each real product (a tiny negative dy value times a
+    positive weight) rounds the fp32 sum to -0.0, and a padding tap after them (0 times the
+    weight, +0.0) turns it into +0.0: the bottom row and right column end at +0.0, the others
+    at -0.0. The channel-vector kernels skip padding taps only where no sum can be -0.0 (least
+    exponents of dy and w summing to >= 142); here they must compute them, and the pixel
+    kernels' bits, +0.0 and -0.0 alike, come out."""
+    kh, kw = (3, 3) if shape == "3x3" else (1, 3)
+    n, cin, cout, hin, win = 2, 64, 8, 4, 42  # rows of whole 6- and 7-pixel blocks
+    dy = np.full((n, cout, hin, win), -(2.0**-100), ml_dtypes.bfloat16)
+    w = np.full((cout, cin, kh, kw), 2.0**-60, ml_dtypes.bfloat16)
+    tiles = (hin, win, cin, cout * kh * kw, hin * win, cout * kh * kw, cin)
+    case = (
+        dy.view(np.uint16),
+        w.view(np.uint16),
+        (1, 1, kh // 2, kw // 2, 1, 1),
+        tiles,
+        (n, cin, hin, win),
+    )
+    kernel = load_level(level)
+    path, expected = _run(kernel, case, 1, (16, 64), 1, True, "pixel")
+    signs = np.signbit(expected.view(ml_dtypes.bfloat16).astype(np.float32))
+    assert signs.any() and not signs.all(), "the case makes no -0.0 and +0.0 to tell apart"
+    for threads in (1, 2):
+        for dot in (True, False):
+            path, out = _run(kernel, case, 1, (16, 64), threads, dot, "chan_vec", 0)
+            assert "+chan_vec" in path, path
+            assert np.array_equal(out, expected), (level, shape, threads, dot)

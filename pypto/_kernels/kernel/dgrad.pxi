@@ -74,11 +74,15 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = attrs
     g.dtype = dtype
     g.dot_bf16 = dtype == 1 and PYPTO_HAVE_BF16_DOT and use_bf16_dot
-    if g.dot_bf16:
-        # the dot-product instruction flushes subnormals: use it only where none can occur
+    g.exact_zeros = dtype == 0
+    if dtype == 1 and (g.dot_bf16 or (PYPTO_HAVE_CHAN_VEC and g.kh * g.kw > 1)):
+        # the dot-product instruction flushes subnormals: use it only where none can occur;
+        # where none can, no sum is -0.0 on either path, and the channel-vector kernels may
+        # skip the padding's zero products (_multiply_cv)
         _magnitudes(&dy[0, 0, 0, 0], dy.size, num_threads, &dy_least, &dy_most)
-        g.dot_bf16 = (pypto_bf16_least_exponent(dy_least)
-                      + pypto_bf16_least_exponent(w_least)) >= 142
+        g.exact_zeros = (pypto_bf16_least_exponent(dy_least)
+                         + pypto_bf16_least_exponent(w_least)) >= 142
+        g.dot_bf16 = g.dot_bf16 and g.exact_zeros
     g.m_rows, g.m_cols, g.nl1, kl1, g.ml0, g.kl0, g.nl0 = tiles
     g.cout_l1 = kl1 // (g.kh * g.kw)
     g.vec_c, g.vec_w = vec_cw

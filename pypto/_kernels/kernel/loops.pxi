@@ -288,10 +288,11 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
 
     A pixel block at the image's border skips the taps that read padding for all its pixels
     (pypto_taps): their products are zeros. Adding a zero leaves an fp32 sum as it was unless
-    the sum is -0.0, and it never is here: it starts at +0.0, and with fp16 (exact products,
-    none below 2^-48) or the bf16 dot product (products and sums are multiples of 2^-126:
-    nothing is flushed) no sum rounds to -0.0. So the bits are those of the whole sum (not on
-    the bf16 fp32 path, where products can underflow to -0.0)."""
+    the sum is -0.0, and it never is here (g.exact_zeros): it starts at +0.0, and with fp16
+    (exact products, none below 2^-48) or bf16 whose least exponents of dy and w sum to at
+    least 142 (products and sums are multiples of 2^-126: nothing underflows or is flushed, on
+    the dot product or the fp32 path) no sum rounds to -0.0. So the bits are those of the
+    whole sum (bf16 with smaller values: no skipping; a product can underflow to -0.0)."""
     cdef int64_t k_len = _k_len(g, g.tap_count[phase])
     cdef int64_t nl0 = _round_up(g.nl0, g.wb)
     cdef int64_t n0, n_end, cb, pb, panel, ti, tap, rem, step, r = 0, c = 0, image = 0
@@ -305,7 +306,7 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
     cdef const pypto_taps *use = NULL
     cdef bint border = False
     inner[0], inner[1], inner[2], inner[3] = 0, f.rows, 0, f.cols
-    if 1 < ntaps <= 64 and (g.dtype == 0 or g.dot_bf16):
+    if 1 < ntaps <= 64 and g.exact_zeros:
         for ti in range(ntaps):
             tap = g.tap_first[phase] + ti
             qh[ti] = (g.tap_kh[tap] * g.dh) // g.sh

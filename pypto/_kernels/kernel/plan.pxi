@@ -13,6 +13,9 @@ cdef struct Geometry:
     int64_t n_img, cin, cout, hin, win, hout, wout, kh, kw
     int64_t sh, sw, pt, pl, dh, dw
     int dtype, dot_bf16, pack_a
+    # exact_zeros: no fp32 sum can be -0.0 (fp16; bf16 whose least exponents of dy and w sum to
+    # at least 142), so the kernels may leave out products that are zeros (_multiply_cv)
+    int exact_zeros
     # chan_vec: the channel-vector kernels (C rows are pixels, columns channels); few: the
     # few-channel kernels (4 rows x 64 positions); wb: channels per weight panel (PYPTO_CV_N or
     # PYPTO_CVW_N, PYPTO_FEW_MR or PYPTO_MR); m_block: positions per register block
@@ -222,7 +225,7 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
     # in some pixel; down a column, a block skips the taps that read the left or right padding
     # (_multiply_cv). Stride 1 only (no paired column phases to write out).
     g.col_major = g.chan_vec and g.kh == 1 and g.kw > 1 and g.sh == 1 and g.sw == 1 \
-        and (g.dtype == 0 or g.dot_bf16)
+        and g.exact_zeros
     g.group = 1
     if g.chan_vec and g.row_tiles == 1 and g.col_tiles == 1:
         g.group = _image_group(g, num_threads, group_pixels)
@@ -321,6 +324,7 @@ cdef void _plan_of_tuples(Geometry *g, tuple dy_shape, tuple w_shape, tuple dx_s
     g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = attrs
     g.dtype = dtype
     g.dot_bf16 = dot_bf16
+    g.exact_zeros = dtype == 0 or dot_bf16
     g.m_rows, g.m_cols, g.nl1, kl1, g.ml0, g.kl0, g.nl0 = tiles
     g.cout_l1 = kl1 // (g.kh * g.kw)
     cdef int64_t *tables = <int64_t *>malloc((3 * g.sh * g.sw + 2 * g.kh * g.kw)
