@@ -44,7 +44,7 @@ typedef struct {
 } pypto_taps;
 
 /* for (k = 0; k < kc; k++) STEP(k), skipping the k of taps not in taps->mask: in runs of
- * computed and of skipped k (a test per k mispredicted at the edges of a 5x5 kernel's masks) */
+ * computed and of skipped k, without a test per k inside a run */
 #define PYPTO_K_LOOP(kc, taps, STEP)                                                        \
     if ((taps) == NULL) {                                                                   \
         for (int64_t k_ = 0; k_ < (kc); k_++) STEP(k_)                                      \
