@@ -186,10 +186,11 @@ def test_few_channel_kernels_give_the_pixel_kernels_bits(level, dtype, index):
 def test_padding_taps_are_computed_where_a_sum_can_be_negative_zero(level, shape):
     """bf16 products that underflow: each real product (a tiny negative dy value times a
     positive weight) rounds the fp32 sum to -0.0, and a padding tap after them (0 times the
-    weight, +0.0) turns it into +0.0: the bottom row and right column end at +0.0, the others
-    at -0.0. The channel-vector kernels skip padding taps only where no sum can be -0.0 (least
-    exponents of dy and w summing to >= 142); here they must compute them, and the pixel
-    kernels' bits, +0.0 and -0.0 alike, come out."""
+    weight, +0.0) turns it into +0.0: pixels whose last tap reads padding (the top row and the
+    left column: tap (Kh-1, Kw-1) reads the row above and the column to the left) end at
+    +0.0, the others at -0.0. The channel-vector kernels skip padding taps only where no sum
+    can be -0.0 (least exponents of dy and w summing to >= 142); here they must compute them,
+    and the pixel kernels' bits, +0.0 and -0.0 alike, come out."""
     kh, kw = (3, 3) if shape == "3x3" else (1, 3)
     n, cin, cout, hin, win = 2, 64, 8, 4, 42  # rows of whole 6- and 7-pixel blocks
     dy = np.full((n, cout, hin, win), -(2.0**-100), ml_dtypes.bfloat16)

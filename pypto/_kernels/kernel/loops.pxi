@@ -14,7 +14,8 @@ cdef struct Frame:
     # frame of dy: rows ih0 - qh_max .., columns jw0 - qw_max .., pitch fc, fr rows per channel;
     # `images` frames of fr x fc (one per image of the group) per channel slot, `plane` apart
     int64_t ih0, jw0, qh_max, qw_max, fr, fc, images, plane
-    # M positions: r*pitch + c; pixel (r, c) of A row k is at row k + r*fc + c in the frame.
+    # M positions: r*pitch + c (c*rows + r with g.col_major); pixel (r, c) of A row k is at row
+    # k + r*fc + c in the frame.
     # Packed A and the channel-vector kernels: pitch = cols, the pixels only. Unpacked, the
     # kernels read the frame rows directly: pitch = fc, and the halo columns c >= cols are
     # computed and discarded. An image group's positions are its images' one after another
@@ -244,8 +245,9 @@ cdef inline void _next_position(const Geometry *g, const Frame *f, int64_t *r, i
 
 
 cdef void _position_offsets(const Geometry *g, const Frame *f, int64_t *offs) noexcept nogil:
-    """offs[t] = the frame offset of position t (image, row, column), for t up to the
-    positions rounded up to g.m_block; the spare ones repeat the last position."""
+    """offs[t] = the frame offset of position t (image, row, column; image, column, row with
+    g.col_major), for t up to the positions rounded up to g.m_block; the spare ones repeat the
+    last position."""
     cdef int64_t t, image = 0, r = 0, c = 0, last = 0
     # counters, not two divisions per position (those were ~5% of a 1x1 layer's work items)
     for t in range(f.positions):
