@@ -159,3 +159,17 @@ def test_finer_cuts_for_more_threads_change_no_bit(level, dtype, index):
     assert len(cuts) > 1, "no thread count cut the work differently: nothing was tested"
     for threads, out in results.items():
         assert np.array_equal(out, results[1]), (SPLIT_PROBLEMS[index], threads)
+
+
+def test_n_blocks_of_a_3x3_layer_are_merged_so_one_frame_fill_serves_more_channels():
+    """ResNet-50's layer3 3x3 (256 -> 256 channels, 14x14): the NPU's N-L1 of 128 channels
+    makes two items per image group, and each fills the same dy frame. One thread merges them
+    (2 x 128 x 9 channel-taps, within the plan's 4608); two threads keep the NPU's blocks (the
+    merge would leave them 4 items, two a thread)."""
+    kernel = load_level(LEVELS[-1])
+    q = _problem(8, 256, 256, 14, 14, 3, 3, 1, 1, 1)
+    tiling = Tiling(196, 1152, 128, 208, 128, 128)
+    one = _split(kernel, q, tiling, 1)
+    assert (one["nl1"], one["n_blocks"]) == (256, 1), one
+    two = _split(kernel, q, tiling, 2)
+    assert (two["nl1"], two["items"]) == (128, 8), two
