@@ -97,10 +97,11 @@ def _case(problem, dtype, rng, non_finite=False):
     )
 
 
-def _run(kernel, case, dtype, vec, threads, dot, shape_kind, stream_bytes=1 << 62):
+def _run(kernel, case, dtype, vec, threads, dot, shape_kind, stream_bytes=1 << 62, **knobs):
     """The kernel on ``case`` with one register-block shape allowed: "pixel" (the 8-row
     pixel-vector kernels), "chan_vec" (7 x 32), "wide" (6 x 64 where the tile allows, else
-    7 x 32) or "few"; with several threads the write-out streams dx from ``stream_bytes``."""
+    7 x 32) or "few"; with several threads the write-out streams dx from ``stream_bytes``
+    (knobs: the kernel's other keywords, unpermute_macs)."""
     dy, w, attrs, tiles, shape = case
     out = np.full(shape, 0xABCD, np.uint16)  # a pattern no write leaves behind
     path = kernel.dgrad(
@@ -117,6 +118,7 @@ def _run(kernel, case, dtype, vec, threads, dot, shape_kind, stream_bytes=1 << 6
         shape_kind == "few",
         shape_kind == "wide",
         stream_bytes,
+        **knobs,
     )
     return path, out
 
@@ -159,6 +161,48 @@ def test_channel_vector_kernels_give_the_pixel_kernels_bits(level, dtype, index)
     _same_bits_as_pixel_kernels(
         load_level(level), case, dtype, "chan_vec", PROBLEMS[index], GROUPED.get(index)
     )
+
+
+# Stride-1 KhxKw layers whose tiles have border positions: in class order (border rows of
+# every image of a group together, then border columns, then inner pixels), pixel blocks skip
+# the taps their row or column reads in the padding, and the accumulator goes back to row
+# order before the write-out. unpermute_macs=-1 takes class order on every such tile; the
+# default weighs it against the move.
+CLASS_PROBLEMS = [
+    (4, 64, 96, 8, 8, 3, 3, (1, 1), (1, 1), (1, 1), None),  # 8x8 images in groups
+    (2, 64, 40, 3, 4, 5, 5, (1, 1), (2, 2), (1, 1), None),  # no inner pixel: all border rows
+    (1, 64, 24, 10, 9, 3, 3, (1, 1), (2, 2), (2, 2), None),  # dilation 2: two border lines
+    (2, 128, 40, 12, 11, 3, 5, (1, 1), (1, 2), (1, 1), None),  # 3x5; 1 + 2 border columns
+    (3, 96, 20, 6, 7, 3, 3, (1, 1), (1, 1), (1, 1), 32),  # groups of 3, or 2 + 1
+    (2, 80, 21, 9, 11, 3, 3, (1, 1), (1, 1), (1, 1), 80),  # 32 + 32 + 16: the 7 x 16 kernels
+    (2, 96, 24, 6, 17, 3, 3, (1, 1), (1, 1), (1, 1), None),  # whole-width runs after the move
+    (1, 64, 24, 11, 13, 3, 3, (1, 1), (0, 0), (1, 1), None),  # padding 0: the full conv's rim
+]
+
+
+@pytest.mark.skipif(not CHAN_VEC_LEVELS, reason="no level with channel-vector kernels here")
+@pytest.mark.parametrize("level", CHAN_VEC_LEVELS)
+@pytest.mark.parametrize("dtype", [0, 1], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("index", range(len(CLASS_PROBLEMS)))
+def test_class_order_gives_the_pixel_kernels_bits(level, dtype, index):
+    problem = CLASS_PROBLEMS[index]
+    case = _case(problem, dtype, np.random.default_rng(100 + index), non_finite=index == 0)
+    kernel = load_level(level)
+    _, expected = _run(kernel, case, dtype, (16, 64), 1, True, "pixel")
+    # row tiles of 3 rows too (top, inner and bottom tiles), where the image has more
+    m_rows = case[3][0]
+    cut = case[:3] + ((min(3, m_rows),) + case[3][1:],) + case[4:]
+    kinds = ["chan_vec", "wide"] if dtype == 1 and kernel.HAS_CV_WIDE else ["chan_vec"]
+    for tiles_case in (case, cut):
+        for threads in (1, 2):
+            for kind in kinds:
+                for macs in (-1, 32):
+                    path, out = _run(
+                        kernel, tiles_case, dtype, (16, 64), threads, True, kind,
+                        unpermute_macs=macs,
+                    )  # fmt: skip
+                    assert "+chan_vec" in path, path
+                    assert np.array_equal(out, expected), (problem, kind, threads, macs)
 
 
 FEW_PROBLEMS = [

@@ -7,7 +7,7 @@ from cpython.exc cimport PyErr_CheckSignals
 from cython.parallel cimport parallel, prange, threadid
 from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 cdef extern from "pypto_convert.h" nogil:
     void pypto_widen(const uint16_t *src, float *dst, int64_t n, int dtype)
@@ -31,6 +31,7 @@ cdef extern from "pypto_memops.h" nogil:
                                int64_t n, uint32_t *dst)
 
 cdef extern from "pypto_isa.h" nogil:
+    int __builtin_popcountll(unsigned long long bits)
     enum: PYPTO_MR
     enum: PYPTO_NR
     enum: PYPTO_NR_HALF

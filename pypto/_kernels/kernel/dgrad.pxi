@@ -36,7 +36,8 @@ def openmp_enabled():
 def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
           uint16_t[:, :, :, ::1] dx, int dtype, tuple attrs, tuple tiles, tuple vec_cw,
           int num_threads, bint use_bf16_dot=True, bint use_chan_vec=True, bint use_few=True,
-          bint use_wide=True, int64_t stream_bytes=STREAM_BYTES):
+          bint use_wide=True, int64_t stream_bytes=STREAM_BYTES,
+          int64_t unpermute_macs=UNPERMUTE_MACS):
     """dx = dgrad(dy, w); NCHW arrays of 16-bit patterns (``dtype``: 0 fp16, 1 bf16).
 
     attrs = (sh, sw, pt, pl, dh, dw); tiles = (m_rows, m_cols, nl1, kl1, ml0, kl0, nl0) from
@@ -50,6 +51,9 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     64 channels) serves tiles of whole 64-channel blocks where ``use_wide`` is true. With
     several threads and a dx of at least ``stream_bytes``, the channel-vector write-out of
     whole-width stride-1 tiles stores dx's whole lines non-temporally where the build can.
+    Skipping padding taps, the channel-vector kernels take a tile's positions in class order
+    where that saves more than ``unpermute_macs`` multiply-adds per accumulator float it moves
+    (tests: -1, class order wherever a tile has border positions; the same bits either way).
     Returns the path taken: "bf16_dot" or "fp32", with "+chan_vec" (and "+wide") or "+few" when
     those served, "+group<G>" when work items held G images and "+stream" when the write-out
     streamed; or "non_finite", having written nothing, when the weight holds Inf or NaN (the
@@ -73,6 +77,7 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     g.hin, g.win = dx.shape[2], dx.shape[3]
     g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = attrs
     g.dtype = dtype
+    g.unpermute_macs = unpermute_macs
     g.dot_bf16 = dtype == 1 and PYPTO_HAVE_BF16_DOT and use_bf16_dot
     g.exact_zeros = dtype == 0
     if dtype == 1 and (g.dot_bf16 or (PYPTO_HAVE_CHAN_VEC and g.kh * g.kw > 1)):

@@ -244,71 +244,153 @@ cdef inline void _next_position(const Geometry *g, const Frame *f, int64_t *r, i
                 image[0] += 1
 
 
-cdef void _position_offsets(const Geometry *g, const Frame *f, int64_t *offs) noexcept nogil:
-    """offs[t] = the frame offset of position t (image, row, column; image, column, row with
-    g.col_major), for t up to the positions rounded up to g.m_block; the spare ones repeat the
-    last position."""
-    cdef int64_t t, image = 0, r = 0, c = 0, last = 0
-    # counters, not two divisions per position (those were ~5% of a 1x1 layer's work items)
+cdef inline uint64_t _axis_taps(int64_t at, const int64_t *q, int64_t ntaps,
+                                int64_t size) noexcept nogil:
+    """Bits of the taps (shifts q) whose dy row (or column) at - q lies in [0, size)."""
+    cdef uint64_t bits = 0
+    cdef int64_t ti
+    for ti in range(ntaps):
+        if 0 <= at - q[ti] < size:
+            bits |= (<uint64_t>1) << ti
+    return bits
+
+
+cdef struct Placing:
+    # the next position to place, its pixel block, and its place in the block
+    int64_t t, block, in_block
+
+
+cdef inline void _place(const Geometry *g, const Frame *f, Placing *at, int64_t image,
+                        int64_t r, int64_t c, int64_t *offs, bint skip, const int64_t *qh,
+                        const int64_t *qw, int64_t ntaps, const int64_t *inner) noexcept nogil:
+    """Class order's next position is pixel (r, c) of the group's image `image`: its frame
+    offset, its accumulator row in row order and its block's tap mask."""
+    cdef int64_t *nat = offs + g.pos_cap
+    cdef uint64_t *masks = <uint64_t *>(nat + g.pos_cap)
+    cdef uint64_t bits = ~(<uint64_t>0)
+    offs[at.t] = (image * f.fr + r) * f.fc + c
+    nat[at.t] = (image * f.rows + r) * f.cols + c
+    if skip:
+        if not inner[0] <= r < inner[1]:
+            bits &= _axis_taps(f.ih0 + r, qh, ntaps, g.hout)
+        if not inner[2] <= c < inner[3]:
+            bits &= _axis_taps(f.jw0 + c, qw, ntaps, g.wout)
+        masks[at.block] |= bits
+    at.t += 1
+    at.in_block += 1
+    if at.in_block == g.m_block:   # counters: a division per position cost more than the rest
+        at.in_block = 0
+        at.block += 1
+
+
+cdef void _row_order(const Geometry *g, const Frame *f, int64_t *offs, bint skip,
+                     const int64_t *qh, const int64_t *qw, int64_t ntaps,
+                     const int64_t *inner) noexcept nogil:
+    """_positions' tables in row order (column order with g.col_major), where a position's
+    accumulator row is its index (not stored). A block with one inner position computes
+    every tap: the tap bits are worked out for border positions only, and each line's run of
+    inner positions sets its blocks' masks whole (bits per position were 2% of the time of
+    layers with few multiply-adds a position, Inception's Conv2d_2a)."""
+    cdef uint64_t *masks = <uint64_t *>(offs + 2 * g.pos_cap)
+    cdef int64_t t = 0, image, i, j, b, lo, hi
+    cdef int64_t outer = f.cols if g.col_major else f.rows
+    cdef int64_t inside = f.rows if g.col_major else f.cols
+    cdef int64_t line_lo = inner[2] if g.col_major else inner[0]
+    cdef int64_t line_hi = inner[3] if g.col_major else inner[1]
+    cdef uint64_t line_bits
+    for image in range(f.images):
+        for i in range(outer):
+            if g.col_major:
+                for j in range(inside):
+                    offs[t + j] = (image * f.fr + j) * f.fc + i
+            else:
+                for j in range(inside):
+                    offs[t + j] = (image * f.fr + i) * f.fc + j
+            if skip:
+                # the inner run of this line: [lo, hi) along it
+                if g.col_major:
+                    lo = inner[0]
+                    hi = inner[1]
+                else:
+                    lo = inner[2]
+                    hi = inner[3]
+                if not line_lo <= i < line_hi:
+                    lo = 0   # a border line: every position's bits
+                    hi = 0
+                    line_bits = _axis_taps(f.jw0 + i, qw, ntaps, g.wout) if g.col_major \
+                        else _axis_taps(f.ih0 + i, qh, ntaps, g.hout)
+                else:
+                    line_bits = ~(<uint64_t>0)
+                lo = _max(0, lo)
+                hi = _min(inside, hi)
+                for j in range(inside):
+                    if lo <= j < hi:
+                        continue
+                    masks[(t + j) // g.m_block] |= line_bits & (
+                        _axis_taps(f.ih0 + j, qh, ntaps, g.hout) if g.col_major
+                        else _axis_taps(f.jw0 + j, qw, ntaps, g.wout))
+                if lo < hi:
+                    for b in range((t + lo) // g.m_block, (t + hi - 1) // g.m_block + 1):
+                        masks[b] = ~(<uint64_t>0)
+            t += inside
+
+
+cdef int64_t _skipped_in_row_order(const Geometry *g, const Frame *f, const int64_t *qh,
+                                   const int64_t *qw, int64_t ntaps,
+                                   const int64_t *inner) noexcept nogil:
+    """Taps the pixel blocks of row order skip, summed over the blocks: what _positions' class
+    order is weighed against."""
+    cdef int64_t t, image = 0, r = 0, c = 0, skipped = 0, in_block = 0
+    cdef uint64_t all_taps = ((<uint64_t>1) << ntaps) - 1 if ntaps < 64 else ~(<uint64_t>0)
+    cdef uint64_t block = 0, bits
     for t in range(f.positions):
-        last = (image * f.fr + r) * f.fc + c
-        offs[t] = last
+        bits = all_taps
+        if not inner[0] <= r < inner[1]:
+            bits &= _axis_taps(f.ih0 + r, qh, ntaps, g.hout)
+        if not inner[2] <= c < inner[3]:
+            bits &= _axis_taps(f.jw0 + c, qw, ntaps, g.wout)
+        block |= bits
+        in_block += 1
+        if in_block == g.m_block or t + 1 == f.positions:
+            skipped += ntaps - __builtin_popcountll(block)
+            block = 0
+            in_block = 0
         _next_position(g, f, &r, &c, &image)
-    for t in range(f.positions, _round_up(f.positions, g.m_block)):
-        offs[t] = last
+    return skipped
 
 
-cdef uint64_t _block_taps(const Geometry *g, const Frame *f, const int64_t *qh,
-                          const int64_t *qw, int64_t ntaps, int64_t r, int64_t c, int64_t n,
-                          const int64_t *inner) noexcept nogil:
-    """Bits of the phase's taps (qh, qw: their row and column shifts) that read a real dy value,
-    not padding, for at least one of n positions from tile row r, column c on (in position
-    order, on into the next image); all bits once a position lies in ``inner`` (rows [0], [1),
-    columns [2], [3)), where every tap reads a real value."""
-    cdef uint64_t mask = 0
-    cdef int64_t i, ti, row, col, image = 0
-    for i in range(n):
-        if inner[0] <= r < inner[1] and inner[2] <= c < inner[3]:
-            return ~(<uint64_t>0)
-        for ti in range(ntaps):
-            row = f.ih0 + r - qh[ti]
-            col = f.jw0 + c - qw[ti]
-            if 0 <= row < g.hout and 0 <= col < g.wout:
-                mask |= (<uint64_t>1) << ti
-        _next_position(g, f, &r, &c, &image)
-    return mask
-
-
-cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t c_first,
-                       int64_t n_count1, int64_t k_first, int64_t k_count, const void **rows,
-                       int64_t t0, int64_t t_count, float *acc,
-                       const int64_t *offs, bint first) noexcept nogil:
-    """_multiply with the channel-vector kernels: acc[t][ci] for g.m_block pixels x g.wb
-    channels at a time (offs: _position_offsets; first: the accumulator's first k, which starts
-    the sums at 0 instead of reading acc). A short last pixel block repeats its last pixel into
-    the accumulator's spare rows (past the tile's positions: never written out).
-
-    A pixel block at the image's border skips the taps that read padding for all its pixels
-    (pypto_taps): their products are zeros. Adding a zero leaves an fp32 sum as it was unless
-    the sum is -0.0, and it never is here (g.exact_zeros): it starts at +0.0, and with fp16
-    (exact products, none below 2^-48) or bf16 whose least exponents of dy and w sum to at
-    least 142 (products and sums are multiples of 2^-126: nothing underflows or is flushed, on
-    the dot product or the fp32 path) no sum rounds to -0.0. So the bits are those of the
-    whole sum (bf16 with smaller values: no skipping; a product can underflow to -0.0)."""
-    cdef int64_t k_len = _k_len(g, g.tap_count[phase])
-    cdef int64_t nl0 = _round_up(g.nl0, g.wb)
-    cdef int64_t n0, n_end, cb, pb, panel, ti, tap, rem, step, r = 0, c = 0, image = 0
-    cdef bint half
+cdef bint _positions(const Geometry *g, const Frame *f, int64_t phase, int64_t n_count,
+                     int64_t *offs) noexcept nogil:
+    """The position tables of one phase of a tile: offs[t], the frame offset of position t;
+    after them (g.pos_cap apart), in class order, its accumulator row in row order (in row
+    order, t itself); then, per pixel block of g.m_block positions, the bits of the phase's
+    taps that read a real dy value for at least one of its positions (the others read
+    padding for all of them, and the channel-vector kernels skip them; computed where
+    g.exact_zeros allows skipping). Positions run in row order (column order with
+    g.col_major), or, with g.class_order, border rows first (row r of every image of the
+    group, then the next border row), then the other rows' border columns, then the inner
+    pixels, whose blocks compute every tap; class order is taken where the products it skips
+    beyond row order's (for all Cout channels and the tile's n_count channels) outweigh
+    putting the accumulator back in row order before the write-out (_unpermute:
+    g.unpermute_macs per float moved). True when it is taken. Spare positions up to
+    g.m_block repeat the last one (its row: never written out). The same tile and n_count
+    give the same order in every K-L1 block."""
+    cdef int64_t *nat = offs + g.pos_cap
+    cdef uint64_t *masks = <uint64_t *>(nat + g.pos_cap)
     cdef int64_t ntaps = g.tap_count[phase]
     cdef int64_t qh[64]
     cdef int64_t qw[64]
     cdef int64_t inner[4]
-    cdef uint64_t all_taps = 0, mask
-    cdef pypto_taps taps
-    cdef const pypto_taps *use = NULL
-    cdef bint border = False
+    cdef int64_t t, ti, tap, image = 0, r = 0, c = 0, skipped = 0, border
+    cdef int64_t blocks = _round_up(f.positions, g.m_block) // g.m_block
+    cdef int64_t moved = g.unpermute_macs * f.positions * f.ldc
+    cdef bint skip = 1 < ntaps <= 64 and g.exact_zeros
+    cdef bint by_class = False
+    cdef uint64_t all_taps = ((<uint64_t>1) << ntaps) - 1 if ntaps < 64 else ~(<uint64_t>0)
+    cdef Placing at
+    at.t = at.block = at.in_block = 0
     inner[0], inner[1], inner[2], inner[3] = 0, f.rows, 0, f.cols
-    if 1 < ntaps <= 64 and g.exact_zeros:
+    if skip:
         for ti in range(ntaps):
             tap = g.tap_first[phase] + ti
             qh[ti] = (g.tap_kh[tap] * g.dh) // g.sh
@@ -318,7 +400,98 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
             inner[1] = _min(inner[1], g.hout + qh[ti] - f.ih0)
             inner[2] = _max(inner[2], qw[ti] - f.jw0)
             inner[3] = _min(inner[3], g.wout + qw[ti] - f.jw0)
-        border = inner[0] > 0 or inner[1] < f.rows or inner[2] > 0 or inner[3] < f.cols
+        for t in range(blocks):
+            masks[t] = 0
+        # positions outside the inner box; were each to skip every tap, would that outweigh
+        # the move? (else class order is not even weighed: large images' row tiles)
+        border = f.images * (f.rows * f.cols - _max(0, inner[1] - inner[0])
+                             * _max(0, inner[3] - inner[2]))
+        by_class = g.class_order and border > 0 \
+            and border * ntaps * g.cout * n_count > moved
+    if by_class:
+        for r in range(f.rows):                         # border rows, every image's together
+            if not inner[0] <= r < inner[1]:
+                for image in range(f.images):
+                    for c in range(f.cols):
+                        _place(g, f, &at, image, r, c, offs, skip, qh, qw, ntaps, inner)
+        for c in range(f.cols):                         # the other rows' border columns
+            if not inner[2] <= c < inner[3]:
+                for image in range(f.images):
+                    for r in range(inner[0], inner[1]):
+                        _place(g, f, &at, image, r, c, offs, skip, qh, qw, ntaps, inner)
+        for image in range(f.images):                   # inner pixels: every tap
+            for r in range(inner[0], inner[1]):
+                for c in range(inner[2], inner[3]):
+                    _place(g, f, &at, image, r, c, offs, skip, qh, qw, ntaps, inner)
+        for t in range(blocks):   # (an inner block's mask has all 64 bits set)
+            skipped += ntaps - __builtin_popcountll(masks[t] & all_taps)
+        skipped -= _skipped_in_row_order(g, f, qh, qw, ntaps, inner)
+        # multiply-adds saved against floats moved back into row order
+        by_class = skipped * g.m_block * g.cout * n_count > moved
+        if not by_class:
+            for t in range(blocks):
+                masks[t] = 0
+    if not by_class:
+        _row_order(g, f, offs, skip, qh, qw, ntaps, inner)
+    for t in range(f.positions, _round_up(f.positions, g.m_block)):
+        offs[t] = offs[f.positions - 1]
+    return by_class
+
+
+cdef void _unpermute(const Geometry *g, const Frame *f, float *acc,
+                     int64_t *offs) noexcept nogil:
+    """Move the accumulator's rows from _positions' class order to row order, in place: each
+    cycle of the permutation with one spare row (after the tables), a row's table entry
+    marked (negative) once its row is in place."""
+    cdef int64_t *nat = offs + g.pos_cap
+    cdef float *spare = <float *>(<uint64_t *>(nat + g.pos_cap) + g.pos_cap // g.m_block)
+    cdef int64_t s, t, d, j
+    cdef float v
+    for s in range(f.positions):
+        if nat[s] < 0 or nat[s] == s:
+            continue
+        memcpy(spare, acc + s * f.ldc, f.ldc * sizeof(float))
+        t = s
+        while True:   # spare holds row t's values, which belong in row nat[t]
+            d = nat[t]
+            nat[t] = -1 - d
+            if d == s:
+                memcpy(acc + s * f.ldc, spare, f.ldc * sizeof(float))
+                break
+            for j in range(f.ldc):
+                v = acc[d * f.ldc + j]
+                acc[d * f.ldc + j] = spare[j]
+                spare[j] = v
+            t = d
+
+
+cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t c_first,
+                       int64_t n_count1, int64_t k_first, int64_t k_count, const void **rows,
+                       int64_t t0, int64_t t_count, float *acc,
+                       const int64_t *offs, bint first) noexcept nogil:
+    """_multiply with the channel-vector kernels: acc[t][ci] for g.m_block pixels x g.wb
+    channels at a time (offs: _positions' tables; first: the accumulator's first k, which
+    starts the sums at 0 instead of reading acc). A short last pixel block repeats its last
+    pixel into the accumulator's spare rows (past the tile's positions: never written out).
+
+    A pixel block skips the taps that read padding for all its pixels (_positions' masks):
+    their products are zeros. Adding a zero leaves an fp32 sum as it was unless the sum is
+    -0.0, and it never is here (g.exact_zeros): it starts at +0.0, and with fp16 (exact
+    products, none below 2^-48) or bf16 whose least exponents of dy and w sum to at least 142
+    (products and sums are multiples of 2^-126: nothing underflows or is flushed, on the dot
+    product or the fp32 path) no sum rounds to -0.0. So the bits are those of the whole sum
+    (bf16 with smaller values: no skipping; a product can underflow to -0.0)."""
+    cdef int64_t k_len = _k_len(g, g.tap_count[phase])
+    cdef int64_t nl0 = _round_up(g.nl0, g.wb)
+    cdef int64_t n0, n_end, cb, pb, panel
+    cdef bint half
+    cdef int64_t ntaps = g.tap_count[phase]
+    cdef const uint64_t *masks = <const uint64_t *>(offs + 2 * g.pos_cap)
+    cdef uint64_t all_taps = 0
+    cdef pypto_taps taps
+    cdef const pypto_taps *use = NULL
+    cdef bint skip = 1 < ntaps <= 64 and g.exact_zeros
+    if skip:
         all_taps = ~(<uint64_t>0) if ntaps == 64 else ((<uint64_t>1) << ntaps) - 1
         taps.first = k_first % ntaps
         taps.count = ntaps
@@ -330,25 +503,11 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
             panel = g.w_offset[phase] + (c_first + cb) * k_len
             # a last panel of at most 16 channels: the 16-channel kernels
             half = PYPTO_HAVE_CV_HALF and g.wb == PYPTO_CV_N and n_count1 - cb <= PYPTO_CV_N // 2
-            if border:   # the first block's tile row and column
-                rem = t0 % (f.rows * f.cols)
-                if g.col_major:
-                    c = rem // f.rows
-                    r = rem - c * f.rows
-                else:
-                    r = rem // f.cols
-                    c = rem - r * f.cols
             pb = t0
             while pb < t0 + t_count:  # ... while the pixel blocks pass over it
-                if border:
-                    mask = _block_taps(g, f, qh, qw, ntaps, r, c,
-                                       _min(g.m_block, f.positions - pb), inner)
-                    use = NULL
-                    if mask & all_taps != all_taps:
-                        taps.mask = mask
-                        use = &taps
-                    for step in range(g.m_block):   # the next block's first position
-                        _next_position(g, f, &r, &c, &image)
+                if skip:
+                    taps.mask = masks[pb // g.m_block] & all_taps
+                    use = &taps if taps.mask != all_taps else NULL
                 if g.wb == PYPTO_CVW_N:
                     pypto_ukernel_cvw_bf16(
                         k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_CVW_N,
@@ -625,7 +784,7 @@ cdef void _work_item_cv(const Geometry *g, int64_t images, int64_t h0, int64_t r
     cdef Frame f, f_b
     cdef int64_t n_phases = g.sh * g.sw
     cdef int64_t phase, co1, co_count, part, ch, cw, top = 0, left = 0, bottom = 0, right = 0
-    cdef bint seen = False, filled
+    cdef bint seen = False, filled, by_class = False
     # the frame that covers every phase with taps
     for phase in range(n_phases):
         if g.tap_count[phase] == 0 \
@@ -650,11 +809,13 @@ cdef void _work_item_cv(const Geometry *g, int64_t images, int64_t h0, int64_t r
             if not filled:
                 _fill_frame(g, dy_img, &f, co1, co_count, frame)
                 filled = True
-            _position_offsets(g, &f, offs)
+            by_class = _positions(g, &f, phase, n_count1, offs)
             _multiply_block(g, &f, phase, c_first, n_count1, co1, co_count, frame, row_ptrs,
                             acc + part, offs, NULL, NULL)
             part += _acc_part(g, &f)
         co1 += co_count
+    if by_class:   # g.class_order: stride 1, one phase, its accumulator at acc
+        _unpermute(g, &f, acc, offs)
     part = 0
     phase = 0
     while phase < n_phases:

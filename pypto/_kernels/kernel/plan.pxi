@@ -25,6 +25,10 @@ cdef struct Geometry:
     # col_major: a tile's positions (and accumulator rows) column after column, not row after
     # row (1xN kernels: a pixel block then shares its column and the taps it can skip)
     int col_major
+    # class_order: a tile's positions in classes of the taps they skip (border rows, border
+    # columns, inner pixels), the accumulator put back in row order before the write-out
+    # (KhxKw kernels, Kh and Kw > 1, stride 1: loops.pxi, _positions)
+    int class_order
     int64_t wb, m_block
     # tiles, clipped to the problem
     int64_t m_rows, m_cols, nl1, ml0, kl0, nl0, cout_l1
@@ -36,6 +40,11 @@ cdef struct Geometry:
     # per-thread scratch, in float-sized slots: packed A panel, accumulator, frame, A row pointers
     # (and per_thread, all of them); work items, and the threads that run them
     int64_t panel_len, panel_rows_len, acc_len, frame_len, rows_len, offs_len, per_thread
+    # positions a tile's phase may have, rounded up to m_block (the position tables' length)
+    int64_t pos_cap
+    # class order is taken where the multiply-adds it saves exceed this many per float of the
+    # accumulator moved back into row order (UNPERMUTE_MACS; tests: -1, wherever it applies)
+    int64_t unpermute_macs
     int64_t n_items
     int threads
     # phases: taps of phase p are tap_kh/kw[tap_first[p] : tap_first[p] + tap_count[p]]
@@ -93,6 +102,10 @@ cdef enum:
     ROW_HALO_SHARE = 4    # whole-width M tiles are merged up to this many times the halo rows
     ROW_MERGE_BYTES = 262144  # ... while the tile's fp32 accumulator stays within 256 KiB
     CV_L0_BYTES = 73728   # weight panel chunk of one channel-vector K-L0 block (in L2)
+    # loops.pxi, _positions: moving one float of the accumulator back into row order costs
+    # about as much as this many multiply-adds (Zen 4: without the weighing, 8-row tiles of
+    # Inception's 149-wide images, 32 channels, were 2-7% slower in class order)
+    UNPERMUTE_MACS = 32
     # dx bytes from which several threads stream the run write-out (pypto_cv_stream_run):
     # 2 threads, Zen 4 (VM): 1x1 layers with 5-13 MB of dx -3% to +9% (layer2.k.conv1 -1..-3%,
     # layer2.0.conv1 +4..6%, Mixed_5d.branch1x1 +9%), and 1.4-1.9x in processes whose ordinary
@@ -230,6 +243,12 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
     # (_multiply_cv). Stride 1 only (no paired column phases to write out).
     g.col_major = g.chan_vec and g.kh == 1 and g.kw > 1 and g.sh == 1 and g.sw == 1 \
         and g.exact_zeros
+    # KhxKw kernels: in row order, a block at a row's end runs on into the next row (or image)
+    # and computes every tap; in classes, blocks of one border row (all images' row r
+    # together) or one border column skip its padding taps (8x8 images, 3x3: 95% -> 87% of
+    # the taps computed, counted per block)
+    g.class_order = g.chan_vec and g.kh > 1 and g.kw > 1 and g.sh == 1 and g.sw == 1 \
+        and g.exact_zeros
     g.group = 1
     if g.chan_vec and g.row_tiles == 1 and g.col_tiles == 1:
         g.group = _image_group(g, num_threads, group_pixels)
@@ -294,8 +313,11 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
                                                     g.m_block), ALIGN)
     g.frame_len = _round_up(slots * g.group * fr_max * fc_max + fc_max + g.m_block, ALIGN)
     g.rows_len = _round_up(2 * slots * max_ntaps, ALIGN)   # pointers are two float slots
-    # channel-vector kernels: the positions' frame offsets (int64: two float slots)
-    g.offs_len = 2 * _round_up(g.group * rows_max * cols_max, g.m_block) if g.chan_vec else 0
+    # channel-vector kernels' position tables (_positions): frame offsets and accumulator rows
+    # (int64: two float slots each), the blocks' tap masks (uint64), and one accumulator row
+    # for _unpermute; sized alike whether or not a call's dy scan allows skipping
+    g.pos_cap = _round_up(g.group * rows_max * cols_max, g.m_block) if g.chan_vec else 0
+    g.offs_len = 4 * g.pos_cap + 2 * (g.pos_cap // g.m_block) + _cv_ldc(g) if g.chan_vec else 0
     g.per_thread = _round_up(g.panel_len + g.panel_rows_len + g.acc_len + g.frame_len
                              + g.rows_len + g.offs_len, ALIGN)
     g.n_items = g.n_groups * g.n_blocks * g.row_tiles * g.col_tiles
@@ -329,6 +351,7 @@ cdef void _plan_of_tuples(Geometry *g, tuple dy_shape, tuple w_shape, tuple dx_s
     g.dtype = dtype
     g.dot_bf16 = dot_bf16
     g.exact_zeros = dtype == 0 or dot_bf16
+    g.unpermute_macs = UNPERMUTE_MACS
     g.m_rows, g.m_cols, g.nl1, kl1, g.ml0, g.kl0, g.nl0 = tiles
     g.cout_l1 = kl1 // (g.kh * g.kw)
     cdef int64_t *tables = <int64_t *>malloc((3 * g.sh * g.sw + 2 * g.kh * g.kw)
