@@ -110,4 +110,33 @@ for dt, npd in ((pypto.DT_FP16, np.float16), (pypto.DT_BF16, ml_dtypes.bfloat16)
                     list(p),
                     list(d),
                 ).numpy()
+# The channel-vector kernels' class order (border rows, border columns, inner pixels; the
+# accumulator moved back to row order), taken on every tile with border positions
+# (unpermute_macs=-1): its position tables and spare row fill the end of each thread's scratch.
+kernel = pypto._kernels.dispatch._kernel()
+for n, cin, cout, hw, k, pad, dil in (
+    (4, 64, 96, 8, 3, 1, 1),
+    (2, 64, 40, 3, 5, 2, 1),
+    (1, 128, 40, 11, 3, 2, 2),
+):
+    out_hw = hw + 2 * pad - dil * (k - 1)
+    for npd, code in ((np.float16, 0), (ml_dtypes.bfloat16, 1)):
+        dy = rng.uniform(-1, 1, (n, cout, out_hw, out_hw)).astype(npd).view(np.uint16)
+        w = rng.uniform(-1, 1, (cout, cin, k, k)).astype(npd).view(np.uint16)
+        dx = np.empty((n, cin, hw, hw), np.uint16)
+        # whole-image tiles of all Cin and Cout, and 3-row tiles
+        for rows in (hw, 3):
+            tiles = (rows, hw, cin, cout * k * k, rows * hw, cout * k * k, cin)
+            for threads in (1, 2):
+                kernel.dgrad(
+                    dy,
+                    w,
+                    dx,
+                    code,
+                    (1, 1, pad, pad, dil, dil),
+                    tiles,
+                    (16, 16),
+                    threads,
+                    unpermute_macs=-1,
+                )
 print("ok", pypto._kernels.dispatch.kernel_info()["isa"])

@@ -14,8 +14,9 @@ cdef struct Frame:
     # frame of dy: rows ih0 - qh_max .., columns jw0 - qw_max .., pitch fc, fr rows per channel;
     # `images` frames of fr x fc (one per image of the group) per channel slot, `plane` apart
     int64_t ih0, jw0, qh_max, qw_max, fr, fc, images, plane
-    # M positions: r*pitch + c (c*rows + r with g.col_major); pixel (r, c) of A row k is at row
-    # k + r*fc + c in the frame.
+    # M positions: r*pitch + c (c*rows + r with g.col_major; the channel-vector kernels' class
+    # order multiplies them in another order, _positions, and puts the accumulator rows back
+    # in this one); pixel (r, c) of A row k is at row k + r*fc + c in the frame.
     # Packed A and the channel-vector kernels: pitch = cols, the pixels only. Unpacked, the
     # kernels read the frame rows directly: pitch = fc, and the halo columns c >= cols are
     # computed and discarded. An image group's positions are its images' one after another

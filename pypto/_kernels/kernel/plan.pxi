@@ -95,9 +95,10 @@ cdef inline int64_t _k_len(const Geometry *g, int64_t ntaps) noexcept nogil:
 
 cdef enum:
     ITEMS_PER_THREAD = 4  # work items a thread should have, for dynamic scheduling to balance
-    # channel-taps (N-L1 x Kh*Kw) up to which N-L1 blocks are merged: 2048 took 1x1 layers
-    # only; 4608 takes 3x3 layers' 128-channel blocks in pairs (1 thread, Zen 4, fp16: ResNet-50
-    # layer3 3x3 -3%, the 3x3 layers of four networks 0.2-1.6% in all; 9216: 0.2% more)
+    # channel-taps (N-L1 x Kh*Kw) up to which N-L1 blocks are merged: 2048 left 3x3 layers'
+    # 128-channel blocks (1152) alone; 4608 takes them in pairs (1 thread, Zen 4, fp16:
+    # ResNet-50 layer3 3x3 -3%, the 3x3 layers of four networks 0.2-1.6% in all; 9216: 0.2%
+    # more)
     MERGE_TAPS = 4608
     ROW_HALO_SHARE = 4    # whole-width M tiles are merged up to this many times the halo rows
     ROW_MERGE_BYTES = 262144  # ... while the tile's fp32 accumulator stays within 256 KiB
@@ -245,8 +246,8 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
         and g.exact_zeros
     # KhxKw kernels: in row order, a block at a row's end runs on into the next row (or image)
     # and computes every tap; in classes, blocks of one border row (all images' row r
-    # together) or one border column skip its padding taps (8x8 images, 3x3: 95% -> 87% of
-    # the taps computed, counted per block)
+    # together) or one border column skip its padding taps (8x8 images in groups of 4, 3x3:
+    # 95% -> 87% of the taps computed, counted per block)
     g.class_order = g.chan_vec and g.kh > 1 and g.kw > 1 and g.sh == 1 and g.sw == 1 \
         and g.exact_zeros
     g.group = 1
