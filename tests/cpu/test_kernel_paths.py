@@ -177,6 +177,8 @@ CLASS_PROBLEMS = [
     (2, 80, 21, 9, 11, 3, 3, (1, 1), (1, 1), (1, 1), 80),  # 32 + 32 + 16: the 7 x 16 kernels
     (2, 96, 24, 6, 17, 3, 3, (1, 1), (1, 1), (1, 1), None),  # whole-width runs after the move
     (1, 64, 24, 11, 13, 3, 3, (1, 1), (0, 0), (1, 1), None),  # padding 0: the full conv's rim
+    # stride 2: row order, each phase's tables made again in every K-L1 block
+    (2, 64, 32, 11, 13, 3, 3, (2, 2), (1, 1), (1, 1), None),
 ]
 
 
@@ -189,11 +191,13 @@ def test_class_order_gives_the_pixel_kernels_bits(level, dtype, index):
     case = _case(problem, dtype, np.random.default_rng(100 + index), non_finite=index == 0)
     kernel = load_level(level)
     _, expected = _run(kernel, case, dtype, (16, 64), 1, True, "pixel")
-    # row tiles of 3 rows too (top, inner and bottom tiles), where the image has more
-    m_rows = case[3][0]
-    cut = case[:3] + ((min(3, m_rows),) + case[3][1:],) + case[4:]
+    # row tiles of 3 rows too (top, inner and bottom tiles), where the image has more, and
+    # K-L1 blocks of 16 dy channels (the first block's position tables serve the others)
+    tiles = case[3]
+    rows = (min(3, tiles[0]),) + tiles[1:]
+    k_blocks = tiles[:3] + (16 * problem[5] * problem[6],) + tiles[4:]
     kinds = ["chan_vec", "wide"] if dtype == 1 and kernel.HAS_CV_WIDE else ["chan_vec"]
-    for tiles_case in (case, cut):
+    for tiles_case in (case, case[:3] + (rows,) + case[4:], case[:3] + (k_blocks,) + case[4:]):
         for threads in (1, 2):
             for kind in kinds:
                 for macs in (-1, 32):

@@ -810,7 +810,9 @@ cdef void _work_item_cv(const Geometry *g, int64_t images, int64_t h0, int64_t r
             if not filled:
                 _fill_frame(g, dy_img, &f, co1, co_count, frame)
                 filled = True
-            by_class = _positions(g, &f, phase, n_count1, offs)
+            # stride 1 (one phase): the tables of the first K-L1 block serve every block
+            if co1 == 0 or n_phases > 1:
+                by_class = _positions(g, &f, phase, n_count1, offs)
             _multiply_block(g, &f, phase, c_first, n_count1, co1, co_count, frame, row_ptrs,
                             acc + part, offs, NULL, NULL)
             part += _acc_part(g, &f)
