@@ -256,6 +256,24 @@ cdef inline uint64_t _axis_taps(int64_t at, const int64_t *q, int64_t ntaps,
     return bits
 
 
+cdef inline uint64_t _all_taps(int64_t ntaps) noexcept nogil:
+    """The bits of all ntaps (<= 64) taps."""
+    return ~(<uint64_t>0) if ntaps == 64 else ((<uint64_t>1) << ntaps) - 1
+
+
+cdef inline uint64_t _pixel_taps(const Geometry *g, const Frame *f, int64_t r, int64_t c,
+                                 const int64_t *qh, const int64_t *qw, int64_t ntaps,
+                                 const int64_t *inner) noexcept nogil:
+    """Bits of the taps that read a real dy value at tile pixel (r, c) (all 64 bits set inside
+    ``inner``, rows [0], [1), columns [2], [3), where every tap does)."""
+    cdef uint64_t bits = ~(<uint64_t>0)
+    if not inner[0] <= r < inner[1]:
+        bits &= _axis_taps(f.ih0 + r, qh, ntaps, g.hout)
+    if not inner[2] <= c < inner[3]:
+        bits &= _axis_taps(f.jw0 + c, qw, ntaps, g.wout)
+    return bits
+
+
 cdef struct Placing:
     # the next position to place, its pixel block, and its place in the block
     int64_t t, block, in_block
@@ -268,15 +286,10 @@ cdef inline void _place(const Geometry *g, const Frame *f, Placing *at, int64_t 
     offset, its accumulator row in row order and its block's tap mask."""
     cdef int64_t *nat = offs + g.pos_cap
     cdef uint64_t *masks = <uint64_t *>(nat + g.pos_cap)
-    cdef uint64_t bits = ~(<uint64_t>0)
     offs[at.t] = (image * f.fr + r) * f.fc + c
     nat[at.t] = (image * f.rows + r) * f.cols + c
     if skip:
-        if not inner[0] <= r < inner[1]:
-            bits &= _axis_taps(f.ih0 + r, qh, ntaps, g.hout)
-        if not inner[2] <= c < inner[3]:
-            bits &= _axis_taps(f.jw0 + c, qw, ntaps, g.wout)
-        masks[at.block] |= bits
+        masks[at.block] |= _pixel_taps(g, f, r, c, qh, qw, ntaps, inner)
     at.t += 1
     at.in_block += 1
     if at.in_block == g.m_block:   # counters: a division per position cost more than the rest
@@ -342,18 +355,12 @@ cdef int64_t _skipped_in_row_order(const Geometry *g, const Frame *f, const int6
     """Taps the pixel blocks of row order skip, summed over the blocks: what _positions' class
     order is weighed against."""
     cdef int64_t t, image = 0, r = 0, c = 0, skipped = 0, in_block = 0
-    cdef uint64_t all_taps = ((<uint64_t>1) << ntaps) - 1 if ntaps < 64 else ~(<uint64_t>0)
-    cdef uint64_t block = 0, bits
+    cdef uint64_t block = 0
     for t in range(f.positions):
-        bits = all_taps
-        if not inner[0] <= r < inner[1]:
-            bits &= _axis_taps(f.ih0 + r, qh, ntaps, g.hout)
-        if not inner[2] <= c < inner[3]:
-            bits &= _axis_taps(f.jw0 + c, qw, ntaps, g.wout)
-        block |= bits
+        block |= _pixel_taps(g, f, r, c, qh, qw, ntaps, inner)
         in_block += 1
         if in_block == g.m_block or t + 1 == f.positions:
-            skipped += ntaps - __builtin_popcountll(block)
+            skipped += ntaps - __builtin_popcountll(block & _all_taps(ntaps))
             block = 0
             in_block = 0
         _next_position(g, f, &r, &c, &image)
@@ -387,7 +394,6 @@ cdef bint _positions(const Geometry *g, const Frame *f, int64_t phase, int64_t n
     cdef int64_t moved = g.unpermute_macs * f.positions * f.ldc
     cdef bint skip = 1 < ntaps <= 64 and g.exact_zeros
     cdef bint by_class = False
-    cdef uint64_t all_taps = ((<uint64_t>1) << ntaps) - 1 if ntaps < 64 else ~(<uint64_t>0)
     cdef Placing at
     at.t = at.block = at.in_block = 0
     inner[0], inner[1], inner[2], inner[3] = 0, f.rows, 0, f.cols
@@ -425,7 +431,7 @@ cdef bint _positions(const Geometry *g, const Frame *f, int64_t phase, int64_t n
                 for c in range(inner[2], inner[3]):
                     _place(g, f, &at, image, r, c, offs, skip, qh, qw, ntaps, inner)
         for t in range(blocks):   # (an inner block's mask has all 64 bits set)
-            skipped += ntaps - __builtin_popcountll(masks[t] & all_taps)
+            skipped += ntaps - __builtin_popcountll(masks[t] & _all_taps(ntaps))
         skipped -= _skipped_in_row_order(g, f, qh, qw, ntaps, inner)
         # multiply-adds saved against floats moved back into row order
         by_class = skipped * g.m_block * g.cout * n_count > moved
@@ -493,7 +499,7 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
     cdef const pypto_taps *use = NULL
     cdef bint skip = 1 < ntaps <= 64 and g.exact_zeros
     if skip:
-        all_taps = ~(<uint64_t>0) if ntaps == 64 else ((<uint64_t>1) << ntaps) - 1
+        all_taps = _all_taps(ntaps)
         taps.first = k_first % ntaps
         taps.count = ntaps
     n0 = 0
