@@ -156,6 +156,11 @@ def set_device(device):
 @argument_errors_are_pypto_errors
 def get_device():
     """The backend requested: set_device's value, else PYPTO_DEVICE, else "auto"."""
+    return _device()
+
+
+def _device():
+    # get_device without its argument check: select_backend runs on every call
     if _requested is not None:
         return _requested
     env = getenv(DEVICE_ENV)
@@ -173,7 +178,7 @@ def select_backend(call=None):
     takes it whatever the verdict (warning once when a known verdict failed). Raises
     NpuUnavailableError (a PyptoError) when the NPU was requested and cannot run it.
     """
-    device = get_device()
+    device = _device()
     if device == "cpu":
         return "cpu"
     # the cached platform/device-node check first: on a host without an NPU (the common case)

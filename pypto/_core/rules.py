@@ -725,6 +725,7 @@ _PASSED_MAX = 256  # problems remembered; the oldest is forgotten first
 
 
 _INT_ONLY = {int}
+_SEQUENCES = (list, tuple)
 _Tensor = None  # pypto.tensor.Tensor, imported on the first call (tensor imports this module)
 
 
@@ -732,25 +733,32 @@ def _call_key(grad_output, input_size, weight, out_dtype, strides, paddings, dil
     """Every value the rules read, with its type, as one hashable tuple; None when an argument
     is anything but a plain Tensor, int, or list or tuple of plain ints (those calls are
     judged by the whole table every time). Types are part of the key because the rules judge
-    them (``5`` and ``np.int64(5)`` or ``5.0`` hash alike but are not judged alike)."""
+    them (``5`` and ``np.int64(5)`` or ``5.0`` hash alike but are not judged alike). Every
+    small call builds it: written for speed (one pass over the integers, in C, for their
+    types)."""
     global _Tensor
     if _Tensor is None:
         from ..tensor import Tensor as _Tensor
     if type(grad_output) is not _Tensor or type(weight) is not _Tensor or type(groups) is not int:
         return None
-    if (
-        type(out_dtype) is not DataType
-        or type(grad_output._dtype) is not DataType
-        or type(weight._dtype) is not DataType
+    go_dtype, w_dtype = grad_output._dtype, weight._dtype
+    if type(out_dtype) is not DataType or type(go_dtype) is not DataType or (
+        type(w_dtype) is not DataType
     ):
         return None
-    for values in (input_size, strides, paddings, dilations):
-        if type(values) is not list and type(values) is not tuple:
-            return None
+    # each sequence's kind (list or tuple: the rules judge them)
+    kinds = (type(input_size), type(strides), type(paddings), type(dilations))
+    if not (
+        kinds[0] in _SEQUENCES
+        and kinds[1] in _SEQUENCES
+        and kinds[2] in _SEQUENCES
+        and kinds[3] in _SEQUENCES
+    ):
+        return None
     tile = _config._get("convbp_tile_shapes")
     l1, l0 = tile.tileL1Info, tile.tileL0Info
     vec = _config._get("vec_tile_shapes")
-    parts = (grad_output._shape, weight._shape, vec, input_size, strides, paddings, dilations)
+    go_shape, w_shape = grad_output._shape, weight._shape
     ints = (
         l1.tileML1,
         l1.tileKL1,
@@ -758,28 +766,28 @@ def _call_key(grad_output, input_size, weight, out_dtype, strides, paddings, dil
         l0.tileML0,
         l0.tileKL0,
         l0.tileNL0,
-        *parts[0],
-        *parts[1],
-        *parts[2],
-        *parts[3],
-        *parts[4],
-        *parts[5],
-        *parts[6],
+        *go_shape,
+        *w_shape,
+        *vec,
+        *input_size,
+        *strides,
+        *paddings,
+        *dilations,
     )
     # one set of the types of every integer read (tiles too): {int} or the call is judged
     if set(map(type, ints)) != _INT_ONLY:
         return None
-    return (
-        out_dtype,
-        groups,
-        grad_output._dtype,
-        weight._dtype,
-        # each part's kind (list or tuple: the rules judge them) and length, which keeps the
-        # flattened values unambiguous
-        tuple(map(type, parts[3:])),
-        tuple(map(len, parts)),
-        ints,
+    # each part's length keeps the flattened values unambiguous
+    lengths = (
+        len(go_shape),
+        len(w_shape),
+        len(vec),
+        len(input_size),
+        len(strides),
+        len(paddings),
+        len(dilations),
     )
+    return (out_dtype, groups, go_dtype, w_dtype, kinds, lengths, ints)
 
 
 def validate_conv_backward_input(
@@ -974,12 +982,19 @@ def check_host_arrays(problem, dy, w, dtype):
     could say something else), never from attributes a subclass can override.
     """
     p = problem
-    arrays = []
     native = numpy_dtype(dtype)  # the common case, checked first: one identity test
-    for name, array, want in (
-        ("grad_output", dy, (p.n, p.cout, p.hout, p.wout)),
-        ("weight", w, (p.cout, p.cin, p.kh, p.kw)),
+    dy_shape, w_shape = (p.n, p.cout, p.hout, p.wout), (p.cout, p.cin, p.kh, p.kw)
+    if (
+        type(dy) is np.ndarray
+        and type(w) is np.ndarray
+        and dy.dtype is native
+        and w.dtype is native
+        and dy.shape == dy_shape
+        and w.shape == w_shape
     ):
+        return dy, w  # every small call: what the loop below accepts, without the loop
+    arrays = []
+    for name, array, want in (("grad_output", dy, dy_shape), ("weight", w, w_shape)):
         if type(array) is not np.ndarray:
             if isinstance(array, np.ma.MaskedArray):
                 raise PyptoRtError(

@@ -307,9 +307,14 @@ def release_kernel_buffers():
         _chosen[0].release_buffers()
 
 
+# the kernel's element type: 16-bit patterns (a dtype object: ``view`` looks a type up each time)
+_BITS = np.dtype(np.uint16)
+
+
 def _is_kernel_ready(array, np_dtype):
     flags = array.flags
-    return array.dtype == np_dtype and flags.c_contiguous and flags.aligned
+    dtype = array.dtype
+    return (dtype is np_dtype or dtype == np_dtype) and flags.c_contiguous and flags.aligned
 
 
 def _bits(array, np_dtype):
@@ -320,7 +325,7 @@ def _bits(array, np_dtype):
     """
     if not _is_kernel_ready(array, np_dtype):
         array = np.require(array, dtype=np_dtype, requirements=["C_CONTIGUOUS", "ALIGNED"])
-    return array.view(np.uint16)
+    return array.view(_BITS)
 
 
 def _vec_chunks(vec_tile, p):
@@ -343,10 +348,12 @@ class _CallPlan:
         "np_dtype",
         "output_bytes",
         "_bytes",
+        "call",
     )
 
     def __init__(self, call):
         p = call.problem
+        self.call = call
         self.kernel_tiles = call.tiling.kernel_tiles(p)
         self.vec_chunks = _vec_chunks(call.vec_tile, p)
         self.shapes = (
@@ -370,17 +377,34 @@ class _CallPlan:
             self._bytes[threads] = sizes
         return sizes
 
+    def for_call(self, call):
+        """This plan for an equal ValidatedCall object (sharing the buffer sizes found)."""
+        plan = _CallPlan.__new__(_CallPlan)
+        for name in self.__slots__:
+            setattr(plan, name, getattr(self, name))
+        plan.call = call
+        return plan
+
 
 _PLANS = {}
 _PLANS_MAX = 256  # as many as the rules remember (pypto._core.rules._PASSED_MAX)
+# the plan of the ValidatedCall object a repeated call gets back from the rules' cache, found
+# by the object's id: hashing the call's fields took a tenth of a small call's Python side.
+# The plan holds the call, so no other object can have that id while the entry lives.
+_PLAN_OF_CALL = {}
 
 
 def _plan_of(call):
+    plan = _PLAN_OF_CALL.get(id(call))
+    if plan is not None and plan.call is call:
+        return plan
     key = (call.problem, call.tiling, call.vec_tile, call.dtype)
     plan = _PLANS.get(key)
     if plan is None:
         plan = remember(_PLANS, key, _CallPlan(call), _PLANS_MAX)
-    return plan
+    elif plan.call is not call:  # an equal call: its plan, held for this object
+        plan = plan.for_call(call)
+    return remember(_PLAN_OF_CALL, id(call), plan, _PLANS_MAX)
 
 
 def conv_backward_input_cpu(call, dy, w):
@@ -405,13 +429,14 @@ def conv_backward_input_cpu(call, dy, w):
     # The kernel's own plan sizes its buffers (weight panels, tile scratch); per thread they are
     # largest with one thread, where image groups are largest.
     kernel = _kernel()
-    shared, per_thread, _ = plan.buffer_bytes(kernel, 1)
+    shared, per_thread, used = plan.buffer_bytes(kernel, 1)
     # the whole team every call, even for fewer work items than threads: the same team size
     # every time, so no call starts or ends a thread (see the kernel's plan)
     threads = _usable_threads(
         _config.get_num_threads(), output + shared + per_thread + copies, per_thread, room
     )
-    shared, per_thread, used = plan.buffer_bytes(kernel, threads)
+    if threads != 1:
+        shared, per_thread, used = plan.buffer_bytes(kernel, threads)
     # before any copy or allocation
     check_host_memory(
         output + shared + used * per_thread + copies,
@@ -420,11 +445,11 @@ def conv_backward_input_cpu(call, dy, w):
         room,
         limited,
     )
-    out = np.empty(plan.shapes[2], dtype=np_dtype)
+    out = np.empty(plan.shapes[2], dtype=_BITS)
     path = kernel.dgrad(
-        dy.view(np.uint16) if dy_ready else _bits(dy, np_dtype),
-        w.view(np.uint16) if w_ready else _bits(w, np_dtype),
-        out.view(np.uint16),
+        dy.view(_BITS) if dy_ready else _bits(dy, np_dtype),
+        w.view(_BITS) if w_ready else _bits(w, np_dtype),
+        out,
         plan.dtype,
         plan.attrs,
         plan.kernel_tiles,
@@ -436,4 +461,4 @@ def conv_backward_input_cpu(call, dy, w):
         return with_real_taps_only(
             conv_backward_input_cpu, call, dy, w, non_finite_mask(w, call.dtype)
         )
-    return out
+    return out.view(np_dtype)

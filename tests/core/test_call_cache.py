@@ -106,6 +106,22 @@ def test_the_memory_stays_bounded():
         _validate(go=[n, 16, 5, 32], size=[n, 16, 5, 32])
         assert len(rules._PASSED) <= rules._PASSED_MAX
         assert len(dispatch._PLANS) <= dispatch._PLANS_MAX
+        assert len(dispatch._PLAN_OF_CALL) <= dispatch._PLANS_MAX
+
+
+def test_a_plan_is_found_by_its_call_object_and_only_by_it():
+    first = _validate()
+    plan = dispatch._plan_of(first)
+    assert plan.call is first and dispatch._plan_of(first) is plan
+    # an equal call judged afresh (a NumPy integer: no cache key) is another object: a plan of
+    # its own, holding it, with the same kernel arguments
+    twin = _validate(size=[np.int64(1), 16, 5, 32])
+    assert twin is not first and twin == first
+    twin_plan = dispatch._plan_of(twin)
+    assert twin_plan.call is twin and twin_plan is not plan
+    assert (twin_plan.kernel_tiles, twin_plan.shapes) == (plan.kernel_tiles, plan.shapes)
+    # an id that a dead call object had is not taken for another's: the entry holds its call
+    assert dispatch._PLAN_OF_CALL[id(twin)].call is twin
 
 
 def test_every_array_check_still_runs_on_a_remembered_call():
