@@ -742,8 +742,10 @@ def _call_key(grad_output, input_size, weight, out_dtype, strides, paddings, dil
     if type(grad_output) is not _Tensor or type(weight) is not _Tensor or type(groups) is not int:
         return None
     go_dtype, w_dtype = grad_output._dtype, weight._dtype
-    if type(out_dtype) is not DataType or type(go_dtype) is not DataType or (
-        type(w_dtype) is not DataType
+    if (
+        type(out_dtype) is not DataType
+        or type(go_dtype) is not DataType
+        or type(w_dtype) is not DataType
     ):
         return None
     # each sequence's kind (list or tuple: the rules judge them)
