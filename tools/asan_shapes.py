@@ -62,6 +62,16 @@ cases = [  # dy shape, w shape, size, s, p, d, l1, l0
         (27, 32, 16),
         (32, 32, 16),
     ),
+    (  # 1x1/2: three phases of four without taps, zeroed straight into dx
+        (2, 32, 7, 7),
+        (32, 24, 1, 1),
+        (2, 24, 14, 14),
+        (2, 2),
+        (0, 0, 0, 0),
+        (1, 1),
+        (28, 32, 16),
+        (32, 32, 16),
+    ),
     (
         (1, 5, 3, 3),
         (5, 16, 5, 5),

@@ -26,6 +26,7 @@ cdef extern from "pypto_memops.h" nogil:
     void pypto_frame_row_f32(const uint16_t *src, int64_t lo, int64_t hi, int64_t n, float *dst,
                              int dtype)
     void pypto_zero32(void *dst, int64_t n)
+    void pypto_zero_every(uint16_t *dst, int64_t n, int64_t step)
     void pypto_prefetch_row(const uint16_t *p, int64_t n, int for_write)
     void pypto_frame_row_pairs(const uint16_t *a, const uint16_t *b, int64_t lo, int64_t hi,
                                int64_t n, uint32_t *dst)

@@ -123,6 +123,30 @@ static inline void pypto_zero32(void *dst, int64_t n)
 #endif
 }
 
+/* dst[i * step] = 0 for i < n: the output columns of a stride phase without taps. Step 1 is one
+ * memset; step 2 on AVX-512 one masked store of 16 columns' even 16-bit lanes (16 scalar
+ * stores where there were a transpose and a store of zeros per 16 x 16 block: 1x1/2 layers). */
+static inline void pypto_zero_every(uint16_t *dst, int64_t n, int64_t step)
+{
+    if (step == 1) {
+        memset(dst, 0, (size_t)n * sizeof(uint16_t));
+        return;
+    }
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    if (step == 2) {
+        for (int64_t i = 0; i < n; i += 16) {
+            const int64_t left = n - i < 16 ? n - i : 16;
+            _mm512_mask_storeu_epi16(dst + 2 * i,
+                                     (__mmask32)(0x55555555ull & ((1ull << (2 * left)) - 1u)),
+                                     _mm512_setzero_si512());
+        }
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++)
+        dst[i * step] = 0;
+}
+
 /* Prefetch the cache lines of n 16-bit values from p, to read (the frame fill's dy rows some
  * channels ahead) or, with for_write, to write (the write-out's next output rows). Such rows
  * are a channel plane apart, which the hardware prefetchers do not follow. for_write is a
