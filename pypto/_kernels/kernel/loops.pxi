@@ -301,17 +301,24 @@ cdef void _row_order(const Geometry *g, const Frame *f, int64_t *offs, bint skip
                      const int64_t *qh, const int64_t *qw, int64_t ntaps,
                      const int64_t *inner) noexcept nogil:
     """_positions' tables in row order (column order with g.col_major), where a position's
-    accumulator row is its index (not stored). A block with one inner position computes
-    every tap: the tap bits are worked out for border positions only, and each line's run of
-    inner positions sets its blocks' masks whole (bits per position were 2% of the time of
-    layers with few multiply-adds a position, Inception's Conv2d_2a)."""
+    accumulator row is its index (not stored); with skip, the blocks' masks from zero. A block
+    with one inner position computes every tap: the tap bits are worked out for border
+    positions only, and each line's run of inner positions sets its blocks' masks whole (bits
+    per position were 2% of the time of layers with few multiply-adds a position,
+    Inception's Conv2d_2a)."""
     cdef uint64_t *masks = <uint64_t *>(offs + 2 * g.pos_cap)
     cdef int64_t t = 0, image, i, j, b, lo, hi
     cdef int64_t outer = f.cols if g.col_major else f.rows
     cdef int64_t inside = f.rows if g.col_major else f.cols
+    # the inner lines, and the inner run [run_lo, run_hi) along an inner line
     cdef int64_t line_lo = inner[2] if g.col_major else inner[0]
     cdef int64_t line_hi = inner[3] if g.col_major else inner[1]
+    cdef int64_t run_lo = _max(0, inner[0] if g.col_major else inner[2])
+    cdef int64_t run_hi = _min(inside, inner[1] if g.col_major else inner[3])
     cdef uint64_t line_bits
+    if skip:
+        for b in range(_round_up(f.positions, g.m_block) // g.m_block):
+            masks[b] = 0
     for image in range(f.images):
         for i in range(outer):
             if g.col_major:
@@ -321,22 +328,12 @@ cdef void _row_order(const Geometry *g, const Frame *f, int64_t *offs, bint skip
                 for j in range(inside):
                     offs[t + j] = (image * f.fr + i) * f.fc + j
             if skip:
-                # the inner run of this line: [lo, hi) along it
-                if g.col_major:
-                    lo = inner[0]
-                    hi = inner[1]
-                else:
-                    lo = inner[2]
-                    hi = inner[3]
-                if not line_lo <= i < line_hi:
-                    lo = 0   # a border line: every position's bits
-                    hi = 0
+                if line_lo <= i < line_hi:
+                    lo, hi, line_bits = run_lo, run_hi, ~(<uint64_t>0)
+                else:   # a border line: every position's bits
+                    lo, hi = 0, 0
                     line_bits = _axis_taps(f.jw0 + i, qw, ntaps, g.wout) if g.col_major \
                         else _axis_taps(f.ih0 + i, qh, ntaps, g.hout)
-                else:
-                    line_bits = ~(<uint64_t>0)
-                lo = _max(0, lo)
-                hi = _min(inside, hi)
                 for j in range(inside):
                     if lo <= j < hi:
                         continue
@@ -349,21 +346,12 @@ cdef void _row_order(const Geometry *g, const Frame *f, int64_t *offs, bint skip
             t += inside
 
 
-cdef int64_t _skipped_in_row_order(const Geometry *g, const Frame *f, const int64_t *qh,
-                                   const int64_t *qw, int64_t ntaps,
-                                   const int64_t *inner) noexcept nogil:
-    """Taps the pixel blocks of row order skip, summed over the blocks: what _positions' class
-    order is weighed against."""
-    cdef int64_t t, image = 0, r = 0, c = 0, skipped = 0, in_block = 0
-    cdef uint64_t block = 0
-    for t in range(f.positions):
-        block |= _pixel_taps(g, f, r, c, qh, qw, ntaps, inner)
-        in_block += 1
-        if in_block == g.m_block or t + 1 == f.positions:
-            skipped += ntaps - __builtin_popcountll(block & _all_taps(ntaps))
-            block = 0
-            in_block = 0
-        _next_position(g, f, &r, &c, &image)
+cdef int64_t _skipped(const uint64_t *masks, int64_t blocks, int64_t ntaps) noexcept nogil:
+    """Taps the pixel blocks skip, summed over the blocks (an inner block's mask has all 64
+    bits set)."""
+    cdef int64_t b, skipped = 0
+    for b in range(blocks):
+        skipped += ntaps - __builtin_popcountll(masks[b] & _all_taps(ntaps))
     return skipped
 
 
@@ -407,15 +395,17 @@ cdef bint _positions(const Geometry *g, const Frame *f, int64_t phase, int64_t n
             inner[1] = _min(inner[1], g.hout + qh[ti] - f.ih0)
             inner[2] = _max(inner[2], qw[ti] - f.jw0)
             inner[3] = _min(inner[3], g.wout + qw[ti] - f.jw0)
-        for t in range(blocks):
-            masks[t] = 0
         # positions outside the inner box; were each to skip every tap, would that outweigh
         # the move? (else class order is not even weighed: large images' row tiles)
         border = f.images * (f.rows * f.cols - _max(0, inner[1] - inner[0])
                              * _max(0, inner[3] - inner[2]))
         by_class = g.class_order and border > 0 \
             and border * ntaps * g.cout * n_count > moved
-    if by_class:
+    _row_order(g, f, offs, skip, qh, qw, ntaps, inner)
+    if by_class:   # weighed against row order's skips, counted from its masks
+        skipped = _skipped(masks, blocks, ntaps)
+        for t in range(blocks):
+            masks[t] = 0
         for r in range(f.rows):                         # border rows, every image's together
             if not inner[0] <= r < inner[1]:
                 for image in range(f.images):
@@ -430,16 +420,11 @@ cdef bint _positions(const Geometry *g, const Frame *f, int64_t phase, int64_t n
             for r in range(inner[0], inner[1]):
                 for c in range(inner[2], inner[3]):
                     _place(g, f, &at, image, r, c, offs, skip, qh, qw, ntaps, inner)
-        for t in range(blocks):   # (an inner block's mask has all 64 bits set)
-            skipped += ntaps - __builtin_popcountll(masks[t] & _all_taps(ntaps))
-        skipped -= _skipped_in_row_order(g, f, qh, qw, ntaps, inner)
         # multiply-adds saved against floats moved back into row order
-        by_class = skipped * g.m_block * g.cout * n_count > moved
-        if not by_class:
-            for t in range(blocks):
-                masks[t] = 0
-    if not by_class:
-        _row_order(g, f, offs, skip, qh, qw, ntaps, inner)
+        by_class = (_skipped(masks, blocks, ntaps) - skipped) * g.m_block * g.cout * n_count \
+            > moved
+        if not by_class:   # row order's tables again
+            _row_order(g, f, offs, skip, qh, qw, ntaps, inner)
     for t in range(f.positions, _round_up(f.positions, g.m_block)):
         offs[t] = offs[f.positions - 1]
     return by_class
