@@ -82,9 +82,16 @@ def _why_not(level):
 def _choose(requested):
     """(level, why it was chosen) for ``PYPTO_CPU_ISA``'s value (empty: the best that runs)."""
     if not requested:
-        level = [lv for lv in ISA_LEVELS if _why_not(lv) is None][-1]
+        runs = [lv for lv in ISA_LEVELS if _why_not(lv) is None]
+        level = [lv for lv in runs if not levels.passed_over(lv, CPU_FEATURES)][-1]
         here = [lv.name for lv in levels.levels_for(platform.machine())]
         above = here[here.index(level) + 1 :]
+        if above and above[0] in runs:
+            return level, (
+                f"the best level for this CPU; {above[0]} runs but is passed over: "
+                f"{levels.passed_over(above[0], CPU_FEATURES)} (PYPTO_CPU_ISA={above[0]} "
+                "selects it)"
+            )
         return level, "the best level built and supported by this CPU" + (
             f"; {above[0]}: {_why_not(above[0])}" if above else ""
         )

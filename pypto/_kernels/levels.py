@@ -42,6 +42,21 @@ LEVELS = (
     ),
 )
 
+# Levels a CPU runs but that are slower there than the level below them, so that the default
+# choice passes them over (PYPTO_CPU_ISA still picks them): level -> (the feature that marks
+# such CPUs, why). Measured with the kernel's own peak loop (docs/performance.md, "Intel
+# Sapphire Rapids"): there vdpbf16ps ran at half the fp32 FMA's rate (bf16 dot 215 GFLOP/s,
+# fp32 multiply-add 428 on 2 cores), and bf16 networks ran 1.2-1.3x faster on the avx512
+# level's fp32 path. AMX-BF16 marks Intel's Sapphire Rapids and later; AMD's Zen 4 and Zen 5,
+# without it, run vdpbf16ps at twice their FMA's rate.
+PASSED_OVER = {
+    "avx512_bf16": (
+        "amx_bf16",
+        "on CPUs with AMX-BF16 (Intel Sapphire Rapids and later) its bf16 dot product runs at "
+        "half the fp32 multiply-add's rate, so avx512's fp32 path is faster",
+    ),
+}
+
 LEVEL_NAMES = tuple(level.name for level in LEVELS)
 BY_NAME = {level.name: level for level in LEVELS}
 
@@ -50,6 +65,12 @@ def levels_for(machine):
     """The levels that exist for a machine (``platform.machine()``), best last."""
     arch = "x86_64" if machine.lower() in ("x86_64", "amd64") else machine.lower()
     return tuple(level for level in LEVELS if level.arch in ("any", arch))
+
+
+def passed_over(level, features):
+    """Why the default choice passes ``level`` over on a CPU with ``features``, or None."""
+    marker, why = PASSED_OVER.get(level, (None, None))
+    return why if marker is not None and features.get(marker) else None
 
 
 def missing_features(level, features):

@@ -52,6 +52,8 @@ static const struct {
     {"avx512bw", 7, 0, PYPTO_EBX, 1u << 30},
     {"avx512vl", 7, 0, PYPTO_EBX, 1u << 31},
     {"avx512_bf16", 7, 1, PYPTO_EAX, 1u << 5},
+    /* read, never run: it marks the CPUs whose dot product is slow (levels.py, PASSED_OVER) */
+    {"amx_bf16", 7, 0, PYPTO_EDX, 1u << 22},
     {"lahf_lm", 0x80000001u, 0, PYPTO_ECX, 1u << 0},
     {"lzcnt", 0x80000001u, 0, PYPTO_ECX, 1u << 5},
     /* XCR0: SSE and AVX state; then also opmask, upper ZMM0-15 and ZMM16-31 state */

@@ -229,6 +229,19 @@ def _cap_torch_to_level(level):
     )
 
 
+def _torch_note(info):
+    """What torch's oneDNN may run here, set before torch's import: capped to pypto's forced
+    level, or where it has AMX, which pypto leaves alone; None otherwise."""
+    capped = _cap_torch_to_level(info["isa"])
+    if capped or "amx_bf16" not in info["cpu_features"]:
+        return capped
+    return (
+        "torch multiplies bf16 on this CPU's AMX tiles, which pypto does not use (their sums "
+        "follow no fixed order: docs/performance.md), so its bf16 ratios here are far below "
+        "its fp16 ones"
+    )
+
+
 def _numpy_blas_note():
     """What the NumPy peer's BLAS runs: numpy is imported before the benchmark starts, so its
     OpenBLAS kernel can only be capped from the environment (OPENBLAS_CORETYPE)."""
@@ -306,11 +319,11 @@ def _peak_for(peaks, dtype_name, threads):
 def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_numpy=True):
     """Run the suite; returns a list of result rows (dicts) and prints the table."""
     info = kernel_info()
-    torch_cap = _cap_torch_to_level(info["isa"]) if with_torch else None
+    torch_note = _torch_note(info) if with_torch else None
     torch = _import_torch(with_torch)
     print(f"machine: {_machine()}")
-    if torch_cap:
-        print(torch_cap)
+    if torch_note:
+        print(torch_note)
     if with_numpy:
         print(_numpy_blas_note())
     print(
@@ -422,11 +435,11 @@ def run_networks(names, dtypes, thread_counts, rounds, budget_s, batch=None, wit
     from .networks import NETWORKS
 
     info = kernel_info()
-    torch_cap = _cap_torch_to_level(info["isa"]) if with_torch else None
+    torch_note = _torch_note(info) if with_torch else None
     torch = _import_torch(with_torch)
     print(f"machine: {_machine()}")
-    if torch_cap:
-        print(torch_cap)
+    if torch_note:
+        print(torch_note)
     print(
         f"pypto {pypto.__version__}: ISA {info['isa']} ({info['reason']}); "
         f"torch {torch.__version__ if torch else '-'}"

@@ -35,6 +35,21 @@ def test_bench_prints_the_measured_peak_of_the_level_in_use():
     assert "measured peak of level" in done.stdout and "PEAK_PER_CORE" not in done.stdout
 
 
+@pytest.mark.parametrize("features", [["avx512_bf16"], ["amx_bf16", "avx512_bf16"]])
+def test_the_header_says_where_torch_runs_bf16_on_amx(monkeypatch, features):
+    """Uncapped torch on a CPU with AMX-BF16 multiplies bf16 there and pypto does not: the
+    header says so; elsewhere, and when torch is capped to a forced level, it does not."""
+    from pypto import bench
+
+    info = {"isa": "avx512", "cpu_features": features}
+    monkeypatch.delenv("PYPTO_CPU_ISA", raising=False)
+    note = bench._torch_note(info)
+    assert (note is not None and "AMX" in note) == ("amx_bf16" in features)
+    monkeypatch.setenv("PYPTO_CPU_ISA", "avx512")
+    monkeypatch.setattr(bench, "_cap_torch_to_level", lambda level: f"capped to {level}")
+    assert bench._torch_note(info) == "capped to avx512"
+
+
 def test_peak_loops_count_their_flops_at_every_level_this_cpu_runs():
     """The flop count the benchmark divides by: 12 chains x the level's fp32 lanes x 2 per step
     (x 2 again for the bf16 dot product's pairs); the timing itself asserts nothing."""

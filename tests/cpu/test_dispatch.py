@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from pypto._kernels import dispatch as cpu
 from pypto._kernels import levels as isa_levels
 from pypto._kernels.dispatch import BUILT_LEVELS, CPU_FEATURES, CPU_LEVELS, kernel_info
 from support.slowdown import limit
@@ -68,8 +69,27 @@ def test_only_the_chosen_level_is_loaded(level):
 
 def test_default_is_the_best_runnable_level():
     runnable = [lv for lv in CPU_LEVELS if lv in BUILT_LEVELS]
-    assert kernel_info()["isa"] == runnable[-1]
+    chosen = [lv for lv in runnable if not isa_levels.passed_over(lv, CPU_FEATURES)]
+    assert kernel_info()["isa"] == chosen[-1]
     assert kernel_info()["reason"].startswith("the best level")
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 levels")
+@pytest.mark.parametrize("amx", [False, True])
+def test_a_level_passed_over_is_not_the_default_but_can_be_forced(monkeypatch, amx):
+    """On a CPU that runs every level, avx512_bf16 is the default unless the CPU carries the
+    mark of a slow dot product (AMX-BF16); PYPTO_CPU_ISA still selects it there."""
+    everything = {f: True for lv in isa_levels.LEVELS for f in lv.requires}
+    monkeypatch.setattr(cpu, "CPU_FEATURES", dict(everything, amx_bf16=amx))
+    monkeypatch.setattr(cpu, "BUILT_LEVELS", isa_levels.LEVEL_NAMES)
+    level, why = cpu._choose("")
+    if amx:
+        assert level == "avx512"
+        assert "avx512_bf16 runs but is passed over" in why
+        assert "PYPTO_CPU_ISA=avx512_bf16" in why
+    else:
+        assert (level, why) == ("avx512_bf16", "the best level built and supported by this CPU")
+    assert cpu._choose("avx512_bf16") == ("avx512_bf16", "PYPTO_CPU_ISA=avx512_bf16")
 
 
 def test_a_level_the_cpu_lacks_is_refused_before_its_code_loads():
