@@ -47,6 +47,64 @@ def test_kept_buffers_change_no_result(level, dtype):
     assert kernel.kept_buffer_bytes() == 0
 
 
+def _kernel_call(kernel, dy, w, stride, dtype, **paths):
+    """dx of a 3x3, padding-1 dgrad of 16-bit patterns dy and w (the dx size stride 1 or 2
+    gives), 1 thread, the suggested-style tiles."""
+    n, cout, hout, wout = dy.shape
+    cin = w.shape[1]
+    hin, win = (hout, wout) if stride == 1 else (2 * hout, 2 * wout)
+    out = np.empty((n, cin, hin, win), np.uint16)
+    problem = ConvProblem(
+        n, cin, cout, hin, win, hout, wout, 3, 3, stride, stride, 1, 1, 1, 1, 1, 1
+    )
+    tiles = Tiling(hin * win, cout * 9, cin, 64, 64, 32).kernel_tiles(problem)
+    kernel.dgrad(dy, w, out, dtype, (stride, stride, 1, 1, 1, 1), tiles, (16, 16), 1, **paths)
+    return out
+
+
+def _fresh(kernel, *args, **paths):
+    kernel.release_buffers()
+    return _kernel_call(kernel, *args, **paths)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("dtype", [0, 1], ids=["fp16", "bf16"])
+def test_a_weight_changed_in_place_is_packed_again(level, dtype):
+    """A call whose weight and plan equal the last call's reuses its weight panels; the same
+    weight array changed in place by one element, anywhere, is packed again."""
+    kernel = load_level(level)
+    rng = np.random.default_rng(7)
+    np_dtype = np.float16 if dtype == 0 else ml_dtypes.bfloat16
+    dy = rng.uniform(-1, 1, (2, 24, 6, 11)).astype(np_dtype).view(np.uint16)
+    w = rng.uniform(-1, 1, (24, 40, 3, 3)).astype(np_dtype).view(np.uint16)
+    first = _fresh(kernel, dy, w, 1, dtype)
+    assert np.array_equal(_kernel_call(kernel, dy, w, 1, dtype), first)  # panels reused
+    flat = w.reshape(-1)
+    for index in (0, flat.size // 2, flat.size - 1):
+        flat[index] ^= 0x0100  # a changed exponent bit: a value 2-16x larger or smaller
+        changed = _kernel_call(kernel, dy, w, 1, dtype)
+        assert not np.array_equal(changed, first)
+        assert np.array_equal(changed, _fresh(kernel, dy, w, 1, dtype)), index
+        first = changed
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("dtype", [0, 1], ids=["fp16", "bf16"])
+def test_panels_of_one_plan_serve_no_other(level, dtype):
+    """The same weight bits laid out by another plan (another stride's tap tables, another
+    register block's panel width) are packed again, not read as the last call left them."""
+    kernel = load_level(level)
+    rng = np.random.default_rng(8)
+    np_dtype = np.float16 if dtype == 0 else ml_dtypes.bfloat16
+    dy = rng.uniform(-1, 1, (1, 32, 7, 9)).astype(np_dtype).view(np.uint16)
+    w = rng.uniform(-1, 1, (32, 64, 3, 3)).astype(np_dtype).view(np.uint16)
+    settings = [(1, {}), (2, {}), (1, {"use_chan_vec": False}), (2, {"use_chan_vec": False})]
+    fresh = [_fresh(kernel, dy, w, stride, dtype, **paths) for stride, paths in settings]
+    for _ in range(2):
+        for (stride, paths), expected in zip(settings, fresh):
+            assert np.array_equal(_kernel_call(kernel, dy, w, stride, dtype, **paths), expected)
+
+
 def _least_exponent(bits):
     """The least biased exponent (bits 7..14, as bf16) of the nonzero patterns: 255 if none."""
     magnitudes = bits & 0x7FFF

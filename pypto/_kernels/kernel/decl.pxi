@@ -7,7 +7,7 @@ from cpython.exc cimport PyErr_CheckSignals
 from cython.parallel cimport parallel, prange, threadid
 from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 
 cdef extern from "pypto_convert.h" nogil:
     void pypto_widen(const uint16_t *src, float *dst, int64_t n, int dtype)

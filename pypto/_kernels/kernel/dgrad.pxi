@@ -104,7 +104,10 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     cdef int64_t pair = 2 if g.dot_bf16 else 1
     cdef size_t panel_bytes = _panel_bytes(&g)
     cdef size_t panel_capacity, scratch_capacity
-    cdef void *w_packed = _take_buffer(SLOT_PANELS, panel_bytes, &panel_capacity)
+    cdef PanelOrigin origin
+    cdef int64_t panel_key[PANEL_KEY_LEN]
+    _panel_key(&g, panel_key)
+    cdef void *w_packed = _take_panels(panel_bytes, &panel_capacity, &origin)
     cdef char *scratch_block = <char *>_take_buffer(SLOT_SCRATCH, _scratch_bytes(&g),
                                                     &scratch_capacity)
     cdef float *scratch = <float *>(scratch_block
@@ -125,14 +128,18 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
             raise MemoryError(f"pypto: no memory for the kernel's buffers ({panel_bytes} bytes of "
                               f"weight panels, {threads * per_thread * 4} bytes of tile scratch)")
         g.w_packed = w_packed
-        if threads == 1:   # no team to wake: small calls spend microseconds in each region
-            with nogil:
-                _pack_weights(&g, w_p, 0, g.cout)
-        else:
-            with nogil, parallel(num_threads=threads):
-                for t in prange(threads, schedule="static", chunksize=1):
-                    _pack_weights(&g, w_p, _min(t * pack_step, g.cout),
-                                  _min((t + 1) * pack_step, g.cout))
+        if not _panels_hold(&origin, panel_key, w_p, w.size):   # else packed from this weight
+            free(origin.w_bits)
+            origin.w_bits = NULL
+            if threads == 1:   # no team to wake: small calls spend microseconds in each region
+                with nogil:
+                    _pack_weights(&g, w_p, 0, g.cout)
+            else:
+                with nogil, parallel(num_threads=threads):
+                    for t in prange(threads, schedule="static", chunksize=1):
+                        _pack_weights(&g, w_p, _min(t * pack_step, g.cout),
+                                      _min((t + 1) * pack_step, g.cout))
+            _note_panels(&origin, panel_key, w_p, w.size)
         if threads == 1:
             # Work items go in chunks so that Ctrl-C is noticed between them: a signal only
             # reaches Python code, and a whole large call could run for minutes.
@@ -160,7 +167,7 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
             pypto_raise_if(stop[0])
     finally:
         _give_buffer(SLOT_SCRATCH, scratch_block, scratch_capacity)
-        _give_buffer(SLOT_PANELS, w_packed, panel_capacity)
+        _give_panels(w_packed, panel_capacity, &origin)
         free(tables)
     return ("bf16_dot" if g.dot_bf16 else "fp32") + ("+chan_vec" if g.chan_vec else "") \
         + ("+wide" if g.chan_vec and g.wb == PYPTO_CVW_N else "") \

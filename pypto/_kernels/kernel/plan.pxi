@@ -368,8 +368,9 @@ def buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, int dtype, tuple
                  tuple tiles, int num_threads, bint use_bf16_dot=True, bint use_chan_vec=True,
                  bint use_few=True, bint use_wide=True):
     """What dgrad() with these arguments allocates, from the same plan, as (shared, per_thread,
-    threads): at most ``shared + threads * per_thread`` bytes, the weight panels and the scratch
-    block's alignment slack plus each of its ``threads`` threads' tile scratch. Where the bf16
+    threads): at most ``shared + threads * per_thread`` bytes, the weight panels, the copy of a
+    small weight that says what they hold (buffers.pxi) and the scratch block's alignment slack
+    plus each of its ``threads`` threads' tile scratch. Where the bf16
     dot product may serve (it is chosen after a scan of the data), the larger of the two plans.
     Per thread is largest with one thread: image groups only shrink as threads are added."""
     cdef Geometry g
@@ -380,7 +381,8 @@ def buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, int dtype, tuple
                         use_chan_vec, use_few, use_wide)
         shared = max(shared, _panel_bytes(&g) + ALIGN * sizeof(float))
         per_thread = max(per_thread, g.per_thread * sizeof(float))
-    return shared, per_thread, g.threads
+    cdef size_t w_bytes = g.cout * g.cin * g.kh * g.kw * sizeof(uint16_t)
+    return shared + (w_bytes if w_bytes <= KEEP_WEIGHT_MAX else 0), per_thread, g.threads
 
 
 def work_split(tuple dy_shape, tuple w_shape, tuple dx_shape, int dtype, tuple attrs,
