@@ -195,6 +195,8 @@ def test_feature_table_agrees_with_proc_cpuinfo():
         if name.startswith("os_") or name == "osxsave":
             continue  # not in /proc/cpuinfo; XGETBV state
         cpuinfo_name = _CPUINFO_NAME.get(name, name)
+        if name == "amx_bf16" and present and cpuinfo_name not in flags:
+            continue  # Linux before 5.16 does not list AMX, which pypto only reads as a mark
         assert present == (cpuinfo_name in flags), (name, present)
         checked += 1
     assert checked >= 8
