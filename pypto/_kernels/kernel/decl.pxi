@@ -46,7 +46,6 @@ cdef extern from "pypto_isa.h" nogil:
     enum: PYPTO_CV_N
     enum: PYPTO_CV_STORE
     enum: PYPTO_CV_L0_BYTES
-    enum: PYPTO_CV_L0_TAP_BYTES
     enum: PYPTO_HAVE_CV_WIDE
     enum: PYPTO_CVW_M
     enum: PYPTO_CVW_N

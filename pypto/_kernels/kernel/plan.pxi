@@ -215,7 +215,6 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
     length, the work items and the threads."""
     cdef int64_t n_phases = g.sh * g.sw
     cdef int64_t taps = g.kh * g.kw
-    cdef int64_t chunk_bytes
     g.n_blocks = (g.cin + g.nl1 - 1) // g.nl1
     g.row_tiles = (g.hin + g.m_rows - 1) // g.m_rows
     g.col_tiles = (g.win + g.m_cols - 1) // g.m_cols
@@ -258,15 +257,13 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
     if g.chan_vec:
         # K-L0 for the CPU: each K-L0 block stores the accumulator and the next reads it back
         # (the same fp32 values: no bit changes), so take as much of the K-L1 block as keeps
-        # the block's weight panel chunk (g.wb channels x K-L0) within PYPTO_CV_L0_BYTES, or
-        # PYPTO_CV_L0_TAP_BYTES for kernels with taps (per level, pypto_isa.h). Each pixel block
-        # reads the chunk once; on Zen 4, a 64-byte line per 6-7 dot products from L2 kept up,
-        # and longer chunks store the accumulator less often (24 KiB, an L1's worth, was 1-4%
-        # slower on every layer class tried there: tools/layer_ab.py, issue 27's note); on
-        # Intel's avx512 level the 24 KiB chunk was faster for layers with taps
-        chunk_bytes = PYPTO_CV_L0_TAP_BYTES if taps > 1 else PYPTO_CV_L0_BYTES
+        # the block's weight panel chunk (g.wb channels x K-L0) within PYPTO_CV_L0_BYTES (per
+        # level, pypto_isa.h). Each pixel block reads the chunk once; on Zen 4, a 64-byte line
+        # per 6-7 dot products from L2 kept up, and longer chunks store the accumulator less
+        # often (24 KiB, an L1's worth, was 1-4% slower on every layer class tried there:
+        # tools/layer_ab.py, issue 27's note); on Intel's avx512 level 24 KiB was faster
         g.kl0 = _max(g.kl0, _min(g.cout_l1 * g.kh * g.kw,
-                                 chunk_bytes // (g.wb * 4) * (2 if g.dot_bf16 else 1)))
+                                 PYPTO_CV_L0_BYTES // (g.wb * 4) * (2 if g.dot_bf16 else 1)))
 
     # taps grouped by stride phase: tap (kh, kw) feeds phase (kh*dh % sh, kw*dw % sw).
     # Tables live in one C block (small calls: no NumPy objects to build).

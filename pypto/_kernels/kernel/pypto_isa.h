@@ -124,13 +124,13 @@ enum { PYPTO_HAVE_CHAN_VEC = 0, PYPTO_CV_M = 7, PYPTO_CV_N = 32, PYPTO_CV_STORE 
 /* Bytes of weight panel one channel-vector K-L0 block reads (plan.pxi): 72 KiB, from L2, where
  * that was fastest on AMD Zen 4 (measured at its level, avx512_bf16; kept for avx2, not
  * measured on its own CPUs). The avx512 level, which only Intel cores run by default (the AMX
- * generation passes avx512_bf16 over, levels.py), takes 24 KiB, an L1's worth, for kernels
- * with taps: there the 72 KiB chunk's loads from L2 held the multiply back (3x3, 5x5 and 1xN
- * layers 2-14% faster with 24 KiB, 1x1 layers -11% to +12%, median +2%: those keep 72). */
+ * generation passes avx512_bf16 over, levels.py), takes 24 KiB, an L1's worth: there the
+ * 72 KiB chunk's loads from L2 held the multiply back (tap layers about 7% faster, 1x1 layers
+ * 3-7%, docs/performance.md). */
 #if defined(PYPTO_ISA_AVX512) && !defined(PYPTO_ISA_AVX512BF16)
-enum { PYPTO_CV_L0_BYTES = 73728, PYPTO_CV_L0_TAP_BYTES = 24576 };
+enum { PYPTO_CV_L0_BYTES = 24576 };
 #else
-enum { PYPTO_CV_L0_BYTES = 73728, PYPTO_CV_L0_TAP_BYTES = 73728 };
+enum { PYPTO_CV_L0_BYTES = 73728 };
 #endif
 /* the wide channel-vector kernel (6 pixels x 64 channels) is a bf16 dot-product kernel */
 enum { PYPTO_HAVE_CV_WIDE = PYPTO_HAVE_BF16_DOT, PYPTO_CVW_M = 6, PYPTO_CVW_N = 64 };
