@@ -132,7 +132,7 @@ def _same_bits_as_pixel_kernels(kernel, case, dtype, shape_kind, label, groups=N
             path, expected = _run(kernel, case, dtype, vec, threads, dot, "pixel")
             assert "+chan_vec" not in path and "+few" not in path, path
             kinds = [shape_kind]
-            if shape_kind == "chan_vec" and dtype == 1 and dot and kernel.HAS_CV_WIDE:
+            if shape_kind == "chan_vec" and (kernel.HAS_CV_WIDE or kernel.HAS_CV_WIDE_F32):
                 kinds.append("wide")
             for kind in kinds:
                 # with 2 threads, the run write-out streamed (pypto_cv_stream_run), however
@@ -143,9 +143,13 @@ def _same_bits_as_pixel_kernels(kernel, case, dtype, shape_kind, label, groups=N
                 streams = streams and shape_kind == "chan_vec"
                 assert ("+stream" in path) == streams, path
                 # the wide kernel serves exactly the tiles of whole 64-channel blocks, the
-                # last block too
+                # last block too, where the level has it for the path taken (the bf16 dot
+                # product's, or fp32's on the avx512 level)
                 nl1, cin = case[3][2], case[4][1]
                 wide = nl1 % 64 == 0 and cin % 64 == 0
+                wide = wide and (
+                    kernel.HAS_CV_WIDE if path.startswith("bf16_dot") else kernel.HAS_CV_WIDE_F32
+                )
                 assert ("+wide" in path) == (kind == "wide" and wide), (path, nl1)
                 group = (groups or {}).get(threads, 1)
                 assert ("+group" not in path) if group == 1 else path.endswith(f"+group{group}")
@@ -196,7 +200,8 @@ def test_class_order_gives_the_pixel_kernels_bits(level, dtype, index):
     tiles = case[3]
     rows = (min(3, tiles[0]),) + tiles[1:]
     k_blocks = tiles[:3] + (16 * problem[5] * problem[6],) + tiles[4:]
-    kinds = ["chan_vec", "wide"] if dtype == 1 and kernel.HAS_CV_WIDE else ["chan_vec"]
+    wide = (dtype == 1 and kernel.HAS_CV_WIDE) or kernel.HAS_CV_WIDE_F32
+    kinds = ["chan_vec", "wide"] if wide else ["chan_vec"]
     for tiles_case in (case, case[:3] + (rows,) + case[4:], case[:3] + (k_blocks,) + case[4:]):
         for threads in (1, 2):
             for kind in kinds:

@@ -47,6 +47,7 @@ cdef extern from "pypto_isa.h" nogil:
     enum: PYPTO_CV_STORE
     enum: PYPTO_CV_L0_BYTES
     enum: PYPTO_HAVE_CV_WIDE
+    enum: PYPTO_HAVE_CV_WIDE_F32
     enum: PYPTO_CVW_M
     enum: PYPTO_CVW_N
     enum: PYPTO_HAVE_CV_HALF
@@ -88,6 +89,9 @@ cdef extern from "pypto_chanvec.h" nogil:
     void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *w, const uint32_t *const *a_rows,
                                 const int64_t *offs, float *c, int64_t ldc, int first,
                                 const pypto_taps *taps)
+    void pypto_ukernel_cvw_f32(int64_t kc, const float *w, const float *const *a_rows,
+                               const int64_t *offs, float *c, int64_t ldc, int first,
+                               const pypto_taps *taps)
     void pypto_ukernel_cvh_f32(int64_t kc, const float *w, const float *const *a_rows,
                                const int64_t *offs, float *c, int64_t ldc, int first,
                                const pypto_taps *taps)

@@ -20,6 +20,7 @@ NR = PYPTO_NR
 HAS_BF16_DOT = bool(PYPTO_HAVE_BF16_DOT)
 HAS_CHAN_VEC = bool(PYPTO_HAVE_CHAN_VEC)
 HAS_CV_WIDE = bool(PYPTO_HAVE_CV_WIDE)
+HAS_CV_WIDE_F32 = bool(PYPTO_HAVE_CV_WIDE_F32)
 HAS_CV_STREAM = bool(PYPTO_HAVE_CV_STREAM)
 HAS_FEW = bool(PYPTO_HAVE_FEW)
 
@@ -47,8 +48,9 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
     input channels (a block's last panel of at most 16 on their 16-channel forms, AVX-512)
     where the build has them and ``use_chan_vec`` is true (the same bits either way), and the
     few-channel kernels tiles of at most 4 channels (all of Cin) where the build has them and
-    ``use_few`` is true; with the bf16 dot product, the wide channel-vector kernel (6 pixels x
-    64 channels) serves tiles of whole 64-channel blocks where ``use_wide`` is true. With
+    ``use_few`` is true; with the bf16 dot product (on the avx512 level also with fp32), the
+    wide channel-vector kernel (6 pixels x 64 channels) serves tiles of whole 64-channel blocks
+    where ``use_wide`` is true. With
     several threads and a dx of at least ``stream_bytes``, the channel-vector write-out of
     whole-width stride-1 tiles stores dx's whole lines non-temporally where the build can.
     Skipping padding taps, the channel-vector kernels take a tile's positions in class order

@@ -500,7 +500,12 @@ cdef void _multiply_cv(const Geometry *g, const Frame *f, int64_t phase, int64_t
                 if skip:
                     taps.mask = masks[pb // g.m_block] & all_taps
                     use = &taps if taps.mask != all_taps else NULL
-                if g.wb == PYPTO_CVW_N:
+                if g.wb == PYPTO_CVW_N and not g.dot_bf16:
+                    pypto_ukernel_cvw_f32(
+                        k_count, <const float *>g.w_packed + panel + k_first * PYPTO_CVW_N,
+                        <const float *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc,
+                        first, use)
+                elif g.wb == PYPTO_CVW_N:
                     pypto_ukernel_cvw_bf16(
                         k_count, <const uint32_t *>g.w_packed + panel // 2 + k_first * PYPTO_CVW_N,
                         <const uint32_t *const *>rows, offs + pb, acc + pb * f.ldc + cb, f.ldc,

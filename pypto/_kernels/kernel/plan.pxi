@@ -229,12 +229,13 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
         and g.cin <= PYPTO_FEW_MR
     g.wb = PYPTO_CV_N if g.chan_vec else (PYPTO_FEW_MR if g.few else PYPTO_MR)
     g.m_block = PYPTO_CV_M if g.chan_vec else (PYPTO_FEW_NR if g.few else PYPTO_NR)
-    # The wide one (bf16 dot product, 6 pixels x 64 channels) where every N-L1 block is whole
+    # The wide one (6 pixels x 64 channels: bf16 dot product, or fp32 on the avx512 level,
+    # pypto_isa.h) where every N-L1 block is whole
     # 64-channel panels, the last one too: the 7 x 32 kernel is as fast, so a padded last
     # panel is lost work (Cin 288 in blocks of 128, the last padded from 32 to 64: 8% slower
     # than 7 x 32 on Inception's Mixed_6a 3x3/2 and its 1x1 layers into 288 channels).
-    if g.chan_vec and g.dot_bf16 and PYPTO_HAVE_CV_WIDE and use_wide \
-            and g.nl1 % PYPTO_CVW_N == 0 and g.cin % PYPTO_CVW_N == 0:
+    if g.chan_vec and (PYPTO_HAVE_CV_WIDE if g.dot_bf16 else PYPTO_HAVE_CV_WIDE_F32) \
+            and use_wide and g.nl1 % PYPTO_CVW_N == 0 and g.cin % PYPTO_CVW_N == 0:
         g.wb, g.m_block = PYPTO_CVW_N, PYPTO_CVW_M
     g.nl1_pad = _round_up(g.nl1, g.wb)
     g.stream = 0  # dgrad() decides

@@ -126,9 +126,9 @@ static inline void pypto_ukernel_cvh_bf16(int64_t kc_pairs, const uint32_t *rest
 /* The wide channel-vector kernel (bf16 dot product): 6 pixels x 64 channels (four zmm), for
  * N-L1 blocks of whole 64-channel panels. 24 accumulators instead of 14: each broadcast of A
  * feeds four vectors and each W vector six pixels (10 loads per 24 dot products, against 9 per
- * 14), and half the kernel calls: 3-8% on the 3x3 layers (the fp32 kernels, at 97% of the FMA
- * peak already, gained nothing from the same shape). The same sums in the same k order as the
- * 7 x 32 kernel. */
+ * 14), and half the kernel calls: 3-8% on the 3x3 layers (on Zen 4 the fp32 kernels, at 97%
+ * of the FMA peak already, gained nothing from the same shape; on Intel's avx512 level they
+ * did: pypto_ukernel_cvw_f32). The same sums in the same k order as the 7 x 32 kernel. */
 #define PYPTO_CVW_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 #define PYPTO_CVW_LOAD(r) const int64_t o##r = offs[r]; \
     __m512 c##r##0 = PYPTO_CV_INIT(c + (r) * ldc), c##r##1 = PYPTO_CV_INIT(c + (r) * ldc + 16), \
@@ -177,6 +177,28 @@ static inline void pypto_ukernel_cvw_bf16(int64_t kc_pairs, const uint32_t *rest
     PYPTO_CVW_ROWS(PYPTO_Z4_STORE)
 }
 #endif
+
+/* The wide shape with fp32 multiply-adds, where PYPTO_HAVE_CV_WIDE_F32 (pypto_isa.h): w[k*64 + n]
+ * is the weight of channel n. The same sums in the same k order as pypto_ukernel_cv_f32. */
+static inline void pypto_ukernel_cvw_f32(int64_t kc, const float *restrict w,
+                                         const float *const *a_rows, const int64_t *offs,
+                                         float *restrict c, int64_t ldc,
+                                         int first, const pypto_taps *taps)
+{
+    PYPTO_CVW_ROWS(PYPTO_CVW_LOAD)
+#define PYPTO_CVW_FMA(r) { const __m512 b = _mm512_set1_ps(a[o##r]); \
+        c##r##0 = _mm512_fmadd_ps(w0, b, c##r##0); c##r##1 = _mm512_fmadd_ps(w1, b, c##r##1); \
+        c##r##2 = _mm512_fmadd_ps(w2, b, c##r##2); c##r##3 = _mm512_fmadd_ps(w3, b, c##r##3); }
+#define PYPTO_CVW_STEP(k) { const float *a = a_rows[k]; \
+        const __m512 w0 = _mm512_loadu_ps(w + (k) * 64), w1 = _mm512_loadu_ps(w + (k) * 64 + 16); \
+        const __m512 w2 = _mm512_loadu_ps(w + (k) * 64 + 32); \
+        const __m512 w3 = _mm512_loadu_ps(w + (k) * 64 + 48); \
+        PYPTO_CVW_ROWS(PYPTO_CVW_FMA) }
+    PYPTO_K_LOOP(kc, taps, PYPTO_CVW_STEP)
+#undef PYPTO_CVW_STEP
+#undef PYPTO_CVW_FMA
+    PYPTO_CVW_ROWS(PYPTO_Z4_STORE)
+}
 
 /* 16x16 16-bit transpose in registers. x[i] holds rows i and i+8 (16 words each, the low and
  * high 256 bits); on return x[k] holds columns k (low 256 bits) and k+8 (high): within each

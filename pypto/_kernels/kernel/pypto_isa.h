@@ -132,8 +132,15 @@ enum { PYPTO_CV_L0_BYTES = 24576 };
 #else
 enum { PYPTO_CV_L0_BYTES = 73728 };
 #endif
-/* the wide channel-vector kernel (6 pixels x 64 channels) is a bf16 dot-product kernel */
+/* The wide channel-vector kernel (6 pixels x 64 channels): with the bf16 dot product; with
+ * fp32 multiply-adds on the avx512 level only (Intel cores, whose two FMA units a cycle wait
+ * on the 7 x 32 kernel's loads; on Zen 4 the fp32 wide shape gained nothing). */
 enum { PYPTO_HAVE_CV_WIDE = PYPTO_HAVE_BF16_DOT, PYPTO_CVW_M = 6, PYPTO_CVW_N = 64 };
+#if defined(PYPTO_ISA_AVX512) && !defined(PYPTO_ISA_AVX512BF16)
+enum { PYPTO_HAVE_CV_WIDE_F32 = 1 };
+#else
+enum { PYPTO_HAVE_CV_WIDE_F32 = 0 };
+#endif
 /* the half channel-vector kernels (PYPTO_CV_M pixels x 16 channels, a last panel's 1-16), the
  * paired write-out of two stride-2 phases and the streamed run write-out */
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
@@ -214,6 +221,17 @@ static inline void pypto_cv_store_block(const float *acc, int64_t ldc, int n_pos
 {
     (void)acc; (void)ldc; (void)n_pos; (void)n_ch; (void)dst; (void)ch_stride; (void)step;
     (void)dtype;  /* never called */
+}
+#endif
+
+#if !defined(PYPTO_ISA_AVX512BF16) && !defined(PYPTO_ISA_AVX512)
+/* Levels without AVX-512 never choose the wide kernels. */
+static inline void pypto_ukernel_cvw_f32(int64_t kc, const float *restrict w,
+                                         const float *const *a_rows, const int64_t *offs,
+                                         float *restrict c, int64_t ldc, int first,
+                                         const pypto_taps *taps)
+{
+    (void)kc; (void)w; (void)a_rows; (void)offs; (void)c; (void)ldc; (void)first; (void)taps;
 }
 #endif
 
