@@ -17,6 +17,7 @@ import pytest
 from pypto._kernels import dispatch as cpu
 from pypto._kernels import levels as isa_levels
 from pypto._kernels.dispatch import BUILT_LEVELS, CPU_FEATURES, CPU_LEVELS, kernel_info
+from support.cpuinfo import cpuinfo_flags
 from support.slowdown import limit
 
 # not the checkout's root, where the source tree would shadow the installed package
@@ -170,21 +171,8 @@ def test_every_level_requires_what_its_flags_allow():
 _CPUINFO_NAME = {"sse3": "pni", "lzcnt": "abm", "sse4_1": "sse4_1", "bmi1": "bmi1"}
 
 
-def _cpuinfo_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            text = f.read()
-    except OSError:
-        return None, None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return key.strip(), set(value.split())
-    return None, None
-
-
 def test_feature_table_agrees_with_proc_cpuinfo():
-    key, flags = _cpuinfo_flags()
+    key, flags = cpuinfo_flags()
     machine = platform.machine()
     expected_key = {"x86_64": "flags", "aarch64": "Features"}.get(machine)
     if key is None or key != expected_key:
