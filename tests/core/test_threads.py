@@ -106,6 +106,30 @@ def test_concurrent_calls_with_shared_config_equal_serial_calls(kernel_threads):
     assert tile_values() == (l1, l0)
 
 
+@pytest.mark.parametrize("kernel_threads", [1, 2])
+def test_concurrent_calls_sharing_weights_equal_freshly_packed_calls(kernel_threads):
+    """Calls that repeat one of four weights (with eight dy) reuse the kept weight panels where
+    the last call packed the same weight; from 8 Python threads at once, each still gets what a
+    call that packs its weight afresh gets (the panels' origin travels with the buffer)."""
+    from pypto._kernels import release_kernel_buffers
+
+    data = datasets(8, seed=2)
+    # call i: dy of data[i % 8], the weight of data[0..3] with the same dtype
+    calls = [(data[i % 8][0], data[i % 2 + 2 * ((i // 8) % 2)][1]) for i in range(48)]
+    l1, l0, vec = TILE_SETS[1]
+    set_tiles(l1, l0, vec)
+    pypto.set_num_threads(kernel_threads)
+    fresh = []
+    for dy, w in calls:
+        release_kernel_buffers()
+        fresh.append(run(PROB, dy, w))
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        parallel = list(pool.map(lambda dw: run(PROB, *dw), calls))
+    for i, (a, b) in enumerate(zip(fresh, parallel)):
+        assert np.array_equal(a.view(np.uint16), b.view(np.uint16)), f"call {i}"
+    check_accuracy(fresh[5], PROB, *calls[5], "shared weights call 5")
+
+
 def test_concurrent_calls_each_with_its_own_scoped_tiles():
     data = datasets(40, seed=1)
     # top-level tiles that the scopes shadow; an illegal vec tile: a leak would fail V1
