@@ -121,25 +121,20 @@ enum { PYPTO_HAVE_CHAN_VEC = 1, PYPTO_CV_M = 7, PYPTO_CV_N = 32, PYPTO_CV_STORE 
 #else
 enum { PYPTO_HAVE_CHAN_VEC = 0, PYPTO_CV_M = 7, PYPTO_CV_N = 32, PYPTO_CV_STORE = 16 };
 #endif
-/* Bytes of weight panel one channel-vector K-L0 block reads (plan.pxi): 72 KiB, from L2, where
- * that was fastest on AMD Zen 4 (measured at its level, avx512_bf16; kept for avx2, not
- * measured on its own CPUs). The avx512 level, which only Intel cores run by default (the AMX
- * generation passes avx512_bf16 over, levels.py), takes 24 KiB, an L1's worth: there the
- * 72 KiB chunk's loads from L2 held the multiply back (tap layers about 7% faster, 1x1 layers
- * 3-7%, docs/performance.md). */
-#if defined(PYPTO_ISA_AVX512) && !defined(PYPTO_ISA_AVX512BF16)
-enum { PYPTO_CV_L0_BYTES = 24576 };
-#else
-enum { PYPTO_CV_L0_BYTES = 73728 };
-#endif
-/* The wide channel-vector kernel (6 pixels x 64 channels): with the bf16 dot product; with
- * fp32 multiply-adds on the avx512 level only (Intel cores, whose two FMA units a cycle wait
- * on the 7 x 32 kernel's loads; on Zen 4 the fp32 wide shape gained nothing). */
+/* The wide channel-vector kernel: 6 pixels x 64 channels, with the bf16 dot product. */
 enum { PYPTO_HAVE_CV_WIDE = PYPTO_HAVE_BF16_DOT, PYPTO_CVW_M = 6, PYPTO_CVW_N = 64 };
+/* The avx512 level's own choices: only Intel cores run it by default (the AMX generation
+ * passes avx512_bf16 over, levels.py), whose two FMA units a cycle wait on loads.
+ * PYPTO_CV_L0_BYTES, the bytes of weight panel one channel-vector K-L0 block reads
+ * (plan.pxi): 24 KiB there, an L1's worth (72 KiB chunks' loads from L2 held the multiply
+ * back: tap layers about 7% faster, 1x1 layers 3-7%, docs/performance.md); 72 KiB elsewhere,
+ * fastest on AMD Zen 4 (measured at its level, avx512_bf16; kept for avx2, not measured on
+ * its own CPUs). PYPTO_HAVE_CV_WIDE_F32: the wide kernel with fp32 multiply-adds too (on
+ * Zen 4 the fp32 wide shape gained nothing). */
 #if defined(PYPTO_ISA_AVX512) && !defined(PYPTO_ISA_AVX512BF16)
-enum { PYPTO_HAVE_CV_WIDE_F32 = 1 };
+enum { PYPTO_CV_L0_BYTES = 24576, PYPTO_HAVE_CV_WIDE_F32 = 1 };
 #else
-enum { PYPTO_HAVE_CV_WIDE_F32 = 0 };
+enum { PYPTO_CV_L0_BYTES = 73728, PYPTO_HAVE_CV_WIDE_F32 = 0 };
 #endif
 /* the half channel-vector kernels (PYPTO_CV_M pixels x 16 channels, a last panel's 1-16), the
  * paired write-out of two stride-2 phases and the streamed run write-out */
