@@ -109,6 +109,10 @@ def extensions():
         include_dirs=["pypto/_kernels"],
         extra_compile_args=["-O2"],
     )
+    # The rules' cache key (pypto/_core/callkey.pyx): plain C, baseline flags too.
+    call_key = Extension(
+        "pypto._core.callkey", ["pypto/_core/callkey.pyx"], extra_compile_args=["-O2"]
+    )
     kernels = [
         Extension(
             f"pypto._kernels.kernel.dgrad_{level.name}",
@@ -124,7 +128,7 @@ def extensions():
         for level in isa_levels()
     ]
     return cythonize(
-        [features] + kernels,
+        [features, call_key] + kernels,
         language_level=3,
         compiler_directives={
             "boundscheck": False,

@@ -724,72 +724,12 @@ _PASSED = {}
 _PASSED_MAX = 256  # problems remembered; the oldest is forgotten first
 
 
-_INT_ONLY = {int}
-_SEQUENCES = (list, tuple)
-_Tensor = None  # pypto.tensor.Tensor, imported on the first call (tensor imports this module)
-
-
-def _call_key(grad_output, input_size, weight, out_dtype, strides, paddings, dilations, groups):
-    """Every value the rules read, with its type, as one hashable tuple; None when an argument
-    is anything but a plain Tensor, int, or list or tuple of plain ints (those calls are
-    judged by the whole table every time). Types are part of the key because the rules judge
-    them (``5`` and ``np.int64(5)`` or ``5.0`` hash alike but are not judged alike). Every
-    small call builds it: written for speed (one pass over the integers, in C, for their
-    types)."""
-    global _Tensor
-    if _Tensor is None:
-        from ..tensor import Tensor as _Tensor
-    if type(grad_output) is not _Tensor or type(weight) is not _Tensor or type(groups) is not int:
-        return None
-    go_dtype, w_dtype = grad_output._dtype, weight._dtype
-    if (
-        type(out_dtype) is not DataType
-        or type(go_dtype) is not DataType
-        or type(w_dtype) is not DataType
-    ):
-        return None
-    # each sequence's kind (list or tuple: the rules judge them)
-    kinds = (type(input_size), type(strides), type(paddings), type(dilations))
-    if not (
-        kinds[0] in _SEQUENCES
-        and kinds[1] in _SEQUENCES
-        and kinds[2] in _SEQUENCES
-        and kinds[3] in _SEQUENCES
-    ):
-        return None
-    tile = _config._get("convbp_tile_shapes")
-    l1, l0 = tile.tileL1Info, tile.tileL0Info
-    vec = _config._get("vec_tile_shapes")
-    go_shape, w_shape = grad_output._shape, weight._shape
-    ints = (
-        l1.tileML1,
-        l1.tileKL1,
-        l1.tileNL1,
-        l0.tileML0,
-        l0.tileKL0,
-        l0.tileNL0,
-        *go_shape,
-        *w_shape,
-        *vec,
-        *input_size,
-        *strides,
-        *paddings,
-        *dilations,
-    )
-    # one set of the types of every integer read (tiles too): {int} or the call is judged
-    if set(map(type, ints)) != _INT_ONLY:
-        return None
-    # each part's length keeps the flattened values unambiguous
-    lengths = (
-        len(go_shape),
-        len(w_shape),
-        len(vec),
-        len(input_size),
-        len(strides),
-        len(paddings),
-        len(dilations),
-    )
-    return (out_dtype, groups, go_dtype, w_dtype, kinds, lengths, ints)
+try:
+    # compiled (callkey.pyx): every small call builds the key, and Python took longer than the
+    # kernel's fixed cost to do it
+    from .callkey import call_key as _call_key
+except ImportError:  # the unbuilt source tree: no cache, every call judged by the whole table
+    _call_key = None
 
 
 def validate_conv_backward_input(
@@ -801,8 +741,10 @@ def validate_conv_backward_input(
     call's result without running the table again (``_call_key`` says what "equal" covers);
     a refused call is never remembered, so it is judged again, in full, every time.
     """
-    key = _call_key(
-        grad_output, input_size, weight, out_dtype, strides, paddings, dilations, groups
+    key = (
+        _call_key(grad_output, input_size, weight, out_dtype, strides, paddings, dilations, groups)
+        if _call_key is not None
+        else None
     )
     passed = _PASSED.get(key) if key is not None else None
     if passed is not None:

@@ -138,6 +138,25 @@ def test_every_array_check_still_runs_on_a_remembered_call():
     with pytest.raises(pypto.PyptoError, match="dtype"):
         dispatch.conv_backward_input_cpu(call, dy.astype(np.float32), w)
     assert np.array_equal(pypto.conv_backward_input(*args).numpy(), good)
+    # arrays the kernel cannot read as they are pass the backend's first test of a small call
+    # only by being copied: the same result
+    for dy_other, w_other in (
+        (dy.astype(dy.dtype.newbyteorder()), w),  # byte-swapped
+        (dy, np.asfortranarray(w)),
+        (dy[..., ::-1].copy()[..., ::-1], w),  # a negatively strided view
+    ):
+        out = dispatch.conv_backward_input_cpu(call, dy_other, w_other)
+        assert np.array_equal(out, good)
+
+
+def test_without_the_compiled_key_every_call_is_judged_in_full(monkeypatch):
+    """The unbuilt source tree has no callkey module: no cache, the same verdicts."""
+    monkeypatch.setattr(rules, "_call_key", None)
+    first = _validate()
+    assert _validate() is not first and _validate() == first
+    with pytest.raises(pypto.PyptoError) as exc:
+        _validate(size=[1, 16, 5, 32.0])
+    assert exc.value.rule == "T1"
 
 
 @pytest.mark.parametrize("rule", S.RULE_IDS)
