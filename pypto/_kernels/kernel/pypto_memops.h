@@ -41,12 +41,6 @@ static inline int pypto_bf16_least_exponent(uint16_t least_minus_one)
     return least_minus_one == 0xffffu ? 255 : (int)(((uint32_t)least_minus_one + 1u) >> 7);
 }
 
-#if defined(__AVX512F__)
-static inline __mmask16 pypto_lanes_below(int64_t k)   /* lanes i < k of 16 */
-{
-    return k <= 0 ? (__mmask16)0 : k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << k) - 1u);
-}
-#endif
 
 /* dst[i] = the 32-bit element src[i * stride] for i < n (n, stride small: a column of a weight
  * block, its transpose): fp32 values or bf16 pairs, bits moved, never converted. AVX-512
