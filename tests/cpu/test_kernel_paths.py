@@ -265,3 +265,27 @@ def test_padding_taps_are_computed_where_a_sum_can_be_negative_zero(level, shape
             path, out = _run(kernel, case, 1, (16, 64), threads, dot, "chan_vec", 0)
             assert "+chan_vec" in path, path
             assert np.array_equal(out, expected), (level, shape, threads, dot)
+
+
+@pytest.mark.parametrize("level", CHAN_VEC_LEVELS)
+def test_wide_tiles_of_long_k_take_the_pixel_kernels_where_the_level_says(level):
+    """On a level with PIXEL_COLS (avx512: Intel cores, pypto_isa.h) a stride-1 3x3 tile at
+    least PIXEL_COLS wide with K = Cout x 9 >= PIXEL_K takes the pixel kernels although its
+    channel blocks suit the channel-vector ones; a narrower tile, a shorter K or a 1x1 layer
+    keeps the channel-vector kernels. The same bits either way."""
+    kernel = load_level(level)
+    rng = np.random.default_rng(7)
+    cols, k = (kernel.PIXEL_COLS, kernel.PIXEL_K) if kernel.PIXEL_COLS else (64, 2304)
+    cout = -(-k // 9)
+    for win, cout_, kh, pixel in (
+        (cols, cout, 3, bool(kernel.PIXEL_COLS)),
+        (cols - 1, cout, 3, False),
+        (cols, cout - 1, 3, False),
+        (cols, cout * 9, 1, False),
+    ):
+        case = _case((1, 32, cout_, 2, win, kh, kh, (1, 1), (kh // 2, kh // 2), (1, 1), 32), 0, rng)
+        assert case[3][1] == win, case[3]  # one tile across the row
+        path, out = _run(kernel, case, 0, (16, 64), 1, True, "chan_vec")
+        assert ("+chan_vec" not in path) == pixel, (level, win, cout_, kh, path)
+        _, expected = _run(kernel, case, 0, (16, 64), 1, True, "pixel")
+        assert np.array_equal(out, expected), (level, win, cout_, kh)

@@ -48,6 +48,8 @@ cdef extern from "pypto_isa.h" nogil:
     enum: PYPTO_CV_L0_BYTES
     enum: PYPTO_HAVE_CV_WIDE
     enum: PYPTO_HAVE_CV_WIDE_F32
+    enum: PYPTO_PIXEL_COLS
+    enum: PYPTO_PIXEL_K
     enum: PYPTO_CVW_M
     enum: PYPTO_CVW_N
     enum: PYPTO_HAVE_CV_HALF

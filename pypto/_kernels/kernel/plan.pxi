@@ -221,9 +221,13 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
     # Channel-vector kernels where N-L1 blocks are whole PYPTO_CV_N-channel panels (32; AVX2 16)
     # or one block of all channels, and padding wastes at most 1/9 of the work: no halo, no A
     # packing and pixel blocks of 7 (AVX2 6) instead of 32 (small images).
+    # Not for wide stride-1 KhxKw tiles of long K where the level prefers the pixel kernels
+    # (PYPTO_PIXEL_COLS, pypto_isa.h).
     g.chan_vec = PYPTO_HAVE_CHAN_VEC and use_chan_vec \
         and (g.nl1 % PYPTO_CV_N == 0 or g.nl1 == g.cin) \
-        and _cv_computed(g.nl1) * 8 <= g.nl1 * 9
+        and _cv_computed(g.nl1) * 8 <= g.nl1 * 9 \
+        and not (PYPTO_PIXEL_COLS and g.sh == 1 and g.sw == 1 and g.kh > 1 and g.kw > 1
+                 and g.m_cols >= PYPTO_PIXEL_COLS and g.cout * taps >= PYPTO_PIXEL_K)
     # Few-channel kernels where the whole of Cin is at most 4 channels (the stem's 3).
     g.few = PYPTO_HAVE_FEW and use_few and not g.chan_vec and g.nl1 == g.cin \
         and g.cin <= PYPTO_FEW_MR
