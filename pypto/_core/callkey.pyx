@@ -21,19 +21,13 @@ cdef object _Tensor = None  # pypto.tensor.Tensor, imported on the first call (i
 cdef inline bint _add_ints(list ints, object seq):
     """Append the items of a list or tuple of plain ints; False for anything else."""
     cdef object value
-    if type(seq) is list:
-        for value in <list>seq:
-            if type(value) is not int:
-                return False
-            ints.append(value)
-        return True
-    if type(seq) is tuple:
-        for value in <tuple>seq:
-            if type(value) is not int:
-                return False
-            ints.append(value)
-        return True
-    return False
+    if type(seq) is not list and type(seq) is not tuple:
+        return False
+    for value in seq:  # Cython indexes an exact list or tuple directly
+        if type(value) is not int:
+            return False
+        ints.append(value)
+    return True
 
 
 def call_key(grad_output, input_size, weight, out_dtype, strides, paddings, dilations, groups):
