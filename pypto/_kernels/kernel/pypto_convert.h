@@ -8,7 +8,8 @@
  * rounding. Everything is branch-light integer/float arithmetic that gcc vectorizes at every
  * ISA level (gcc 12 never emits vcvtph2ps on its own, and a (float)(_Float16) cast is scalar);
  * narrowing also has explicit AVX-512 and AVX2 forms (pypto_narrow16/8; AVX-512 masks the tail),
- * checked bit for bit against the scalar functions on every fp32 pattern.
+ * checked bit for bit against the scalar functions on every fp32 pattern, and widening explicit
+ * AVX-512 (16 at a time, the tail masked), F16C and NEON forms for fp16.
  * Bit-exactness against NumPy (fp16) and ml_dtypes (bf16) is tested on every 16-bit pattern.
  * Needs IEEE fp32 without flush-to-zero: never build with -ffast-math.
  */
