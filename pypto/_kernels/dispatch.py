@@ -325,12 +325,9 @@ def _is_kernel_ready(array, np_dtype):
 
 
 def _is_exact(array, np_dtype, shape):
-    """True for a plain ndarray of the call's native dtype and shape that the kernel can read
-    as it is (C-contiguous, aligned)."""
-    if type(array) is not np.ndarray or array.dtype is not np_dtype or array.shape != shape:
-        return False
-    flags = array.flags
-    return flags.c_contiguous and flags.aligned
+    """True for a plain ndarray of the call's shape that the kernel can read as it is: what
+    check_host_arrays returns unchanged and _is_kernel_ready accepts."""
+    return type(array) is np.ndarray and array.shape == shape and _is_kernel_ready(array, np_dtype)
 
 
 def _bits(array, np_dtype):
