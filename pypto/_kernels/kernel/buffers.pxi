@@ -32,6 +32,11 @@ cdef struct PanelOrigin:
 cdef PanelOrigin _kept_origin   # of _kept[SLOT_PANELS]; w_bits NULL while nothing is known
 
 
+cdef inline bint _keeps_weight_copy(int64_t w_count) noexcept nogil:
+    """True when a weight of w_count elements is small enough to keep a copy of."""
+    return w_count * sizeof(uint16_t) <= KEEP_WEIGHT_MAX
+
+
 cdef void _panel_key(const Geometry *g, int64_t *key) noexcept nogil:
     """Every value _pack_weights lays the panels out by besides the weight (the tap tables and
     the panel offsets follow from them)."""
@@ -54,7 +59,7 @@ cdef void _note_panels(PanelOrigin *origin, const int64_t *key, const uint16_t *
     copy and the copy's memory is there; else nothing is known of them)."""
     free(origin.w_bits)
     origin.w_bits = NULL
-    if w_count * sizeof(uint16_t) > KEEP_WEIGHT_MAX:
+    if not _keeps_weight_copy(w_count):
         return
     origin.w_bits = <uint16_t *>malloc(_max(1, w_count) * sizeof(uint16_t))
     if origin.w_bits != NULL:

@@ -73,7 +73,9 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
                          f"Cout={dy.shape[1]}, w Cout={w.shape[0]} Cin={w.shape[1]}, "
                          f"dx N={dx.shape[0]} Cin={dx.shape[1]}")
     # One pass over the weight: Inf/NaN (before anything else) and its least exponent.
-    _magnitudes(&w[0, 0, 0, 0], w.size, num_threads, &w_least, &w_most)
+    # (a memoryview's .size builds a Python int each time it is read)
+    cdef int64_t w_count = w.shape[0] * w.shape[1] * w.shape[2] * w.shape[3]
+    _magnitudes(&w[0, 0, 0, 0], w_count, num_threads, &w_least, &w_most)
     if w_most >= _all_ones_exponent(dtype):
         return "non_finite"
     g.n_img, g.cout, g.hout, g.wout = dy.shape[0], dy.shape[1], dy.shape[2], dy.shape[3]
@@ -132,7 +134,7 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
             raise MemoryError(f"pypto: no memory for the kernel's buffers ({panel_bytes} bytes of "
                               f"weight panels, {threads * per_thread * 4} bytes of tile scratch)")
         g.w_packed = w_packed
-        if not _panels_hold(&origin, panel_key, w_p, w.size):   # else packed from this weight
+        if not _panels_hold(&origin, panel_key, w_p, w_count):   # else packed from this weight
             free(origin.w_bits)
             origin.w_bits = NULL
             if threads == 1:   # no team to wake: small calls spend microseconds in each region
@@ -143,7 +145,7 @@ def dgrad(const uint16_t[:, :, :, ::1] dy, const uint16_t[:, :, :, ::1] w,
                     for t in prange(threads, schedule="static", chunksize=1):
                         _pack_weights(&g, w_p, _min(t * pack_step, g.cout),
                                       _min((t + 1) * pack_step, g.cout))
-            _note_panels(&origin, panel_key, w_p, w.size)
+            _note_panels(&origin, panel_key, w_p, w_count)
         if threads == 1:
             # Work items go in chunks so that Ctrl-C is noticed between them: a signal only
             # reaches Python code, and a whole large call could run for minutes.

@@ -386,8 +386,9 @@ def buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, int dtype, tuple
                         use_chan_vec, use_few, use_wide)
         shared = max(shared, _panel_bytes(&g) + ALIGN * sizeof(float))
         per_thread = max(per_thread, g.per_thread * sizeof(float))
-    cdef size_t w_bytes = g.cout * g.cin * g.kh * g.kw * sizeof(uint16_t)
-    return shared + (w_bytes if w_bytes <= KEEP_WEIGHT_MAX else 0), per_thread, g.threads
+    cdef int64_t w_count = g.cout * g.cin * g.kh * g.kw
+    return shared + (w_count * sizeof(uint16_t) if _keeps_weight_copy(w_count) else 0), \
+        per_thread, g.threads
 
 
 def work_split(tuple dy_shape, tuple w_shape, tuple dx_shape, int dtype, tuple attrs,
