@@ -314,10 +314,6 @@ def release_kernel_buffers():
         _chosen[0].release_buffers()
 
 
-# the kernel's element type: 16-bit patterns (a dtype object: ``view`` looks a type up each time)
-_BITS = np.dtype(np.uint16)
-
-
 def _is_kernel_ready(array, np_dtype):
     flags = array.flags
     dtype = array.dtype
@@ -330,15 +326,11 @@ def _is_exact(array, np_dtype, shape):
     return type(array) is np.ndarray and array.shape == shape and _is_kernel_ready(array, np_dtype)
 
 
-def _bits(array, np_dtype):
-    """The array as C-contiguous, aligned, native 16-bit patterns.
-
-    A copy only when the array is not already so: views with strides (negative too), Fortran
-    order, byte-swapped or misaligned data are copied; the caller's array is never written.
-    """
-    if not _is_kernel_ready(array, np_dtype):
-        array = np.require(array, dtype=np_dtype, requirements=["C_CONTIGUOUS", "ALIGNED"])
-    return array.view(_BITS)
+def _kernel_copy(array, np_dtype):
+    """A C-contiguous, aligned, native copy of an array that _is_kernel_ready refuses: views
+    with strides (negative too), Fortran order, byte-swapped or misaligned data. The caller's
+    array is never written; the kernel reads the copy's bytes as 16-bit patterns."""
+    return np.require(array, dtype=np_dtype, requirements=["C_CONTIGUOUS", "ALIGNED"])
 
 
 def _vec_chunks(vec_tile, p):
@@ -463,10 +455,10 @@ def conv_backward_input_cpu(call, dy, w):
         room,
         limited,
     )
-    out = np.empty(plan.shapes[2], dtype=_BITS)
+    out = np.empty(plan.shapes[2], dtype=np_dtype)
     path = kernel.dgrad(
-        dy.view(_BITS) if dy_ready else _bits(dy, np_dtype),
-        w.view(_BITS) if w_ready else _bits(w, np_dtype),
+        dy if dy_ready else _kernel_copy(dy, np_dtype),
+        w if w_ready else _kernel_copy(w, np_dtype),
         out,
         plan.dtype,
         plan.attrs,
@@ -479,4 +471,4 @@ def conv_backward_input_cpu(call, dy, w):
         return with_real_taps_only(
             conv_backward_input_cpu, call, dy, w, non_finite_mask(w, call.dtype)
         )
-    return out.view(np_dtype)
+    return out

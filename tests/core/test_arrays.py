@@ -909,6 +909,56 @@ def test_the_kernel_refuses_buffers_whose_dimensions_disagree():
         _kernel().dgrad(dy, w, dx, 0, (1, 1, 1, 1, 1, 1), (1, 4, 16, 144, 16, 16, 16), (16, 4), 1)
 
 
+@pytest.mark.parametrize(
+    "which, bad",
+    [
+        ("dy", lambda a: a.view(np.uint8)),  # 1-byte elements
+        ("w", lambda a: a.astype(np.float32)),  # 4-byte elements
+        ("dy", lambda a: a[0]),  # three dimensions
+        ("w", lambda a: np.asfortranarray(a)),  # not C-contiguous
+        ("dx", lambda a: a[:, :, :, ::-1]),  # not C-contiguous
+        ("dx", lambda a: np.frombuffer(a.tobytes(), a.dtype).reshape(a.shape)),  # read-only
+    ],
+)
+def test_the_kernel_refuses_buffers_it_cannot_read_as_it_is(which, bad):
+    """The kernel reads its arrays through the buffer protocol: anything but C-contiguous,
+    4-dimensional, 2-byte elements (and a writable dx) is refused before a byte is written."""
+    from pypto._kernels.dispatch import _kernel
+
+    shapes = {"dy": (1, 16, 4, 4), "w": (16, 16, 3, 3), "dx": (1, 16, 4, 4)}
+    arrays = {k: np.ones(s, np.float16) for k, s in shapes.items()}
+    arrays[which] = bad(arrays[which])
+    if which == "dx" and arrays["dx"].flags.writeable:
+        before = arrays["dx"].copy()
+    with pytest.raises((ValueError, BufferError)):
+        _kernel().dgrad(
+            arrays["dy"],
+            arrays["w"],
+            arrays["dx"],
+            0,
+            (1, 1, 1, 1, 1, 1),
+            (4, 4, 16, 144, 16, 16, 16),
+            (16, 4),
+            1,
+        )
+    if which == "dx" and arrays["dx"].flags.writeable:
+        assert np.array_equal(arrays["dx"], before)
+    arrays[which] = np.ones(shapes[which], np.float16)  # the same call with a good buffer runs
+    assert (
+        _kernel().dgrad(
+            arrays["dy"],
+            arrays["w"],
+            arrays["dx"],
+            0,
+            (1, 1, 1, 1, 1, 1),
+            (4, 4, 16, 144, 16, 16, 16),
+            (16, 4),
+            1,
+        )
+        == "fp32"
+    )
+
+
 def test_masked_arrays_are_refused_not_read_without_their_mask():
     with pytest.raises(pypto.PyptoError, match="mask"):
         pypto.from_numpy(np.ma.masked_array(np.ones((1, 16, 4, 4), np.float16)))

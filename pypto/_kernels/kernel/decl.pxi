@@ -3,6 +3,8 @@
 # OpenMP probe. A .pxi, not a .pxd: Cython reads a .pxd only for the module named after it, and
 # one body is built as four modules (dgrad_<level>).
 
+from cpython.buffer cimport (PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBuffer_Release,
+                             PyObject_GetBuffer)
 from cpython.exc cimport PyErr_CheckSignals
 from cython.parallel cimport parallel, prange, threadid
 from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
