@@ -70,9 +70,15 @@ def _set(key, value):
             _global_scope[key] = value
 
 
-def _open_scope(values):
-    """Open a scope in this context (thread, asyncio task); its token closes it."""
+def _open_scope(values, normalized=False):
+    """Open a scope in this context (thread, asyncio task); its token closes it.
+
+    ``normalized``: the values were checked and copied already (an ``options`` object's): the
+    scope takes them as they are, without a second check and copy of each (16 us a scope)."""
     token = object()
+    if normalized:
+        _scopes.set(_scopes.get() + ((token, dict(values)),))
+        return token
     _scopes.set(_scopes.get() + ((token, {}),))
     try:
         for key, value in (values or {}).items():
@@ -90,9 +96,9 @@ def _close_scope(token):
 
 
 @contextlib.contextmanager
-def _scope(values=None):
+def _scope(values=None, normalized=False):
     """Open a configuration scope; values set inside vanish when it exits."""
-    token = _open_scope(values)
+    token = _open_scope(values, normalized)
     try:
         yield
     finally:
@@ -245,7 +251,7 @@ class options:
         self._open = contextvars.ContextVar(f"pypto_options_{id(self)}", default=())
 
     def __enter__(self):
-        self._open.set(self._open.get() + (_open_scope(self._values),))
+        self._open.set(self._open.get() + (_open_scope(self._values, normalized=True),))
         return self
 
     def __exit__(self, *exc):
@@ -267,7 +273,7 @@ class options:
 
             @functools.wraps(func)
             async def scoped_coroutine(*args, **kwargs):
-                with _scope(values):
+                with _scope(values, normalized=True):
                     return await func(*args, **kwargs)
 
             return scoped_coroutine
@@ -281,7 +287,7 @@ class options:
 
         @functools.wraps(func)
         def scoped(*args, **kwargs):
-            with _scope(values):
+            with _scope(values, normalized=True):
                 return func(*args, **kwargs)
 
         return scoped
@@ -292,7 +298,7 @@ def _stepped_in_scope(generator, values):
     value goes back to the caller."""
     step, arg = generator.send, None
     while True:
-        with _scope(values):
+        with _scope(values, normalized=True):
             try:
                 item = step(arg)
             except StopIteration as stop:
@@ -301,7 +307,7 @@ def _stepped_in_scope(generator, values):
             arg = yield item
             step = generator.send
         except GeneratorExit:
-            with _scope(values):
+            with _scope(values, normalized=True):
                 generator.close()
             raise
         except BaseException as exc:  # thrown in by the caller: passed on to the generator

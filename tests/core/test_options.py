@@ -3,6 +3,7 @@
 count and the memory limit (specification sections 2 and 5).
 """
 
+import copy
 import threading
 
 import numpy as np
@@ -249,6 +250,35 @@ def test_options_context_manager():
         assert pypto.get_vec_tile_shapes() == [1, 1, 1, 32]
     assert pypto.get_vec_tile_shapes() == []
     assert tile_values() == ZERO_TILES
+
+
+def test_an_options_object_holds_its_values_by_value_in_every_scope_it_opens():
+    """An options object checks and copies its values once; each scope it opens takes those
+    copies as they are. Edits of the caller's records, of what the getters return and of
+    what a scope set do not reach the object's values."""
+    a, b, vec = l1(), l0(), list(VEC)
+    scoped = pypto.options(convbp_tile_shapes=(a, b), vec_tile_shapes=vec)
+    a.tileML1, vec[0] = 999, 999  # after making the object
+    for _ in range(2):
+        with scoped:
+            assert tile_values() == UT_TILES and pypto.get_vec_tile_shapes() == VEC
+            got_a, _ = pypto.get_convbp_input_tile_shapes()
+            got_a.tileML1 = 777
+            pypto.get_vec_tile_shapes()[0] = 777
+            pypto.set_vec_tile_shapes(1, 1, 1, 32)  # replaces the scope's value, not the list
+        assert tile_values() == ZERO_TILES
+
+
+def test_a_tile_record_subclass_keeps_its_own_attributes_when_copied():
+    class Named(pypto_impl.ConvBpTileL1Info):
+        pass
+
+    original = Named(32, 288, 16)
+    original.label = "mine"
+    twin = copy.copy(original)
+    assert type(twin) is Named and twin.label == "mine" and twin.as_tuple() == (32, 288, 16)
+    twin.tileML1 = 1
+    assert original.tileML1 == 32
 
 
 def test_options_context_manager_values_disappear_when_the_block_raises():
