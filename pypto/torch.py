@@ -47,6 +47,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import testing as _testing
 from ._convbp import conv_backward_input as _pypto_dgrad
+from ._core import options as _config
 from ._core.options import get_convbp_input_tile_shapes, get_vec_tile_shapes, options
 from ._core.suggest import suggest_convbp_input_tile_shapes
 from ._dtypes import DataType
@@ -158,27 +159,26 @@ def _suggested(dy_shape, w_shape, input_size, dtype, strides, paddings, dilation
 
 
 def _tiles_set():
-    l1, l0 = get_convbp_input_tile_shapes()
-    return any(l1.as_tuple()) or any(l0.as_tuple())
+    tile = _config._get("convbp_tile_shapes")  # read, not copied: nothing here mutates it
+    return any(tile.tileL1Info.as_tuple()) or any(tile.tileL0Info.as_tuple())
 
 
-def _tile_options(
+def _run_plan(
     dy_shape, w_shape, input_size, dtype, strides, paddings, dilations, groups, w_dtype=None
 ):
-    """The options (tiles, vector tiles) this call runs with, after validating it by the op's
-    rules on shape-only tensors (nothing is computed). Raises the op's PyptoError.
+    """(l1, l0, vec): the tiles this call runs with, after validating it by the op's rules on
+    shape-only tensors (nothing is computed). l1, l0: the suggested tiles as tuples, or None
+    where the caller's are set; vec: True where the caller set no vector tiles (VEC_TILE
+    serves). Raises the op's PyptoError. ``_scope_of(*plan)`` is the scope to run it in.
 
     dtype: grad_output's DataType; w_dtype: the weight's, when it differs."""
     if w_dtype is not None and w_dtype != dtype:  # the op's D1-D3 say which and why
         _validate(
             dy_shape, w_shape, input_size, dtype, strides, paddings, dilations, groups, w_dtype
         )
-    values = {}
-    if not get_vec_tile_shapes():
-        values["vec_tile_shapes"] = VEC_TILE
+    vec = not get_vec_tile_shapes()
+    l1 = l0 = None
     if not _tiles_set():
-        from .pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
-
         key = _hashable(
             _tuple(dy_shape),
             _tuple(w_shape),
@@ -207,9 +207,27 @@ def _tile_options(
                 if broken.rule != "TS0":  # TS0: the arguments are fine, the tiles are unset
                     raise broken from None
             raise no_tiles from None
-        values["convbp_tile_shapes"] = (ConvBpTileL1Info(*l1), ConvBpTileL0Info(*l0))
-    with options(**values):
+    with _scope_of(l1, l0, vec):
         _validate(dy_shape, w_shape, input_size, dtype, strides, paddings, dilations, groups)
+    return l1, l0, vec
+
+
+@functools.lru_cache(maxsize=4096)
+def _scope_of(l1, l0, vec):
+    """The ``pypto.options`` scope of a run plan (``_run_plan``), made once per distinct plan:
+    making one checks and copies its tiles (several microseconds of a small call)."""
+    return options(**_plan_values(l1, l0, vec))
+
+
+def _plan_values(l1, l0, vec):
+    """A run plan's options as a new dict: what check_call returns and _scope_of sets."""
+    from .pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
+
+    values = {}
+    if vec:
+        values["vec_tile_shapes"] = list(VEC_TILE)
+    if l1 is not None:
+        values["convbp_tile_shapes"] = (ConvBpTileL1Info(*l1), ConvBpTileL0Info(*l0))
     return values
 
 
@@ -255,10 +273,37 @@ def check_call(
     strides, paddings (pypto's [top, bottom, left, right]) and dilations as for
     ``pypto.conv_backward_input``. Raises the op's PyptoError (``.rule`` names the broken
     rule)."""
+    return _plan_values(
+        *_check(
+            grad_output_shape,
+            weight_shape,
+            input_size,
+            dtype,
+            strides,
+            paddings,
+            dilations,
+            groups,
+            weight_dtype,
+        )
+    )
+
+
+def _check(
+    grad_output_shape,
+    weight_shape,
+    input_size,
+    dtype,
+    strides,
+    paddings,
+    dilations,
+    groups=1,
+    weight_dtype=None,
+):
+    """check_call's validation, returning the run plan (``_run_plan``), not a new dict."""
     dtype, weight_dtype = (
         _datatype(d) if isinstance(d, torch.dtype) else d for d in (dtype, weight_dtype)
     )
-    return _tile_options(
+    return _run_plan(
         list(grad_output_shape),
         list(weight_shape),
         input_size,
@@ -295,7 +340,7 @@ def _compute(grad_output, input_size, weight, strides, paddings, dilations, grou
                 TypeError(f"{name} must be a torch.Tensor, but got {type(value).__name__}")
             )
     input_size = _list(input_size)
-    values = _tile_options(
+    plan = _run_plan(
         list(grad_output.shape),
         list(weight.shape),
         input_size,
@@ -307,7 +352,7 @@ def _compute(grad_output, input_size, weight, strides, paddings, dilations, grou
         _datatype(weight.dtype),
     )
     dy, w = from_torch(_host(grad_output)), from_torch(_host(weight))
-    with options(**values):
+    with _scope_of(*plan):
         out = _pypto_dgrad(dy, input_size, w, dy.dtype, strides, paddings, dilations, groups=groups)
     result = _from_array(out.numpy(), grad_output.dtype)
     return result if grad_output.device.type == "cpu" else result.to(grad_output.device)
@@ -338,7 +383,7 @@ def _conv_backward_input_fake(
 ):
     shapes = (*grad_output.shape, *weight.shape, *input_size)
     if all(type(v) is int for v in shapes):  # symbolic sizes are checked when the op runs
-        _tile_options(
+        _run_plan(
             list(grad_output.shape),
             list(weight.shape),
             list(input_size),
@@ -404,7 +449,7 @@ def conv2d_input(input_size, weight, grad_output, stride=1, padding=0, dilation=
                 raise FeError(
                     TypeError(f"{name} must be a torch.Tensor, but got {type(value).__name__}")
                 )
-        check_call(
+        _check(
             list(grad_output.shape),
             list(weight.shape),
             input_size,
@@ -509,7 +554,7 @@ def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
             dy_shape = [x.shape[0], w.shape[0], *out]
         else:  # not 2-D in NCHW: the op's rule R1
             dy_shape = list(x.shape)
-        check_call(
+        _check(
             dy_shape, list(w.shape), list(x.shape), x.dtype, stride, four, dilation, groups, w.dtype
         )
     return _Conv2dFunction.apply(
@@ -728,7 +773,7 @@ class crosscheck(TorchDispatchMode):
             return
         start = time.perf_counter()
         try:
-            values = _tile_options(
+            plan = _run_plan(
                 list(dy.shape),
                 list(w.shape),
                 list(x.shape),
@@ -739,7 +784,7 @@ class crosscheck(TorchDispatchMode):
                 groups,
                 _datatype(w.dtype),
             )
-            with options(**values):
+            with _scope_of(*plan):
                 l1, l0 = get_convbp_input_tile_shapes()
                 tiles = (l1, l0, get_vec_tile_shapes())
             with _judging_threads(self.threads):

@@ -233,6 +233,24 @@ def test_the_callers_tiles_are_used_when_set(kernel_calls):
     assert not any(pypto.get_convbp_input_tile_shapes()[0].as_tuple())
 
 
+def test_repeated_calls_reuse_one_scope_and_check_call_hands_out_its_own_dict():
+    """The options scope of a call's plan is made once per distinct plan (making one checks
+    and copies its tiles); check_call's dict is new every time, so editing it changes no
+    later call."""
+    dy, w, input_size, s, p, d = problem("fp16-1x1-p0")
+    pt.conv2d_input(input_size, w, dy, s, p, d)
+    made = pt._scope_of.cache_info().misses
+    first = pt.conv2d_input(input_size, w, dy, s, p, d)
+    assert pt._scope_of.cache_info().misses == made
+    args = (list(dy.shape), list(w.shape), input_size, dy.dtype, list(s), four(p), list(d))
+    values = pt.check_call(*args)
+    assert values["vec_tile_shapes"] == pt.VEC_TILE and "convbp_tile_shapes" in values
+    values["vec_tile_shapes"][0] = 3
+    values["convbp_tile_shapes"][0].tileML1 = 3
+    assert pt.check_call(*args)["vec_tile_shapes"] == pt.VEC_TILE
+    assert torch.equal(bits(pt.conv2d_input(input_size, w, dy, s, p, d)), bits(first))
+
+
 def _domain_cases():
     dy, w, size, *_ = make_problem(torch.bfloat16, 2, 8, 16, 9, 3, 1, 1)
     return {
