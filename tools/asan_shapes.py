@@ -7,6 +7,7 @@ import ml_dtypes
 import numpy as np
 
 import pypto
+from pypto._core.rules import validate_conv_backward_input
 from pypto.pypto_impl import ConvBpTileL0Info as L0
 from pypto.pypto_impl import ConvBpTileL1Info as L1
 
@@ -120,6 +121,29 @@ for dt, npd in ((pypto.DT_FP16, np.float16), (pypto.DT_BF16, ml_dtypes.bfloat16)
                     list(p),
                     list(d),
                 ).numpy()
+                if threads == 2:  # these shapes run serially by default: the team too
+                    plan = pypto._kernels.dispatch._plan_of(
+                        validate_conv_backward_input(
+                            pypto.from_numpy(dy),
+                            list(size),
+                            pypto.from_numpy(w),
+                            dt,
+                            list(s),
+                            list(p),
+                            list(d),
+                        )
+                    )
+                    pypto._kernels.dispatch._kernel().dgrad(
+                        dy,
+                        w,
+                        np.empty_like(out),
+                        plan.dtype,
+                        plan.attrs,
+                        plan.kernel_tiles,
+                        plan.vec_chunks,
+                        2,
+                        serial_macs=0,
+                    )
 # The channel-vector kernels' class order (border rows, border columns, inner pixels; the
 # accumulator moved back to row order), taken on every tile with border positions
 # (unpermute_macs=-1): its position tables and spare row fill the end of each thread's scratch.
@@ -148,5 +172,6 @@ for n, cin, cout, hw, k, pad, dil in (
                     (16, 16),
                     threads,
                     unpermute_macs=-1,
+                    serial_macs=0,  # the team, however small the problem
                 )
 print("ok", pypto._kernels.dispatch.kernel_info()["isa"])

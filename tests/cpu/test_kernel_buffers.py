@@ -24,7 +24,7 @@ def _call(kernel, seed, n, cin, cout, hw, dtype):
     out = np.empty((n, cin, hw, hw), np.uint16)
     problem = ConvProblem(n, cin, cout, hw, hw, hw, hw, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1)
     tiles = Tiling(hw * hw, 16 * 9, 64, 64, 64, 32).kernel_tiles(problem)
-    kernel.dgrad(dy, w, out, dtype, (1, 1, 1, 1, 1, 1), tiles, (16, 16), 2)
+    kernel.dgrad(dy, w, out, dtype, (1, 1, 1, 1, 1, 1), tiles, (16, 16), 2, serial_macs=0)
     return out
 
 

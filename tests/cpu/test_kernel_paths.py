@@ -101,7 +101,9 @@ def _run(kernel, case, dtype, vec, threads, dot, shape_kind, stream_bytes=1 << 6
     """The kernel on ``case`` with one register-block shape allowed: "pixel" (the 8-row
     pixel-vector kernels), "chan_vec" (7 x 32), "wide" (6 x 64 where the tile allows, else
     7 x 32) or "few"; with several threads the write-out streams dx from ``stream_bytes``
-    (knobs: the kernel's other keywords, unpermute_macs)."""
+    (knobs: the kernel's other keywords, unpermute_macs; serial_macs 0 unless given, so that
+    these small problems run on the team asked for)."""
+    knobs.setdefault("serial_macs", 0)
     dy, w, attrs, tiles, shape = case
     out = np.full(shape, 0xABCD, np.uint16)  # a pattern no write leaves behind
     path = kernel.dgrad(

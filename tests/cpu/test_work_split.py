@@ -38,7 +38,7 @@ def _suggested(q, dtype=pypto.DT_BF16):
     return Tiling.from_infos(l1, l0)
 
 
-def _split(kernel, q, tiling, threads, dot=True):
+def _split(kernel, q, tiling, threads, dot=True, **knobs):
     return kernel.work_split(
         (q.n, q.cout, q.hout, q.wout),
         (q.cout, q.cin, q.kh, q.kw),
@@ -48,6 +48,7 @@ def _split(kernel, q, tiling, threads, dot=True):
         tiling.kernel_tiles(q),
         threads,
         dot,
+        **knobs,
     )
 
 
@@ -150,10 +151,11 @@ def test_finer_cuts_for_more_threads_change_no_bit(level, dtype, index):
     results, cuts = {}, set()
     for threads in (1, 2, 3, 8, 16):
         out = np.full((q.n, q.cin, q.hin, q.win), 0xABCD, np.uint16)
-        kernel.dgrad(dy, w, out, dtype, attrs, tiles, (16, 64), threads)
+        # serial_macs=0: the team asked for, however small the problem
+        kernel.dgrad(dy, w, out, dtype, attrs, tiles, (16, 64), threads, serial_macs=0)
         results[threads] = out
         s = kernel.work_split(
-            dy.shape, w.shape, out.shape, dtype, attrs, tiles, threads, dtype == 1
+            dy.shape, w.shape, out.shape, dtype, attrs, tiles, threads, dtype == 1, 0
         )
         cuts.add((s["m_rows"], s["nl1"], s["m_cols"], s["group"]))
     assert len(cuts) > 1, "no thread count cut the work differently: nothing was tested"
@@ -173,3 +175,33 @@ def test_n_blocks_of_a_3x3_layer_are_merged_so_one_frame_fill_serves_more_channe
     assert (one["nl1"], one["n_blocks"]) == (256, 1), one
     two = _split(kernel, q, tiling, 2)
     assert (two["nl1"], two["items"]) == (128, 8), two
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_calls_below_serial_macs_run_on_one_thread_and_larger_ones_on_the_team(level):
+    """A call one thread finishes in a few microseconds enters no parallel region (waking the
+    team cost more than it saved: the spec example took 19 us on two threads, 15 on one);
+    from SERIAL_MACS multiply-adds on, the whole team asked for. Same bits either way."""
+    kernel = load_level(level)
+    # the spec example: 1 x 16 x 5 x 32 dx, 16 dy channels, 3x3: 368,640 multiply-adds
+    small = _problem(1, 16, 16, 5, 32, 3, 3, 1, 1, 1)
+    macs = small.n * small.cout * small.hout * small.wout * small.cin * small.kh * small.kw
+    assert macs == 368640
+    # the smallest batch of the same layer at or above the level's threshold
+    n = -(-kernel.SERIAL_MACS // (macs // small.n))
+    large = small._replace(n=n)
+    for q, want in ((small, 1 if macs < kernel.SERIAL_MACS else 8), (large, 8)):
+        tiling = _suggested(q, pypto.DT_FP16)
+        assert _split(kernel, q, tiling, 8)["threads"] == want, (q, want)
+        assert _split(kernel, q, tiling, 8, serial_macs=0)["threads"] == 8
+    if n > 1:  # the batch below the threshold (on the baseline level the example is above it)
+        below = large._replace(n=n - 1)
+        assert _split(kernel, below, _suggested(below, pypto.DT_FP16), 8)["threads"] == 1
+    rng = np.random.default_rng(0)
+    dy = rng.uniform(-1, 1, (1, 16, 5, 32)).astype(np.float16)
+    w = rng.uniform(-1, 1, (16, 16, 3, 3)).astype(np.float16)
+    tiles, attrs = _suggested(small, pypto.DT_FP16).kernel_tiles(small), (1, 1, 1, 1, 1, 1)
+    outs = [np.empty((1, 16, 5, 32), np.float16) for _ in range(3)]
+    for out, threads, serial in zip(outs, (1, 2, 2), (kernel.SERIAL_MACS, kernel.SERIAL_MACS, 0)):
+        kernel.dgrad(dy, w, out, 0, attrs, tiles, (16, 16), threads, serial_macs=serial)
+    assert all(np.array_equal(outs[0].view(np.uint16), o.view(np.uint16)) for o in outs[1:])

@@ -52,6 +52,7 @@ cdef extern from "pypto_isa.h" nogil:
     enum: PYPTO_HAVE_CV_WIDE_F32
     enum: PYPTO_PIXEL_COLS
     enum: PYPTO_PIXEL_K
+    enum: PYPTO_SERIAL_MACS
     enum: PYPTO_CVW_M
     enum: PYPTO_CVW_N
     enum: PYPTO_HAVE_CV_HALF

@@ -23,6 +23,8 @@ HAS_CV_WIDE = bool(PYPTO_HAVE_CV_WIDE)
 HAS_CV_WIDE_F32 = bool(PYPTO_HAVE_CV_WIDE_F32)
 # stride-1 KhxKw tiles at least PIXEL_COLS wide with K >= PIXEL_K take the pixel kernels (0: never)
 PIXEL_COLS, PIXEL_K = PYPTO_PIXEL_COLS, PYPTO_PIXEL_K
+# calls of fewer multiply-adds run on one thread, whatever num_threads says
+SERIAL_MACS = PYPTO_SERIAL_MACS
 HAS_CV_STREAM = bool(PYPTO_HAVE_CV_STREAM)
 HAS_FEW = bool(PYPTO_HAVE_FEW)
 
@@ -38,7 +40,8 @@ def openmp_enabled():
 
 def dgrad(dy, w, dx, int dtype, tuple attrs, tuple tiles, tuple vec_cw, int num_threads,
           bint use_bf16_dot=True, bint use_chan_vec=True, bint use_few=True, bint use_wide=True,
-          int64_t stream_bytes=STREAM_BYTES, int64_t unpermute_macs=UNPERMUTE_MACS):
+          int64_t stream_bytes=STREAM_BYTES, int64_t unpermute_macs=UNPERMUTE_MACS,
+          int64_t serial_macs=SERIAL_MACS):
     """dx = dgrad(dy, w); C-contiguous NCHW arrays (any buffer) of 2-byte elements, read as
     16-bit patterns (``dtype``: 0 fp16, 1 bf16); dx writable.
 
@@ -57,6 +60,8 @@ def dgrad(dy, w, dx, int dtype, tuple attrs, tuple tiles, tuple vec_cw, int num_
     Skipping padding taps, the channel-vector kernels take a tile's positions in class order
     where that saves more than ``unpermute_macs`` multiply-adds per accumulator float it moves
     (tests: -1, class order wherever a tile has border positions; the same bits either way).
+    A call of fewer than ``serial_macs`` multiply-adds runs on one thread (tests: 0, the team
+    always).
     Returns the path taken: "bf16_dot" or "fp32", with "+chan_vec" (and "+wide") or "+few" when
     those served, "+group<G>" when work items held G images and "+stream" when the write-out
     streamed; or "non_finite", having written nothing, when the weight holds Inf or NaN (the
@@ -72,7 +77,7 @@ def dgrad(dy, w, dx, int dtype, tuple attrs, tuple tiles, tuple vec_cw, int num_
         _take_view(dx, &views[2], PyBUF_WRITABLE, "dx")
         return _dgrad(&views[0], &views[1], &views[2], dtype, attrs, tiles, vec_cw, num_threads,
                       use_bf16_dot, use_chan_vec, use_few, use_wide, stream_bytes,
-                      unpermute_macs)
+                      unpermute_macs, serial_macs)
     finally:
         PyBuffer_Release(&views[0])
         PyBuffer_Release(&views[1])
@@ -92,7 +97,7 @@ cdef int _take_view(object array, Py_buffer *view, int flags, str name) except -
 cdef object _dgrad(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, int dtype,
                    tuple attrs, tuple tiles, tuple vec_cw, int num_threads, bint use_bf16_dot,
                    bint use_chan_vec, bint use_few, bint use_wide, int64_t stream_bytes,
-                   int64_t unpermute_macs):
+                   int64_t unpermute_macs, int64_t serial_macs):
     cdef Geometry g
     cdef int64_t kl1
     cdef uint16_t w_least, w_most, dy_least, dy_most
@@ -116,6 +121,7 @@ cdef object _dgrad(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, int d
     g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = attrs
     g.dtype = dtype
     g.unpermute_macs = unpermute_macs
+    g.serial_macs = serial_macs
     g.dot_bf16 = dtype == 1 and PYPTO_HAVE_BF16_DOT and use_bf16_dot
     g.exact_zeros = dtype == 0
     if dtype == 1 and (g.dot_bf16 or (PYPTO_HAVE_CHAN_VEC and g.kh * g.kw > 1)):

@@ -45,6 +45,8 @@ cdef struct Geometry:
     # class order is taken where the multiply-adds it saves exceed this many per float of the
     # accumulator moved back into row order (UNPERMUTE_MACS; tests: -1, wherever it applies)
     int64_t unpermute_macs
+    # calls of fewer multiply-adds run on one thread (PYPTO_SERIAL_MACS; tests: 0, never)
+    int64_t serial_macs
     int64_t n_items
     int threads
     # phases: taps of phase p are tap_kh/kw[tap_first[p] : tap_first[p] + tap_count[p]]
@@ -215,6 +217,11 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
     length, the work items and the threads."""
     cdef int64_t n_phases = g.sh * g.sw
     cdef int64_t taps = g.kh * g.kw
+    # A call one thread finishes in a few microseconds is planned and run on that thread
+    # (pypto_isa.h, PYPTO_SERIAL_MACS): it enters no parallel region, so the team's threads
+    # wait for the next larger call as they are (none ends or starts)
+    if g.n_img * g.cout * g.hout * g.wout * g.cin * taps < g.serial_macs:
+        num_threads = 1
     g.n_blocks = (g.cin + g.nl1 - 1) // g.nl1
     g.row_tiles = (g.hin + g.m_rows - 1) // g.m_rows
     g.col_tiles = (g.win + g.m_cols - 1) // g.m_cols
@@ -327,9 +334,10 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
     g.per_thread = _round_up(g.panel_len + g.panel_rows_len + g.acc_len + g.frame_len
                              + g.rows_len + g.offs_len, ALIGN)
     g.n_items = g.n_groups * g.n_blocks * g.row_tiles * g.col_tiles
-    # Every parallel region of every call runs the caller's whole team, even with fewer items
-    # than threads: libgomp ends the surplus threads when a smaller team starts and creates them
-    # again for the next larger one (tens of microseconds a thread, several per call).
+    # Every parallel region of every call runs the caller's whole team (or none, above), even
+    # with fewer items than threads: libgomp ends the surplus threads when a smaller team starts
+    # and creates them again for the next larger one (tens of microseconds a thread, several
+    # per call).
     g.threads = <int>_max(1, num_threads)
 
 
@@ -345,7 +353,8 @@ cdef inline size_t _scratch_bytes(const Geometry *g) noexcept nogil:
 
 cdef void _plan_of_tuples(Geometry *g, tuple dy_shape, tuple w_shape, tuple dx_shape, int dtype,
                           tuple attrs, tuple tiles, int num_threads, bint dot_bf16,
-                          bint use_chan_vec, bint use_few, bint use_wide) except *:
+                          bint use_chan_vec, bint use_few, bint use_wide,
+                          int64_t serial_macs=PYPTO_SERIAL_MACS) except *:
     """g planned from dispatch's tuples, as dgrad() plans it from its buffers: for the
     questions asked before a call (buffer_bytes, work_split). The tap tables are freed on
     return: only g's sizes and counts are read afterwards."""
@@ -358,6 +367,7 @@ cdef void _plan_of_tuples(Geometry *g, tuple dy_shape, tuple w_shape, tuple dx_s
     g.dot_bf16 = dot_bf16
     g.exact_zeros = dtype == 0 or dot_bf16
     g.unpermute_macs = UNPERMUTE_MACS
+    g.serial_macs = serial_macs
     g.m_rows, g.m_cols, g.nl1, kl1, g.ml0, g.kl0, g.nl0 = tiles
     g.cout_l1 = kl1 // (g.kh * g.kw)
     cdef int64_t *tables = <int64_t *>malloc((3 * g.sh * g.sw + 2 * g.kh * g.kw)
@@ -392,13 +402,16 @@ def buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, int dtype, tuple
 
 
 def work_split(tuple dy_shape, tuple w_shape, tuple dx_shape, int dtype, tuple attrs,
-               tuple tiles, int num_threads, bint dot_bf16=False):
+               tuple tiles, int num_threads, bint dot_bf16=False,
+               int64_t serial_macs=PYPTO_SERIAL_MACS):
     """How dgrad() with these arguments cuts its work for ``num_threads`` threads, from the
     same plan: a dict of the work items and what makes them (image groups, N-L1 blocks and
-    their channels, row and column tiles and the rows of each)."""
+    their channels, row and column tiles and the rows of each; ``threads``: 1 below
+    ``serial_macs`` multiply-adds, as dgrad())."""
     cdef Geometry g
     _plan_of_tuples(&g, dy_shape, w_shape, dx_shape, dtype, attrs, tiles, num_threads,
-                    dot_bf16 and dtype == 1 and PYPTO_HAVE_BF16_DOT, True, True, True)
+                    dot_bf16 and dtype == 1 and PYPTO_HAVE_BF16_DOT, True, True, True,
+                    serial_macs)
     return {"items": g.n_items, "group": g.group, "n_blocks": g.n_blocks, "nl1": g.nl1,
             "row_tiles": g.row_tiles, "m_rows": g.m_rows, "col_tiles": g.col_tiles,
             "m_cols": g.m_cols, "threads": g.threads, "chan_vec": bool(g.chan_vec),

@@ -145,6 +145,17 @@ enum {
 #else
 enum { PYPTO_CV_L0_BYTES = 73728, PYPTO_HAVE_CV_WIDE_F32 = 0, PYPTO_PIXEL_COLS = 0, PYPTO_PIXEL_K = 0 };
 #endif
+/* Calls of fewer multiply-adds than PYPTO_SERIAL_MACS run on one thread, whatever the team
+ * (plan.pxi): one thread of the level does them in a few microseconds, and waking the team
+ * cost more than it saved. 2 threads, Intel Xeon (AMX generation, VM): the spec example's
+ * 369k multiply-adds took 15 us on one thread and 19 on two at the avx512 level (avx2 24 and
+ * 32 us, with a 6 us options scope each), 737k broke even; the baseline level (4 wide) gained
+ * from the team at 369k already. */
+#if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512) || defined(PYPTO_ISA_AVX2)
+enum { PYPTO_SERIAL_MACS = 1 << 19 };
+#else
+enum { PYPTO_SERIAL_MACS = 1 << 17 };
+#endif
 /* the half channel-vector kernels (PYPTO_CV_M pixels x 16 channels, a last panel's 1-16), the
  * paired write-out of two stride-2 phases and the streamed run write-out */
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512)
