@@ -121,7 +121,6 @@ cdef object _dgrad(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, int d
     g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = attrs
     g.dtype = dtype
     g.unpermute_macs = unpermute_macs
-    g.serial_macs = serial_macs
     g.dot_bf16 = dtype == 1 and PYPTO_HAVE_BF16_DOT and use_bf16_dot
     g.exact_zeros = dtype == 0
     if dtype == 1 and (g.dot_bf16 or (PYPTO_HAVE_CHAN_VEC and g.kh * g.kw > 1)):
@@ -140,7 +139,8 @@ cdef object _dgrad(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, int d
                                              * sizeof(int64_t))
     if tables == NULL:
         raise MemoryError("pypto: no memory for the kernel's tap tables")
-    _plan(&g, num_threads, use_chan_vec, use_few, use_wide, group_pixels, tables)
+    _plan(&g, _threads_for(&g, num_threads, serial_macs), use_chan_vec, use_few, use_wide,
+          group_pixels, tables)
     g.stream = g.chan_vec and PYPTO_HAVE_CV_STREAM and g.threads > 1 \
         and dx.len >= stream_bytes
     cdef int threads = g.threads

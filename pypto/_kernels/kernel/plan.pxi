@@ -45,8 +45,6 @@ cdef struct Geometry:
     # class order is taken where the multiply-adds it saves exceed this many per float of the
     # accumulator moved back into row order (UNPERMUTE_MACS; tests: -1, wherever it applies)
     int64_t unpermute_macs
-    # calls of fewer multiply-adds run on one thread (PYPTO_SERIAL_MACS; tests: 0, never)
-    int64_t serial_macs
     int64_t n_items
     int threads
     # phases: taps of phase p are tap_kh/kw[tap_first[p] : tap_first[p] + tap_count[p]]
@@ -209,6 +207,18 @@ cdef void _split_for_threads(Geometry *g, int num_threads) noexcept nogil:
     g.nl1_pad = _round_up(g.nl1, g.wb)
 
 
+cdef inline int _threads_for(const Geometry *g, int num_threads,
+                             int64_t serial_macs) noexcept nogil:
+    """The threads to plan a call for: ``num_threads``, or 1 for a call of fewer than
+    ``serial_macs`` multiply-adds (pypto_isa.h, PYPTO_SERIAL_MACS), which one thread finishes
+    in a few microseconds. Such a call enters no parallel region, so the team's threads wait
+    for the next larger call as they are (none ends or starts). Not a Geometry field: one
+    more field there moved the large layers' time by 2% (2 threads, Intel)."""
+    if g.n_img * g.cout * g.hout * g.wout * g.cin * g.kh * g.kw < serial_macs:
+        return 1
+    return num_threads
+
+
 cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, bint use_wide,
                 int64_t group_pixels, int64_t *tables) noexcept nogil:
     """The rest of g for one call, from its problem, dtype, dot_bf16 and tiles: the kernel
@@ -217,11 +227,6 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
     length, the work items and the threads."""
     cdef int64_t n_phases = g.sh * g.sw
     cdef int64_t taps = g.kh * g.kw
-    # A call one thread finishes in a few microseconds is planned and run on that thread
-    # (pypto_isa.h, PYPTO_SERIAL_MACS): it enters no parallel region, so the team's threads
-    # wait for the next larger call as they are (none ends or starts)
-    if g.n_img * g.cout * g.hout * g.wout * g.cin * taps < g.serial_macs:
-        num_threads = 1
     g.n_blocks = (g.cin + g.nl1 - 1) // g.nl1
     g.row_tiles = (g.hin + g.m_rows - 1) // g.m_rows
     g.col_tiles = (g.win + g.m_cols - 1) // g.m_cols
@@ -367,14 +372,14 @@ cdef void _plan_of_tuples(Geometry *g, tuple dy_shape, tuple w_shape, tuple dx_s
     g.dot_bf16 = dot_bf16
     g.exact_zeros = dtype == 0 or dot_bf16
     g.unpermute_macs = UNPERMUTE_MACS
-    g.serial_macs = serial_macs
     g.m_rows, g.m_cols, g.nl1, kl1, g.ml0, g.kl0, g.nl0 = tiles
     g.cout_l1 = kl1 // (g.kh * g.kw)
     cdef int64_t *tables = <int64_t *>malloc((3 * g.sh * g.sw + 2 * g.kh * g.kw)
                                              * sizeof(int64_t))
     if tables == NULL:
         raise MemoryError("pypto: no memory for the kernel's tap tables")
-    _plan(g, num_threads, use_chan_vec, use_few, use_wide, CPU_GROUP_PIXELS, tables)
+    _plan(g, _threads_for(g, num_threads, serial_macs), use_chan_vec, use_few, use_wide,
+          CPU_GROUP_PIXELS, tables)
     free(tables)
     g.tap_first = g.tap_count = g.w_offset = g.tap_kh = g.tap_kw = NULL
 
