@@ -373,6 +373,11 @@ def get_num_threads():
     """Threads the CPU kernel will use: the scoped setting, else ``OMP_NUM_THREADS``, else the
     physical cores this process may use (affinity mask and cgroup CPU quota; ``pypto info``
     says which limit applied)."""
+    return num_threads_now()
+
+
+def num_threads_now():
+    """get_num_threads without its argument check: the CPU backend asks on every call."""
     n = _get("num_threads")
     if n is None:
         n = _env_threads(getenv("OMP_NUM_THREADS"))

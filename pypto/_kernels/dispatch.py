@@ -443,7 +443,7 @@ def conv_backward_input_cpu(call, dy, w):
     # the whole team every call, even for fewer work items than threads: the same team size
     # every time, so no call starts or ends a thread (see the kernel's plan)
     threads = _usable_threads(
-        _config.get_num_threads(), output + shared + per_thread + copies, per_thread, room
+        _config.num_threads_now(), output + shared + per_thread + copies, per_thread, room
     )
     if threads != 1:
         shared, per_thread, used = plan.buffer_bytes(kernel, threads)

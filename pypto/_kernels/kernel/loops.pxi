@@ -535,25 +535,32 @@ cdef void _write_out(const Geometry *g, const float *acc, uint16_t *dx_img, int6
     if g.chan_vec:
         _write_out_cv(g, acc, dx_img, c_first, n_count, f, NULL, NULL)
         return
+    # read once: the compiler reloaded each from g and f for every chunk (a chunk is one vector
+    # of 16 where vec tiles are small: 160 a call of the spec example; 8% -> 6% of its kernel)
+    cdef int64_t vec_c = g.vec_c, vec_w = g.vec_w, sw = g.sw, ldc = f.ldc, cols = f.cols
+    cdef int64_t plane = g.hin * g.win
+    cdef int dtype = g.dtype
     c_blk = 0
     while c_blk < n_count:
-        c_end = _min(c_blk + g.vec_c, n_count)
+        c_end = _min(c_blk + vec_c, n_count)
         for r in range(f.rows):
             w_blk = 0
-            while w_blk < f.cols:
-                w_len = _min(g.vec_w, f.cols - w_blk)
+            while w_blk < cols:
+                w_len = _min(vec_w, cols - w_blk)
+                src = acc + c_blk * ldc + r * f.pitch + w_blk
+                dst = dx_img + (c_first + c_blk) * plane + (f.hi0 + r * g.sh) * g.win \
+                    + f.wi0 + w_blk * sw
                 for ci in range(c_blk, c_end):
-                    src = acc + ci * f.ldc + r * f.pitch + w_blk
-                    dst = dx_img + ((c_first + ci) * g.hin + f.hi0 + r * g.sh) * g.win \
-                        + f.wi0 + w_blk * g.sw
-                    if g.sw == 1:
-                        pypto_narrow(src, dst, w_len, g.dtype)
-                    elif g.dtype == 1:
+                    if sw == 1:
+                        pypto_narrow(src, dst, w_len, dtype)
+                    elif dtype == 1:
                         for j in range(w_len):
-                            dst[j * g.sw] = pypto_float_to_bf16(src[j])
+                            dst[j * sw] = pypto_float_to_bf16(src[j])
                     else:
                         for j in range(w_len):
-                            dst[j * g.sw] = pypto_float_to_half(src[j])
+                            dst[j * sw] = pypto_float_to_half(src[j])
+                    src += ldc
+                    dst += plane
                 w_blk += w_len
         c_blk = c_end
 
