@@ -441,7 +441,8 @@ def conv_backward_input_cpu(call, dy, w):
     kernel = _kernel()
     shared, per_thread, used = plan.buffer_bytes(kernel, 1)
     # the whole team every call, even for fewer work items than threads: the same team size
-    # every time, so no call starts or ends a thread (see the kernel's plan)
+    # every time, so no call starts or ends a thread (see the kernel's plan; a call below its
+    # SERIAL_MACS runs on the calling thread alone, as buffer_bytes's thread count says)
     threads = _usable_threads(
         _config.num_threads_now(), output + shared + per_thread + copies, per_thread, room
     )

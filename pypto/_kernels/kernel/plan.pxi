@@ -214,7 +214,10 @@ cdef inline int _threads_for(const Geometry *g, int num_threads,
     in a few microseconds. Such a call enters no parallel region, so the team's threads wait
     for the next larger call as they are (none ends or starts). Not a Geometry field: one
     more field there moved the large layers' time by 2% (2 threads, Intel)."""
-    if g.n_img * g.cout * g.hout * g.wout * g.cin * g.kh * g.kw < serial_macs:
+    cdef int64_t dy_count = g.n_img * g.cout * g.hout * g.wout
+    # dy's elements first: below serial_macs, times Cin x Kh x Kw (a weight's count) they
+    # cannot overflow
+    if dy_count < serial_macs and dy_count * (g.cin * g.kh * g.kw) < serial_macs:
         return 1
     return num_threads
 
@@ -339,10 +342,10 @@ cdef void _plan(Geometry *g, int num_threads, bint use_chan_vec, bint use_few, b
     g.per_thread = _round_up(g.panel_len + g.panel_rows_len + g.acc_len + g.frame_len
                              + g.rows_len + g.offs_len, ALIGN)
     g.n_items = g.n_groups * g.n_blocks * g.row_tiles * g.col_tiles
-    # Every parallel region of every call runs the caller's whole team (or none, above), even
-    # with fewer items than threads: libgomp ends the surplus threads when a smaller team starts
-    # and creates them again for the next larger one (tens of microseconds a thread, several
-    # per call).
+    # Every parallel region of every call runs the caller's whole team (a call below
+    # _threads_for's serial_macs enters none), even with fewer items than threads: libgomp ends
+    # the surplus threads when a smaller team starts and creates them again for the next larger
+    # one (tens of microseconds a thread, several per call).
     g.threads = <int>_max(1, num_threads)
 
 
