@@ -171,7 +171,8 @@ def _run_plan(
     where the caller's are set; vec: True where the caller set no vector tiles (VEC_TILE
     serves). Raises the op's PyptoError. ``_scope_of(*plan)`` is the scope to run it in.
 
-    dtype: grad_output's DataType; w_dtype: the weight's, when it differs."""
+    dtype: grad_output's DataType or torch dtype; w_dtype: the weight's, when it differs."""
+    dtype, w_dtype = (_datatype(d) if isinstance(d, torch.dtype) else d for d in (dtype, w_dtype))
     if w_dtype is not None and w_dtype != dtype:  # the op's D1-D3 say which and why
         _validate(
             dy_shape, w_shape, input_size, dtype, strides, paddings, dilations, groups, w_dtype
@@ -274,9 +275,9 @@ def check_call(
     ``pypto.conv_backward_input``. Raises the op's PyptoError (``.rule`` names the broken
     rule)."""
     return _plan_values(
-        *_check(
-            grad_output_shape,
-            weight_shape,
+        *_run_plan(
+            list(grad_output_shape),
+            list(weight_shape),
             input_size,
             dtype,
             strides,
@@ -285,34 +286,6 @@ def check_call(
             groups,
             weight_dtype,
         )
-    )
-
-
-def _check(
-    grad_output_shape,
-    weight_shape,
-    input_size,
-    dtype,
-    strides,
-    paddings,
-    dilations,
-    groups=1,
-    weight_dtype=None,
-):
-    """check_call's validation, returning the run plan (``_run_plan``), not a new dict."""
-    dtype, weight_dtype = (
-        _datatype(d) if isinstance(d, torch.dtype) else d for d in (dtype, weight_dtype)
-    )
-    return _run_plan(
-        list(grad_output_shape),
-        list(weight_shape),
-        input_size,
-        dtype,
-        strides,
-        paddings,
-        dilations,
-        groups,
-        weight_dtype,
     )
 
 
@@ -449,7 +422,7 @@ def conv2d_input(input_size, weight, grad_output, stride=1, padding=0, dilation=
                 raise FeError(
                     TypeError(f"{name} must be a torch.Tensor, but got {type(value).__name__}")
                 )
-        _check(
+        _run_plan(
             list(grad_output.shape),
             list(weight.shape),
             input_size,
@@ -554,7 +527,7 @@ def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
             dy_shape = [x.shape[0], w.shape[0], *out]
         else:  # not 2-D in NCHW: the op's rule R1
             dy_shape = list(x.shape)
-        _check(
+        _run_plan(
             dy_shape, list(w.shape), list(x.shape), x.dtype, stride, four, dilation, groups, w.dtype
         )
     return _Conv2dFunction.apply(
