@@ -22,13 +22,9 @@ import os
 import sys
 import time
 
-import numpy as np
+from kernel_shapes import add_layer_options, layer_calls  # this folder, on sys.path
 
-import pypto
-from pypto._core.rules import validate_conv_backward_input
 from pypto._kernels import dispatch
-from pypto.bench import Case
-from pypto.bench.networks import NETWORKS
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,39 +48,15 @@ def _load(tree, module_name):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("old_tree")
-    parser.add_argument("--networks", default=",".join(NETWORKS))
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
-    parser.add_argument("--only", default="", help="layers whose name contains this")
+    add_layer_options(parser)
     parser.add_argument("--calls", type=int, default=5)
     args = parser.parse_args()
-    dtype = pypto.DT_FP16 if args.dtype == "fp16" else pypto.DT_BF16
     name = dispatch._kernel().__name__  # the level the dispatcher chose
     builds = {"old": _load(args.old_tree, name), "new": _load(HERE, name)}
     print(f"{name}, {args.threads} thread(s), {args.dtype}; old: {builds['old'].__file__}")
     totals = dict.fromkeys(builds, 0.0)
-    for net_name in args.networks.split(","):
-        net = NETWORKS[net_name]
-        for layer in net.layers:
-            if args.only not in layer.name:
-                continue
-            case = Case(layer.name, layer.problem(net.batch), dtype, np.random.default_rng(0))
-            with pypto.options(
-                convbp_tile_shapes=case.suggested_tiles(), vec_tile_shapes=[1, 16, 1, 64]
-            ):
-                call = validate_conv_backward_input(
-                    pypto.from_numpy(case.dy),
-                    case.input_size,
-                    pypto.from_numpy(case.w),
-                    dtype,
-                    *case.attrs,
-                )
-            plan = dispatch._plan_of(call)
-            out = np.empty(case.input_size, np.uint16)
-            # 16-bit patterns: what builds before the buffer protocol (e4881ff) take
-            bits = case.dy.view(np.uint16), case.w.view(np.uint16)
-            arguments = (*bits, out, plan.dtype, plan.attrs, plan.kernel_tiles, plan.vec_chunks,
-                         args.threads)  # fmt: skip
+    for net_name, layers in layer_calls(args):
+        for layer, _, arguments in layers:
             best = dict.fromkeys(builds, float("inf"))
             for build in builds.values():  # warm-up: panels packed, buffers kept
                 build.dgrad(*arguments)

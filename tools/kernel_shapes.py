@@ -39,21 +39,21 @@ def _best_ms(run, calls=5):
     return best * 1e3
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_layer_options(parser):
+    """The options that pick the layers and how they run (this tool's and kernel_ab.py's)."""
     parser.add_argument("--networks", default=",".join(NETWORKS))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
     parser.add_argument("--only", default="", help="layers whose name contains this")
-    parser.add_argument("--json", help="write every row as JSON")
-    args = parser.parse_args()
+
+
+def layer_calls(args):
+    """Per network, ``(name, layers)``; layers yields ``(layer, case, arguments)`` for each
+    layer the options pick: ``kernel.dgrad(*arguments)`` runs it with its suggested tiles, vec
+    tile [1, 16, 1, 64] and ``args.threads``, on 16-bit patterns (what every build takes)."""
     dtype = pypto.DT_FP16 if args.dtype == "fp16" else pypto.DT_BF16
-    kernel = dispatch._kernel()
-    print(f"level {kernel.ISA}, {args.threads} thread(s), {args.dtype}")
-    rows = []
-    for name in args.networks.split(","):
-        net = NETWORKS[name]
-        totals = dict.fromkeys((label for label, _ in SETTINGS), 0.0)
+
+    def layers(net):
         for layer in net.layers:
             if args.only not in layer.name:
                 continue
@@ -65,17 +65,26 @@ def main():
                 call = validate_conv_backward_input(dy, case.input_size, w, dtype, *case.attrs)
             plan = dispatch._plan_of(call)
             out = np.empty(plan.shapes[2], np.uint16)
+            bits = case.dy.view(np.uint16), case.w.view(np.uint16)
+            yield layer, case, (*bits, out, plan.dtype, plan.attrs, plan.kernel_tiles,
+                                plan.vec_chunks, args.threads)  # fmt: skip
+
+    for name in args.networks.split(","):
+        yield name, layers(NETWORKS[name])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_layer_options(parser)
+    parser.add_argument("--json", help="write every row as JSON")
+    args = parser.parse_args()
+    kernel = dispatch._kernel()
+    print(f"level {kernel.ISA}, {args.threads} thread(s), {args.dtype}")
+    rows = []
+    for name, layers in layer_calls(args):
+        totals = dict.fromkeys((label for label, _ in SETTINGS), 0.0)
+        for layer, case, arguments in layers:
             row = {"network": name, "layer": layer.name, "count": layer.count}
-            arguments = (
-                case.dy.view(np.uint16),
-                case.w.view(np.uint16),
-                out,
-                plan.dtype,
-                plan.attrs,
-                plan.kernel_tiles,
-                plan.vec_chunks,
-                args.threads,
-            )
             for label, switches in SETTINGS:
 
                 def run(arguments=arguments, switches=switches):
