@@ -317,12 +317,12 @@ def _compute(grad_output, input_size, weight, strides, paddings, dilations, grou
         list(grad_output.shape),
         list(weight.shape),
         input_size,
-        _datatype(grad_output.dtype),
+        grad_output.dtype,
         strides,
         paddings,
         dilations,
         groups,
-        _datatype(weight.dtype),
+        weight.dtype,
     )
     dy, w = from_torch(_host(grad_output)), from_torch(_host(weight))
     with _scope_of(*plan):
@@ -360,12 +360,12 @@ def _conv_backward_input_fake(
             list(grad_output.shape),
             list(weight.shape),
             list(input_size),
-            _datatype(grad_output.dtype),
+            grad_output.dtype,
             list(strides),
             list(paddings),
             list(dilations),
             groups,
-            _datatype(weight.dtype),
+            weight.dtype,
         )
     return grad_output.new_empty(list(input_size))
 
@@ -750,12 +750,12 @@ class crosscheck(TorchDispatchMode):
                 list(dy.shape),
                 list(w.shape),
                 list(x.shape),
-                _datatype(dy.dtype),
+                dy.dtype,
                 stride,
                 paddings,
                 dilation,
                 groups,
-                _datatype(w.dtype),
+                w.dtype,
             )
             with _scope_of(*plan):
                 l1, l0 = get_convbp_input_tile_shapes()
