@@ -215,7 +215,7 @@ def _call(problem):
         l1, l0 = suggest_convbp_input_tile_shapes(dy_shape, w_shape, size, dt, strides, pads, dils)
     else:
         l1, l0 = ConvBpTileL1Info(*tiles[0]), ConvBpTileL0Info(*tiles[1])
-    with _config._scope({"convbp_tile_shapes": (l1, l0), "vec_tile_shapes": [16, 16, 16, 16]}):
+    with _config.options(convbp_tile_shapes=(l1, l0), vec_tile_shapes=[16, 16, 16, 16]):
         return validate_conv_backward_input(
             Tensor(dy_shape, dt), size, Tensor(w_shape, dt), dt, strides, pads, dils
         )
