@@ -104,11 +104,12 @@ for dt, npd in ((pypto.DT_FP16, np.float16), (pypto.DT_BF16, ml_dtypes.bfloat16)
                 num_threads=threads,
             ):
                 rest = (list(size), pypto.from_numpy(w), dt, list(s), list(p), list(d))
-                out = pypto.conv_backward_input(pypto.from_numpy(dy), *rest).numpy()
+                dy_tensor = pypto.from_numpy(dy)
+                out = pypto.conv_backward_input(dy_tensor, *rest).numpy()
                 dy_reversed = pypto.from_numpy(dy[:, :, ::-1].copy())
                 out2 = pypto.conv_backward_input(dy_reversed, *rest).numpy()
                 if threads == 2:  # these shapes run serially by default: the team too
-                    call = validate_conv_backward_input(pypto.from_numpy(dy), *rest)
+                    call = validate_conv_backward_input(dy_tensor, *rest)
                     plan = pypto._kernels.dispatch._plan_of(call)
                     pypto._kernels.dispatch._kernel().dgrad(
                         dy,
