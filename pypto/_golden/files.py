@@ -27,6 +27,13 @@ import re
 
 import numpy as np
 
+from .._core.fileio import (
+    atomic_writer,
+    check_npy_bytes,
+    npy_header,
+    open_regular,
+    read_json,
+)
 from .._dtypes import DTYPE_NAMES
 from .._version import __version__
 from ..error import FeError
@@ -115,10 +122,11 @@ def _write(directory, stem, array, dtype_name):
     digests = {}
     for ext in ("bin", "npy"):
         path = os.path.join(directory, f"{stem}.{ext}")
-        if ext == "bin":
-            data.tofile(path)
-        else:
-            np.save(path, data, allow_pickle=False)
+        with atomic_writer(path, "wb") as f:
+            if ext == "bin":
+                data.tofile(f)
+            else:
+                np.save(f, data, allow_pickle=False)
         digests[ext + "_sha256"] = _sha256_of_file(path)
     return digests
 
@@ -216,10 +224,8 @@ def write_case(directory, case, dy, w, golden, reference, seed, dist, replace=Fa
         ):
             files[name].update(_write(directory, FILES[name][0], array, dtypes[name]))
         # last, and whole or not at all: a manifest only ever describes files that are there
-        temporary = os.path.join(directory, MANIFEST + ".tmp")
-        with open(temporary, "w") as f:
+        with atomic_writer(os.path.join(directory, MANIFEST)) as f:
             f.write(_json_text(manifest))
-        os.replace(temporary, os.path.join(directory, MANIFEST))
     except OSError as exc:
         raise _error(f"cannot write the case to {directory}: {exc}") from None
     return manifest, removed
@@ -332,17 +338,9 @@ def read_case(directory):
     """(Case, manifest) from DIR/manifest.json, every field type-checked and the problem
     validated by the op's rules."""
     path = os.path.join(directory, MANIFEST)
-    try:
-        with open(path) as f:
-            manifest = json.load(f)
-    except FileNotFoundError:
-        raise _error(
-            f"{path} not found: is {directory} a case written by `pypto golden`?"
-        ) from None
-    except RecursionError:  # JSON nested deeper than Python's parser goes
-        raise _error(f"cannot read {path}: JSON nested too deep") from None
-    except (OSError, ValueError) as exc:
-        raise _error(f"cannot read {path}: {exc}") from None
+    if not os.path.lexists(path):
+        raise _error(f"{path} not found: is {directory} a case written by `pypto golden`?")
+    manifest = read_json(path, "the manifest")
     _check_manifest(manifest, path)
     tiles = manifest["tiles"]
     l1, l0 = _ints(tiles, "l1", 3, path + " tiles"), _ints(tiles, "l0", 3, path + " tiles")
@@ -380,23 +378,20 @@ def read_array(path, dtype_name, shape, case, sha256=None):
     else:
         itemsize = np.dtype(_BIN_DTYPES[dtype_name]).itemsize
         expected = math.prod(shape) * itemsize
-        try:
-            found = os.path.getsize(path)
-        except OSError as exc:
-            raise _error(f"cannot read {path}: {exc}") from None
-        if found != expected:
-            raise _error(
-                f"{path} has {found} bytes, expected {expected} ({dtype_name} "
-                f"{list(shape)} = {math.prod(shape)} elements x {itemsize} bytes)"
-                + (_size_hint(found, expected) if itemsize == 2 else "")
-            )
-        data = np.empty(math.prod(shape), dtype=_BIN_DTYPES[dtype_name])
-        raw = memoryview(data).cast("B")
-        try:
-            with open(path, "rb") as f:
+        with open_regular(path, "the data file") as f:
+            found = os.fstat(f.fileno()).st_size
+            if found != expected:
+                raise _error(
+                    f"{path} has {found} bytes, expected {expected} ({dtype_name} "
+                    f"{list(shape)} = {math.prod(shape)} elements x {itemsize} bytes)"
+                    + (_size_hint(found, expected) if itemsize == 2 else "")
+                )
+            data = np.empty(math.prod(shape), dtype=_BIN_DTYPES[dtype_name])
+            raw = memoryview(data).cast("B")
+            try:
                 got = f.readinto(raw)
-        except (OSError, ValueError) as exc:
-            raise _error(f"cannot read {path}: {exc}") from None
+            except OSError as exc:
+                raise _error(f"cannot read {path}: {exc}") from None
         if got != expected:
             raise _error(f"cannot read {path}: {got} of its {expected} bytes (it changed?)")
         if sha256 is not None and hashlib.sha256(raw).hexdigest() != sha256:
@@ -411,32 +406,10 @@ def read_array(path, dtype_name, shape, case, sha256=None):
     return data
 
 
-def _npy_header(path):
-    """(shape, fortran_order, dtype, data offset, file size) from a .npy's header alone."""
-    fmt = np.lib.format
-    try:
-        with open(path, "rb") as f:
-            version = fmt.read_magic(f)
-            if version == (1, 0):
-                header = fmt.read_array_header_1_0(f)
-            elif version == (2, 0):
-                header = fmt.read_array_header_2_0(f)
-            else:
-                raise ValueError(f"format version {version[0]}.{version[1]} (1.0 and 2.0 are read)")
-            return (*header, f.tell(), os.fstat(f.fileno()).st_size)
-    except OSError as exc:
-        raise _error(f"cannot read {path} as .npy: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - the header parser's errors vary by kind
-        # (ValueError, EOFError, SyntaxError, tokenize.TokenError, RecursionError...): each
-        # means the same, not a .npy this can read
-        raise _error(
-            f"cannot read {path} as .npy: bad header ({type(exc).__name__}: {exc})"
-        ) from None
-
-
 def _read_npy(path, dtype_name, shape):
     # the header first: a few bytes that claim 10^12 elements must not be allocated
-    found_shape, fortran, dt, offset, size = _npy_header(path)
+    with open_regular(path, "the .npy file") as f:
+        found_shape, fortran, dt, offset, held = npy_header(f, path)
     if dtype_name == "fp16":
         ok = dt.kind == "f" and dt.itemsize == 2
         want = "float16"
@@ -450,14 +423,10 @@ def _read_npy(path, dtype_name, shape):
         raise _error(f"{path} holds {dt} data; expected {want} ({dtype_name})")
     if list(found_shape) != list(shape):
         raise _error(f"{path} has shape {list(found_shape)}, expected {list(shape)}")
+    check_npy_bytes(path, found_shape, dt, held)
     count = math.prod(found_shape)
-    if size - offset < count * dt.itemsize:
-        raise _error(
-            f"{path} holds {size - offset} bytes after its header, but its {dt} "
-            f"{list(found_shape)} needs {count * dt.itemsize} (truncated?)"
-        )
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, "the .npy file") as f:
             f.seek(offset)
             data = np.fromfile(f, dtype=dt, count=count)
     except (OSError, ValueError) as exc:
