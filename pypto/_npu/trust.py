@@ -20,8 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .._core.fileio import atomic_writer, read_json
 from .._core.locks import ForkSafeLock
 from .._version import __version__
+from ..error import PyptoError
 from .errors import NpuError, NpuUnavailableError
 
 __all__ = [
@@ -306,13 +308,17 @@ def _key_text(key):
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
+CACHE_LIMIT = 16 << 20  # bytes: a few hundred verdicts take kilobytes
+
+
 def _load():
+    """The cache's {key: record}; {} when it is missing, not a regular file (a FIFO would hang
+    the first auto call), too large or not a JSON object: no verdict, so the check runs."""
     try:
-        with open(cache_path()) as f:
-            stored = json.load(f)
-        return stored if isinstance(stored, dict) else {}
-    except (OSError, ValueError, RecursionError):
+        stored = read_json(cache_path(), "the NPU verdict cache", CACHE_LIMIT)
+    except PyptoError:
         return {}
+    return stored if isinstance(stored, dict) else {}
 
 
 def _store(key_text, record):
@@ -323,9 +329,8 @@ def _store(key_text, record):
     stored[key_text] = record
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(stored, indent=1, sort_keys=True))
-        os.replace(temporary, path)
+        with atomic_writer(path) as f:
+            f.write(json.dumps(stored, indent=1, sort_keys=True))
     except OSError as exc:
         warnings.warn(
             f"pypto: the NPU self-check's verdict could not be cached in {path}: {exc}",
@@ -334,10 +339,41 @@ def _store(key_text, record):
         )
 
 
+def _is_text(value):
+    return isinstance(value, str)
+
+
+def _is_problem(value):
+    return (
+        isinstance(value, dict)
+        and _is_text(value.get("problem"))
+        and isinstance(value.get("passed"), bool)
+        and (value.get("detail") is None or _is_text(value.get("detail")))
+    )
+
+
+# every field a verdict's readers use (device.unavailable_reason, `pypto info`, `pypto
+# selfcheck`): a record lacking or mistyping one is no verdict, and the check runs again
+_RECORD_FIELDS = {
+    "passed": lambda v: isinstance(v, bool),
+    "problems": lambda v: isinstance(v, list) and all(_is_problem(p) for p in v),
+    "kernel_verdict": lambda v: v is True,  # only such verdicts are stored
+    "checked_at": _is_text,
+    "summary": _is_text,
+}
+
+
+def _is_record(record):
+    return isinstance(record, dict) and all(
+        name in record and ok(record[name]) for name, ok in _RECORD_FIELDS.items()
+    )
+
+
 def cached_verdict(runtime):
-    """The stored verdict for this runtime's combination, or None."""
+    """The stored verdict for this runtime's combination, or None (also for a record that
+    lacks or mistypes a field: see ``_RECORD_FIELDS``)."""
     record = _load().get(_key_text(_key(runtime)))
-    return record if isinstance(record, dict) and isinstance(record.get("passed"), bool) else None
+    return record if _is_record(record) else None
 
 
 _lock = ForkSafeLock()

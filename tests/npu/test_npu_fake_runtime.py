@@ -1380,6 +1380,52 @@ def test_selfcheck_and_info_commands(fake_ascend, tmp_path):
     assert missing.returncode == 2 and "no self-check: the NPU cannot run here" in missing.stderr
 
 
+def test_a_bad_verdict_cache_is_no_verdict_and_the_check_runs_again(fake_ascend, tmp_path):
+    """Issue 42 #4: a record lacking or mistyping a field that info, selfcheck and auto read,
+    or a FIFO where the cache file should be, is no verdict: the check runs again (no
+    KeyError, no hang) and its full record replaces the bad one."""
+    cache = tmp_path / "npu-self-check.json"
+    _self_check_run(fake_ascend, tmp_path)  # a real verdict, cached
+    (key,) = json.loads(cache.read_text())
+    for record in (
+        {"passed": False},
+        {"passed": True},
+        {"passed": True, "problems": 5, "kernel_verdict": True, "checked_at": "x", "summary": ""},
+        {"passed": True, "problems": [], "kernel_verdict": True, "checked_at": 1, "summary": ""},
+        ["passed"],
+    ):
+        cache.write_text(json.dumps({key: record}))
+        run = _self_check_run(fake_ascend, tmp_path, after="device.is_available()")
+        assert run["choice"] == "npu" and run["after"] is True, (record, run)
+        assert run["source"] == "run in this process" and run["runs_for_choice"] > 10, run
+        (stored,) = json.loads(cache.read_text()).values()
+        assert stored["passed"] and len(stored["problems"]) >= 10
+    cache.unlink()
+    os.mkfifo(cache)
+    run = _self_check_run(fake_ascend, tmp_path)  # run_python's timeout catches a hang
+    assert run["choice"] == "npu" and run["source"] == "run in this process", run
+    assert cache.is_file() and not cache.is_fifo()  # the verdict replaced the FIFO
+
+
+def test_the_verdict_cache_follows_no_link_planted_in_its_folder(fake_ascend, tmp_path):
+    """Issue 42 #5: a link at the temporary name a predictable writer would use (a shared
+    cache folder) is not followed; the cache file is a regular file of its own."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    code = f"""
+        os.symlink({str(victim)!r}, os.path.join({str(cache)!r},
+                   f".npu-self-check.json.{{os.getpid()}}.tmp"))
+        emit(device.self_check(again=True)["passed"])
+    """
+    assert run_python(code, fake_ascend.env(PYPTO_CACHE_DIR=str(cache))) is True
+    assert victim.read_text() == "precious"
+    stored = cache / "npu-self-check.json"
+    assert stored.is_file() and not stored.is_symlink()
+    assert json.loads(stored.read_text())
+
+
 @pytest.mark.parametrize(
     "knob, failing",
     [
