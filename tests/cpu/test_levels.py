@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pypto._kernels.dispatch import BUILT_LEVELS, CPU_LEVELS, kernel_info, load_level
+from support.reference import round_once
 from support.slowdown import limit
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -114,3 +115,84 @@ def test_bf16_dot_path_threshold_on_least_exponents(least_dy):
         assert path.startswith("bf16_dot") == (least_dy + least_w >= 142), (least_dy, least_w)
     path, _ = _kernel_call(kernel, dy, w, True)  # w's least exponent is 127
     assert path.startswith("bf16_dot") == (least_dy + 127 >= 142)
+
+
+@pytest.mark.parametrize("level", RUNNABLE)
+@pytest.mark.parametrize("subnormal_in", ["dy", "w"])
+def test_subnormal_input_against_large_partner_at_every_level(level, subnormal_in):
+    """A bf16 subnormal against a partner of |x| >= 2^15 passes the least-exponent sum (>= 142)
+    but the dot product's DAZ would read it as zero: the kernel must take the IEEE path, and
+    the result is the one exact product, rounded once."""
+    kernel = load_level(level)
+    rng = np.random.default_rng(43)
+    dy = np.zeros((1, 16, 4, 8), ml_dtypes.bfloat16)
+    large = rng.uniform(2.0**15, 2.0**16, (16, 16, 1, 1)) * rng.choice([-1, 1], (16, 16, 1, 1))
+    w = large.astype(ml_dtypes.bfloat16)
+    tiny = np.uint16(0x0041).view(ml_dtypes.bfloat16)  # 65 * 2^-133
+    if subnormal_in == "dy":
+        dy[0, 0, 0, 0] = tiny
+    else:  # w subnormal in column (co 0, ci 0..3), dy large where that column reads it
+        dy[0, 0, 0, 0] = ml_dtypes.bfloat16(2.0**15 * 1.5)
+        w[0, :4, 0, 0] = tiny
+    path, out = _kernel_call(kernel, dy, w, True)
+    assert not path.startswith("bf16_dot"), path
+    exact = dy.astype(np.float64)[0, 0, 0, 0] * w.astype(np.float64)[0, :, 0, 0]
+    got = out.view(ml_dtypes.bfloat16)[0, :, 0, 0].astype(np.float64)
+    assert np.abs(exact).min() > 0
+    np.testing.assert_array_equal(got, round_once(exact, ml_dtypes.bfloat16).astype(np.float64))
+
+
+def _mxcsr_access():
+    """(get, set) of this thread's MXCSR through two 4-byte functions in an executable page
+    (stmxcsr/ldmxcsr [rdi]; ret): what an extension built with -ffast-math leaves behind."""
+    import ctypes
+    import mmap
+
+    page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(bytes([0x0F, 0xAE, 0x1F, 0xC3, 0x0F, 0xAE, 0x17, 0xC3]))
+    base = ctypes.addressof(ctypes.c_char.from_buffer(page))
+    proto = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_uint32))
+    store, load = proto(base), proto(base + 4)
+
+    def get():
+        value = ctypes.c_uint32()
+        store(ctypes.byref(value))
+        return value.value
+
+    def put(value):
+        load(ctypes.byref(ctypes.c_uint32(value)))
+
+    return get, put, page
+
+
+@pytest.mark.skipif(
+    os.uname().machine not in ("x86_64", "AMD64"), reason="MXCSR is x86-64's"
+)
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_callers_flush_to_zero_does_not_change_bits(dtype):
+    """A thread with FTZ|DAZ set (another library's fast-math) calls pypto: the same bits as
+    with IEEE arithmetic, subnormal inputs and sums included, and the caller's MXCSR as it
+    was."""
+    import pypto
+    from support.numerics import call_op, make_problem, run_op
+
+    get, put, _page = _mxcsr_access()
+    prob = make_problem(2, 8, 40, 6, 7, 3, 3, pads=(1, 1))
+    rng = np.random.default_rng(7)
+    tiny = 2.0**-128 if dtype is ml_dtypes.bfloat16 else 2.0**-20  # subnormal inputs and sums
+    dy = (rng.standard_normal((2, 40, 6, 7)) * tiny).astype(dtype)
+    w = rng.standard_normal((40, 8, 3, 3)).astype(dtype)
+    w[::3] *= dtype(2.0**-6)
+    clean = run_op(prob, dy, w).view(np.uint16)  # sets the suggested tiles
+    assert np.count_nonzero(clean) > 100
+    saved = get()
+    try:
+        put(saved | 0x8040)  # FTZ (bit 15) and DAZ (bit 6)
+        flushed_env = get()
+        for threads in (1, 2):
+            with pypto.options(num_threads=threads):
+                got = call_op(prob, dy, w).numpy().view(np.uint16)
+            assert get() == flushed_env
+            np.testing.assert_array_equal(got, clean)
+    finally:
+        put(saved)

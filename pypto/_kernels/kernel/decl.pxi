@@ -33,6 +33,11 @@ cdef extern from "pypto_memops.h" nogil:
     void pypto_frame_row_pairs(const uint16_t *a, const uint16_t *b, int64_t lo, int64_t hi,
                                int64_t n, uint32_t *dst)
 
+cdef extern from "pypto_fpenv.h" nogil:
+    ctypedef unsigned long long pypto_fpenv
+    pypto_fpenv pypto_fp_enter()
+    void pypto_fp_leave(pypto_fpenv saved)
+
 cdef extern from "pypto_isa.h" nogil:
     int __builtin_popcountll(unsigned long long bits)
     enum: PYPTO_MR

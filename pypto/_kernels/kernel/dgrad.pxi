@@ -101,6 +101,7 @@ cdef object _dgrad(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, int d
     cdef Geometry g
     cdef int64_t kl1
     cdef uint16_t w_least, w_most, dy_least, dy_most
+    cdef int dy_exponent, w_exponent
     # The dimensions come from the buffers; the caller validated them, and this keeps a
     # disagreement between the three from ever becoming a write past dx.
     if dy.shape[0] != dx.shape[0] or w.shape[0] != dy.shape[1] or w.shape[1] != dx.shape[1]:
@@ -124,13 +125,16 @@ cdef object _dgrad(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, int d
     g.dot_bf16 = dtype == 1 and PYPTO_HAVE_BF16_DOT and use_bf16_dot
     g.exact_zeros = dtype == 0
     if dtype == 1 and (g.dot_bf16 or (PYPTO_HAVE_CHAN_VEC and g.kh * g.kw > 1)):
-        # the dot-product instruction flushes subnormals: use it only where none can occur;
-        # where none can, no sum is -0.0 on either path, and the channel-vector kernels may
-        # skip the padding's zero products (_multiply_cv)
+        # Where the least exponents sum to at least 142, every product and partial sum is a
+        # multiple of 2^-126: zero or normal, never -0.0, so the channel-vector kernels may
+        # skip the padding's zero products (_multiply_cv). The dot-product instruction also
+        # reads a subnormal input as zero (DAZ), which that sum alone does not exclude (a
+        # subnormal dy against |w| >= 2^15): it runs only where neither input has one.
         _magnitudes(dy_p, dy.len // 2, num_threads, &dy_least, &dy_most)
-        g.exact_zeros = (pypto_bf16_least_exponent(dy_least)
-                         + pypto_bf16_least_exponent(w_least)) >= 142
-        g.dot_bf16 = g.dot_bf16 and g.exact_zeros
+        dy_exponent = pypto_bf16_least_exponent(dy_least)
+        w_exponent = pypto_bf16_least_exponent(w_least)
+        g.exact_zeros = dy_exponent + w_exponent >= 142
+        g.dot_bf16 = g.dot_bf16 and g.exact_zeros and min(dy_exponent, w_exponent) >= 1
     g.m_rows, g.m_cols, g.nl1, kl1, g.ml0, g.kl0, g.nl0 = tiles
     g.cout_l1 = kl1 // (g.kh * g.kw)
     g.vec_c, g.vec_w = vec_cw

@@ -733,7 +733,14 @@ cdef inline void _multiply_block(const Geometry *g, const Frame *f, int64_t phas
 cdef void _work_item(const Geometry *g, int64_t item, const uint16_t *dy, uint16_t *dx,
                      float *scratch) noexcept nogil:
     """One (image group, N-L1 block, M-L1 tile): every output element of it, start to
-    finish."""
+    finish, in the kernel's floating-point environment (pypto_fpenv.h) on this thread."""
+    cdef pypto_fpenv saved = pypto_fp_enter()
+    _work_item_in_env(g, item, dy, dx, scratch)
+    pypto_fp_leave(saved)
+
+
+cdef void _work_item_in_env(const Geometry *g, int64_t item, const uint16_t *dy, uint16_t *dx,
+                            float *scratch) noexcept nogil:
     cdef int64_t tiles_per_img = g.n_blocks * g.row_tiles * g.col_tiles
     cdef int64_t img = (item // tiles_per_img) * g.group
     cdef int64_t images = _min(g.group, g.n_img - img)

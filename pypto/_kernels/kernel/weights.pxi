@@ -43,6 +43,15 @@ cdef void _magnitudes(const uint16_t *x, int64_t n, int num_threads, uint16_t *l
 
 cdef void _pack_weights(const Geometry *g, const uint16_t *w, int64_t co_begin,
                         int64_t co_end) noexcept nogil:
+    """_pack_weights_in_env in the kernel's floating-point environment (fp16 widens through
+    F16C, whose subnormal inputs a thread's DAZ would flush)."""
+    cdef pypto_fpenv saved = pypto_fp_enter()
+    _pack_weights_in_env(g, w, co_begin, co_end)
+    pypto_fp_leave(saved)
+
+
+cdef void _pack_weights_in_env(const Geometry *g, const uint16_t *w, int64_t co_begin,
+                               int64_t co_end) noexcept nogil:
     """Weight panels of output channels co_begin .. co_end-1 (whole pairs with the bf16 dot
     product): every block of wb input channels (g.wb: PYPTO_MR, PYPTO_FEW_MR, or PYPTO_CV_N /
     PYPTO_CVW_N for the channel-vector kernels; zero rows past Cin) and every phase.
