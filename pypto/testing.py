@@ -61,7 +61,8 @@ class CompareResult:
     standard : the standard that decides ``passed`` ("all": every one)
     passed : bool
     localisation : ``pypto._golden.localise.Localisation``
-    golden, actual, reference : the float64 golden, the result, pypto's own result
+    golden, actual, reference : the float64 golden, the result, pypto's own result (arrays of
+        the result's own: copies of those given to :func:`compare`)
     """
 
     def __init__(
@@ -302,7 +303,7 @@ def compare(
                     f"{list(golden.shape)}"
                 )
             )
-        golden = golden.astype(np.float64, copy=False)
+        golden = golden.astype(np.float64)  # a copy: the result keeps it
     if reference is not None:
         reference = _array(reference, "reference (pypto's result)", dtype)
         if list(reference.shape) != list(case.input_size):
@@ -318,10 +319,13 @@ def compare(
         case.problem,
         f"the float64 golden, its error bound and the comparison of {out_elements} elements",
     )
+    # the result keeps actual, golden and reference: its own copies of what was given, so that
+    # the caller's arrays changing later (a torch gradient that the next backward adds into)
+    # never change what the result says was judged
+    a = a.copy()
     if golden is None:
         golden = golden_dgrad(case, dy, w)
-    if reference is None:
-        reference = pypto_dgrad(case, dy, w)
+    reference = pypto_dgrad(case, dy, w) if reference is None else reference.copy()
     return _judge(case, dy, w, a, golden, reference, standard)
 
 

@@ -50,12 +50,21 @@ from ._convbp import conv_backward_input as _pypto_dgrad
 from ._core import options as _config
 from ._core.options import get_convbp_input_tile_shapes, get_vec_tile_shapes, options
 from ._core.suggest import suggest_convbp_input_tile_shapes
+from ._core.values import as_int
 from ._dtypes import DataType
 from ._golden import calls as _calls
 from ._golden.accuracy import json_ready
 from ._version import __version__
 from .error import ConvBpInputError, ConvBpValueError, FeError, PyptoError
 from .tensor import Tensor, from_torch
+
+try:  # torch's own class of data-less tensors (torch.compile's tracing); private, so guarded
+    from torch._subclasses.fake_tensor import FakeTensor
+except ImportError:  # pragma: no cover - every torch pypto supports has it
+
+    class FakeTensor:  # isinstance() is then never true
+        pass
+
 
 __all__ = [
     "conv2d_input",
@@ -295,6 +304,16 @@ def _host(t):
     if t.device.type != "cpu":
         t = t.cpu()
     return t.resolve_neg().resolve_conj()
+
+
+def _without_data(*tensors):
+    """Why a call's tensors cannot be read (a meta or fake tensor: shapes only), or None."""
+    for t in tensors:
+        if t.device.type == "meta":
+            return "a tensor on the meta device"
+        if isinstance(t, FakeTensor):
+            return "a fake tensor (FakeTensorMode)"
+    return None
 
 
 def _from_array(array, dtype):
@@ -611,6 +630,17 @@ class CrosscheckWarning(UserWarning):
 
 
 _ON_FAIL = ("warn", "raise", "ignore")
+
+
+def _keep_failures(value):
+    """crosscheck's keep_failures as an int >= 0."""
+    count = as_int(value)
+    if count is None or count < 0:
+        kind = TypeError if count is None else ValueError
+        raise FeError(kind(f"keep_failures must be an int >= 0, but got {value!r}"))
+    return count
+
+
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default
 _ARG_NAMES = [a.name for a in _CONV_BACKWARD._schema.arguments]
 
@@ -657,12 +687,26 @@ class crosscheck(TorchDispatchMode):
 
     on_fail: "warn" (a CrosscheckWarning per failing call), "raise" (CrosscheckError at the first
     failing call, after recording it) or "ignore". report: a path written at exit (also on an
-    exception), CSV when it ends with .csv, else JSON; None: no file. ``failures`` maps a failing
-    call's index to its CompareResult (``print(xc.failures[i])`` for the whole report).
+    exception), CSV when it ends with .csv, else JSON; None: no file.
+
+    failures maps each failing call's index to its CompareResult (``print(xc.failures[i])``
+    for the whole report), for the first ``keep_failures`` failing calls, and to None for later
+    ones: a result holds about 80 bytes per grad_input element (the float64 golden, the
+    localisation's error arrays, copies of both results), so a training loop under the mode
+    keeps at most that many. Every call, failing or not, keeps its row in ``rows`` (verdicts,
+    max ulp, failing tasks). 0 keeps no result.
+
+    Calls whose tensors hold no data (the meta device, fake tensors) are listed as skipped.
     """
 
     def __init__(
-        self, standard=_testing.DEFAULT_STANDARD, report=None, on_fail="warn", top=5, threads=1
+        self,
+        standard=_testing.DEFAULT_STANDARD,
+        report=None,
+        on_fail="warn",
+        top=5,
+        threads=1,
+        keep_failures=4,
     ):
         super().__init__()
         if threads is not None:
@@ -687,8 +731,10 @@ class crosscheck(TorchDispatchMode):
         self.standard, self.report, self.on_fail = standard, report, on_fail
         self.top = _testing._top(top)
         self.threads = threads
+        self.keep_failures = _keep_failures(keep_failures)
         self.rows = []
         self.failures = {}
+        self._kept_failures = 0
         self._calls = 0
 
     # --- the mode ---------------------------------------------------------------------------
@@ -744,6 +790,10 @@ class crosscheck(TorchDispatchMode):
         if any(a["output_padding"]):
             row["reason"] = f"output_padding {list(a['output_padding'])} (transposed only)"
             return
+        empty = _without_data(out[0], dy, w)
+        if empty is not None:
+            row["reason"] = f"{empty}: no data to judge"
+            return
         start = time.perf_counter()
         try:
             plan = _run_plan(
@@ -780,7 +830,10 @@ class crosscheck(TorchDispatchMode):
         row.update(_calls.judged(result))
         if result.passed:
             return
-        self.failures[index] = result
+        # every failing call is listed; only the first keep_failures keep their whole result
+        kept = self._kept_failures < self.keep_failures
+        self.failures[index] = result if kept else None
+        self._kept_failures += kept
         text = self._failure_text(row)
         if self.on_fail == "raise":
             raise CrosscheckError(text + "\n" + result.report(self.top), row, result)

@@ -709,6 +709,25 @@ def test_a_bad_manifest_is_a_usage_error(case_dir, tmp_path, capsys):
     assert code == 2 and "cannot read" in err and "manifest.json" in err
 
 
+def test_a_result_owns_what_it_judged(clean):
+    """Issue 42 #1: the result keeps copies of actual, golden and reference; the caller's
+    arrays changing afterwards (a gradient the next backward adds into) leave it as judged."""
+    case, dy, w, ref = clean
+    actual = ref.copy()
+    golden = _compare(ref, dy, w).golden.copy()
+    given_ref = ref.copy()
+    result = _compare(actual, dy, w, golden=golden, reference=given_ref)
+    given = (actual, golden, given_ref)
+    for mine, kept in zip(given, (result.actual, result.golden, result.reference)):
+        assert not np.shares_memory(mine, kept)
+    judged = (result.actual.copy(), result.golden.copy(), result.reference.copy())
+    actual += actual
+    golden *= 3
+    given_ref -= given_ref
+    for before, kept in zip(judged, (result.actual, result.golden, result.reference)):
+        assert np.array_equal(before.view(np.uint8), kept.view(np.uint8))
+
+
 # --- the picture ---------------------------------------------------------------------------------
 def test_plot_draws_the_faulty_tile(clean, tmp_path):
     pytest.importorskip("matplotlib")

@@ -12,6 +12,7 @@ import json
 import time
 import warnings
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: pypto.torch needs it")
@@ -291,6 +292,70 @@ def test_pypto_conv2d_calls_are_seen_and_not_judged_twice():
     assert len(xc.rows) == 1 and xc.rows[0]["status"] == "skipped"
     assert "grad_input not asked for" in xc.rows[0]["reason"]
     assert x.grad is not None
+
+
+def _one_conv_failing_steps(steps, **crosscheck_args):
+    """``steps`` backward passes of one corrupted conv, without zeroing x.grad between them
+    (torch adds each step's grad_input into the first one's tensor): (crosscheck, x, the
+    grad_input each step's judging saw)."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(16, 16, 3, padding=1).bfloat16()
+    x = torch.randn(2, 16, 8, 8, dtype=torch.bfloat16, requires_grad=True)
+    seen = []
+    with CorruptGradInput((16, 16, 3, 3), image=0, channels=(0, 4), rows=(0, 2)):
+        with pt.crosscheck(on_fail="ignore", **crosscheck_args) as xc:
+            for _ in range(steps):
+                conv(x).float().sum().backward()
+                failed = [i for i, r in xc.failures.items() if r is not None]
+                seen.append(xc.failures[failed[-1]].actual.copy() if failed else None)
+    return xc, x, seen
+
+
+def test_a_kept_failure_holds_what_was_judged_not_the_live_gradient():
+    """Issue 42 #1: the first step's grad_input becomes x.grad and the second adds into it;
+    the stored result must not share that memory."""
+    xc, x, seen = _one_conv_failing_steps(2)
+    assert sorted(xc.failures) == [0, 1] and all(r["status"] == "fail" for r in xc.rows)
+    first = xc.failures[0]
+    grad_bits = x.grad.view(torch.int16).numpy()
+    assert not np.shares_memory(first.actual, grad_bits)
+    assert same_bits(
+        torch.from_numpy(first.actual.view(np.int16)), torch.from_numpy(seen[0].view(np.int16))
+    )
+    # the report's worst element lists what was judged, not step 1 + step 2
+    judged = seen[0].astype(np.float64)
+    worst = first.localisation.worst(1)[0]
+    assert worst.actual in judged and worst.actual not in x.grad.double().numpy()
+
+
+def test_only_keep_failures_results_are_kept_every_row_is():
+    """Issue 42 #2: a result holds about 80 bytes per element; a loop under the mode keeps
+    whole results for the first keep_failures failing calls, None for later ones, and a row
+    for every call."""
+    xc, _, _ = _one_conv_failing_steps(5, keep_failures=2)
+    assert sorted(xc.failures) == [0, 1, 2, 3, 4] and len(xc.rows) == 5
+    assert [r is not None for r in xc.failures.values()] == [True, True, False, False, False]
+    assert all(r["status"] == "fail" and r["failing_tasks"] for r in xc.rows)
+    xc, _, _ = _one_conv_failing_steps(2, keep_failures=0)
+    assert xc.failures == {0: None, 1: None}
+    default, _, _ = _one_conv_failing_steps(6)
+    assert sum(r is not None for r in default.failures.values()) == 4
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(pypto.PyptoError, match="keep_failures must be an int >= 0"):
+            pt.crosscheck(keep_failures=bad)
+
+
+def test_a_meta_device_backward_runs_and_is_listed_as_skipped():
+    """Issue 42 #3: meta tensors hold no data; the backward runs as it does without the mode."""
+    with torch.device("meta"):
+        conv = nn.Conv2d(8, 16, 3, stride=2, padding=1).half()
+        x = torch.randn(1, 8, 9, 9, dtype=torch.float16, requires_grad=True)
+    with pt.crosscheck(on_fail="raise") as xc:
+        conv(x).float().sum().backward()
+    assert x.grad.device.type == "meta" and list(x.grad.shape) == [1, 8, 9, 9]
+    (row,) = xc.rows
+    assert row["status"] == "skipped" and "meta device: no data to judge" in row["reason"]
+    assert xc.failures == {}
 
 
 def test_bad_arguments_are_pypto_errors(tmp_path):
