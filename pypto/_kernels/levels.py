@@ -9,7 +9,8 @@ included, is compiled with ``flags`` and may use any instruction they allow.
 
 ``requires`` lists everything the flags let the compiler emit (``-march=x86-64-v3`` means the
 whole x86-64-v3 set, not only AVX2), plus the operating-system state the registers need
-(``os_avx``: XCR0 has the SSE and AVX state; ``os_avx512``: also the opmask and ZMM state).
+(``os_avx``: XCR0 has the SSE and AVX state; ``os_avx512``: also the opmask and ZMM state;
+``os_amx``: also the tile configuration and tile data state).
 """
 
 from collections import namedtuple
@@ -39,6 +40,14 @@ LEVELS = (
     IsaLevel("avx512", ("-march=x86-64-v4",), _X86_64_V4, "x86_64"),
     IsaLevel(
         "avx512_bf16", ("-march=x86-64-v4", "-mavx512bf16"), _X86_64_V4 + ("avx512_bf16",), "x86_64"
+    ),
+    # avx512 plus the tile unit, which only sum_order "tile" uses, and only once the OS has
+    # granted this process tile data (asked at the first such call) and the self-check passed
+    IsaLevel(
+        "avx512_amx",
+        ("-march=x86-64-v4", "-mamx-tile", "-mamx-bf16"),
+        _X86_64_V4 + ("amx_tile", "amx_bf16", "os_amx"),
+        "x86_64",
     ),
 )
 

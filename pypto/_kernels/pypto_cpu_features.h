@@ -52,13 +52,17 @@ static const struct {
     {"avx512bw", 7, 0, PYPTO_EBX, 1u << 30},
     {"avx512vl", 7, 0, PYPTO_EBX, 1u << 31},
     {"avx512_bf16", 7, 1, PYPTO_EAX, 1u << 5},
-    /* read, never run: it marks the CPUs whose dot product is slow (levels.py, PASSED_OVER) */
+    /* it also marks the CPUs whose dot product is slow (levels.py, PASSED_OVER) */
     {"amx_bf16", 7, 0, PYPTO_EDX, 1u << 22},
+    {"amx_tile", 7, 0, PYPTO_EDX, 1u << 24},
     {"lahf_lm", 0x80000001u, 0, PYPTO_ECX, 1u << 0},
     {"lzcnt", 0x80000001u, 0, PYPTO_ECX, 1u << 5},
     /* XCR0: SSE and AVX state; then also opmask, upper ZMM0-15 and ZMM16-31 state */
     {"os_avx", 0, 0, PYPTO_XCR0, 0x6u},
     {"os_avx512", 0, 0, PYPTO_XCR0, 0xe6u},
+    /* XCR0 bits 17 and 18: the OS saves tile configuration and tile data (a process still
+     * needs its permission for the data: pypto_request_amx) */
+    {"os_amx", 0, 0, PYPTO_XCR0, 0x60000u},
 };
 enum { PYPTO_N_FEATURES = sizeof pypto_x86_bits / sizeof pypto_x86_bits[0] };
 
@@ -141,5 +145,35 @@ static void pypto_cpu_features(pypto_feature *out)
     out[0].present = 0;
 }
 #endif
+
+#if defined(__linux__) && defined(__x86_64__)
+#include <errno.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define PYPTO_ARCH_GET_XCOMP_PERM 0x1022
+#define PYPTO_ARCH_REQ_XCOMP_PERM 0x1023
+#define PYPTO_XFEATURE_XTILEDATA 18
+
+/* 0 once this process may use AMX tile data (asked of the kernel if not yet granted, then
+ * read back), else the errno of the refusal: Linux gives tile data only to processes that
+ * ask (Documentation/arch/x86/xstate.rst); a tile instruction without it ends in SIGILL. */
+static int pypto_request_amx(void)
+{
+    unsigned long granted = 0;
+    if (syscall(SYS_arch_prctl, PYPTO_ARCH_GET_XCOMP_PERM, &granted) == 0
+        && (granted & (1ul << PYPTO_XFEATURE_XTILEDATA)))
+        return 0;
+    if (syscall(SYS_arch_prctl, PYPTO_ARCH_REQ_XCOMP_PERM, PYPTO_XFEATURE_XTILEDATA) != 0)
+        return errno ? errno : EPERM;
+    granted = 0;
+    if (syscall(SYS_arch_prctl, PYPTO_ARCH_GET_XCOMP_PERM, &granted) != 0)
+        return errno ? errno : EPERM;
+    return (granted & (1ul << PYPTO_XFEATURE_XTILEDATA)) ? 0 : EPERM;
+}
+#else
+#include <errno.h>
+static int pypto_request_amx(void) { return ENOSYS; /* no AMX outside x86-64 Linux */ }
+#endif
+
 
 #endif

@@ -219,3 +219,6 @@ cdef object _dgrad(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, int d
         + ("+few" if g.few else "") \
         + (f"+group{g.group}" if g.group > 1 else "") \
         + ("+stream" if g.stream else "")
+
+
+include "tile_order.pxi"

@@ -1,0 +1,311 @@
+/* sum_order "tile" (bf16): each output element sums its products in the order of AMX's
+ * TDPBF16PS as the Intel SDM defines it, one instruction per (32-channel block b of Cout, tap):
+ *
+ *     E = fp32 FMA chain from +0 over the block's even channels (co = 32b, 32b+2, ..., 32b+30)
+ *     O = the same chain over its odd channels (32b+1, ..., 32b+31)
+ *     C = C + (E + O)
+ *
+ * blocks ascending, the taps (kh, kw) of the output's stride phase ascending inside a block,
+ * Cout padded with zero channels to whole blocks, C from +0; then one RNE rounding to bf16.
+ * tools/amx_order_probe.c shows the tile unit computes exactly this (it also flushes
+ * subnormals, which the caller's gate makes inert: AMX runs only where none can occur).
+ * Skipping a tap that a phase lacks skips an instruction whose E + O is +0: C is never -0, so
+ * C + 0 leaves its bits.
+ *
+ * Data: weights packed per 16-channel block of Cin as [co block][tap][16 ci][32 co] (bf16 for
+ * the tile unit, fp32 for the emulation); dy in pair frames, one plane per channel pair
+ * (2cp, 2cp + 1) of 32-bit pairs, even channel in the low half, with a zero halo. A C tile is 16
+ * input channels x 16 pixels of one row of a stride phase; its B operand, 16 planes x 16
+ * consecutive pairs, is one TILELOADD with the plane as stride.
+ */
+#ifndef PYPTO_TILE_H
+#define PYPTO_TILE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "pypto_convert.h"
+#include "pypto_isa.h"
+
+enum { PYPTO_TILE_CH = 16, PYPTO_TILE_PX = 16, PYPTO_TILE_K = 32 };
+#define PYPTO_TILE_A_ELEMS (PYPTO_TILE_CH * PYPTO_TILE_K) /* one packed (block, tap) */
+
+/* The packed weight of input channels 16 cb .. 16 cb + 15, every co block and tap:
+ * dst[(b * taps + t) * 512 + r * 32 + k] = w[32 b + k][16 cb + r][t], 0 past Cout or Cin. */
+static inline void pypto_tile_pack(const uint16_t *restrict w, int64_t cout, int64_t cin,
+                                   int64_t taps, int64_t cb, int as_float, void *restrict dst)
+{
+    const int64_t blocks = (cout + PYPTO_TILE_K - 1) / PYPTO_TILE_K;
+    uint16_t *d16 = (uint16_t *)dst;
+    float *d32 = (float *)dst;
+    for (int64_t b = 0; b < blocks; b++)
+        for (int64_t t = 0; t < taps; t++)
+            for (int64_t r = 0; r < PYPTO_TILE_CH; r++)
+                for (int64_t k = 0; k < PYPTO_TILE_K; k++) {
+                    const int64_t co = b * PYPTO_TILE_K + k, ci = cb * PYPTO_TILE_CH + r;
+                    const uint16_t v = co < cout && ci < cin ? w[(co * cin + ci) * taps + t] : 0;
+                    const int64_t at = (b * taps + t) * PYPTO_TILE_A_ELEMS + r * PYPTO_TILE_K + k;
+                    if (as_float)
+                        d32[at] = pypto_bf16_to_float(v);
+                    else
+                        d16[at] = v;
+                }
+}
+
+/* One pair plane: rows top .. top + hout - 1, columns left .. left + wout - 1 from dy rows of
+ * the two channels (odd NULL: a zero channel of the padding), zero elsewhere. */
+static inline void pypto_tile_frame_plane(const uint16_t *restrict even,
+                                          const uint16_t *restrict odd, int64_t hout,
+                                          int64_t wout, int64_t top, int64_t left, int64_t hf,
+                                          int64_t wf, uint32_t *restrict plane)
+{
+    memset(plane, 0, (size_t)(hf * wf) * sizeof(uint32_t));
+    if (even == NULL)
+        return;
+    for (int64_t h = 0; h < hout; h++) {
+        uint32_t *row = plane + (top + h) * wf + left;
+        const uint16_t *e = even + h * wout;
+        if (odd != NULL) {
+            const uint16_t *o = odd + h * wout;
+            for (int64_t x = 0; x < wout; x++)
+                row[x] = (uint32_t)e[x] | ((uint32_t)o[x] << 16);
+        } else {
+            for (int64_t x = 0; x < wout; x++)
+                row[x] = e[x];
+        }
+    }
+}
+
+/* ---- the emulation: the same order in IEEE fp32 on any CPU --------------------------------- */
+#if defined(__AVX512F__)
+typedef __m512 pypto_tv;
+enum { PYPTO_TV = 16 };
+#define PYPTO_TV_LOAD(p) _mm512_loadu_ps(p)
+#define PYPTO_TV_STORE(p, v) _mm512_storeu_ps(p, v)
+#define PYPTO_TV_SET1(x) _mm512_set1_ps(x)
+#define PYPTO_TV_ZERO() _mm512_setzero_ps()
+#define PYPTO_TV_ADD(a, b) _mm512_add_ps(a, b)
+#define PYPTO_TV_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define PYPTO_TV_FUSED 1
+#elif defined(__AVX2__) && defined(__FMA__)
+typedef __m256 pypto_tv;
+enum { PYPTO_TV = 8 };
+#define PYPTO_TV_LOAD(p) _mm256_loadu_ps(p)
+#define PYPTO_TV_STORE(p, v) _mm256_storeu_ps(p, v)
+#define PYPTO_TV_SET1(x) _mm256_set1_ps(x)
+#define PYPTO_TV_ZERO() _mm256_setzero_ps()
+#define PYPTO_TV_ADD(a, b) _mm256_add_ps(a, b)
+#define PYPTO_TV_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define PYPTO_TV_FUSED 1
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+typedef float32x4_t pypto_tv;
+enum { PYPTO_TV = 4 };
+#define PYPTO_TV_LOAD(p) vld1q_f32(p)
+#define PYPTO_TV_STORE(p, v) vst1q_f32(p, v)
+#define PYPTO_TV_SET1(x) vdupq_n_f32(x)
+#define PYPTO_TV_ZERO() vdupq_n_f32(0.0f)
+#define PYPTO_TV_ADD(a, b) vaddq_f32(a, b)
+#define PYPTO_TV_FMA(a, b, c) vfmaq_f32(c, a, b)
+#define PYPTO_TV_FUSED 1
+#elif defined(__SSE2__)
+#include <emmintrin.h>
+typedef __m128 pypto_tv;
+enum { PYPTO_TV = 4 };
+#define PYPTO_TV_LOAD(p) _mm_loadu_ps(p)
+#define PYPTO_TV_STORE(p, v) _mm_storeu_ps(p, v)
+#define PYPTO_TV_SET1(x) _mm_set1_ps(x)
+#define PYPTO_TV_ZERO() _mm_setzero_ps()
+#define PYPTO_TV_ADD(a, b) _mm_add_ps(a, b)
+/* no FMA: a product of two bf16 is exact in fp32 unless it overflows or falls below 2^-126,
+ * so multiply then add equals the FMA where the caller says products are exact */
+#define PYPTO_TV_FMA(a, b, c) _mm_add_ps(_mm_mul_ps(a, b), c)
+#define PYPTO_TV_FUSED 0
+#else
+#define PYPTO_TV_FUSED 0
+#define PYPTO_TV_NONE 1
+#endif
+
+/* B operand of one (co block, tap, pixel tile): 16 pair rows of 16 pixels, split into the even
+ * channels' and the odd channels' values, fp32 */
+static inline void pypto_tile_split(const uint32_t *restrict b, int64_t plane,
+                                    float *restrict even, float *restrict odd)
+{
+    for (int k = 0; k < PYPTO_TILE_K / 2; k++)
+        for (int n = 0; n < PYPTO_TILE_PX; n++) {
+            const uint32_t pair = b[k * plane + n];
+            even[k * PYPTO_TILE_PX + n] = pypto_u2f(pair << 16);
+            odd[k * PYPTO_TILE_PX + n] = pypto_u2f(pair & 0xffff0000u);
+        }
+}
+
+/* c[16 ch][16 px] += a (16 x 32, fp32) x the split B, in the SDM's order: scalar fmaf */
+static inline void pypto_tile_dp_scalar(const float *restrict a, const float *restrict even,
+                                        const float *restrict odd, float *restrict c)
+{
+    for (int m = 0; m < PYPTO_TILE_CH; m++)
+        for (int n = 0; n < PYPTO_TILE_PX; n++) {
+            float e = 0.0f, o = 0.0f;
+            for (int k = 0; k < PYPTO_TILE_K / 2; k++) {
+                e = fmaf(a[m * PYPTO_TILE_K + 2 * k], even[k * PYPTO_TILE_PX + n], e);
+                o = fmaf(a[m * PYPTO_TILE_K + 2 * k + 1], odd[k * PYPTO_TILE_PX + n], o);
+            }
+            c[m * PYPTO_TILE_PX + n] += e + o;
+        }
+}
+
+/* the same, four channels' E and O chains at a time on vectors of pixels; exact: every product
+ * is exact in fp32 (the caller's scan), needed only where the vectors have no FMA */
+static inline void pypto_tile_dp(const float *restrict a, const float *restrict even,
+                                 const float *restrict odd, float *restrict c, int exact)
+{
+#ifdef PYPTO_TV_NONE
+    (void)exact;
+    pypto_tile_dp_scalar(a, even, odd, c);
+#else
+    if (!PYPTO_TV_FUSED && !exact) {
+        pypto_tile_dp_scalar(a, even, odd, c);
+        return;
+    }
+    for (int m = 0; m < PYPTO_TILE_CH; m += 4)
+        for (int v = 0; v < PYPTO_TILE_PX; v += PYPTO_TV) {
+            pypto_tv e0 = PYPTO_TV_ZERO(), e1 = e0, e2 = e0, e3 = e0;
+            pypto_tv o0 = e0, o1 = e0, o2 = e0, o3 = e0;
+            const float *a0 = a + m * PYPTO_TILE_K;
+            for (int k = 0; k < PYPTO_TILE_K / 2; k++) {
+                const pypto_tv ev = PYPTO_TV_LOAD(even + k * PYPTO_TILE_PX + v);
+                const pypto_tv ov = PYPTO_TV_LOAD(odd + k * PYPTO_TILE_PX + v);
+                e0 = PYPTO_TV_FMA(PYPTO_TV_SET1(a0[2 * k]), ev, e0);
+                o0 = PYPTO_TV_FMA(PYPTO_TV_SET1(a0[2 * k + 1]), ov, o0);
+                e1 = PYPTO_TV_FMA(PYPTO_TV_SET1(a0[PYPTO_TILE_K + 2 * k]), ev, e1);
+                o1 = PYPTO_TV_FMA(PYPTO_TV_SET1(a0[PYPTO_TILE_K + 2 * k + 1]), ov, o1);
+                e2 = PYPTO_TV_FMA(PYPTO_TV_SET1(a0[2 * PYPTO_TILE_K + 2 * k]), ev, e2);
+                o2 = PYPTO_TV_FMA(PYPTO_TV_SET1(a0[2 * PYPTO_TILE_K + 2 * k + 1]), ov, o2);
+                e3 = PYPTO_TV_FMA(PYPTO_TV_SET1(a0[3 * PYPTO_TILE_K + 2 * k]), ev, e3);
+                o3 = PYPTO_TV_FMA(PYPTO_TV_SET1(a0[3 * PYPTO_TILE_K + 2 * k + 1]), ov, o3);
+            }
+            float *c0 = c + m * PYPTO_TILE_PX + v;
+            PYPTO_TV_STORE(c0, PYPTO_TV_ADD(PYPTO_TV_LOAD(c0), PYPTO_TV_ADD(e0, o0)));
+            PYPTO_TV_STORE(c0 + PYPTO_TILE_PX,
+                           PYPTO_TV_ADD(PYPTO_TV_LOAD(c0 + PYPTO_TILE_PX), PYPTO_TV_ADD(e1, o1)));
+            PYPTO_TV_STORE(c0 + 2 * PYPTO_TILE_PX, PYPTO_TV_ADD(PYPTO_TV_LOAD(c0 + 2 * PYPTO_TILE_PX),
+                                                                PYPTO_TV_ADD(e2, o2)));
+            PYPTO_TV_STORE(c0 + 3 * PYPTO_TILE_PX, PYPTO_TV_ADD(PYPTO_TV_LOAD(c0 + 3 * PYPTO_TILE_PX),
+                                                                PYPTO_TV_ADD(e3, o3)));
+        }
+#endif
+}
+
+/* A block of n_ch (1, 2) channel tiles x n_px (1, 2) pixel tiles over every K step, emulated:
+ * c[(ch * 2 + px) * 256 ...] from +0. a[ch]: the channel tiles' packed fp32 weights; b[px]: the
+ * frame at the pixel tile's first pixel (tap offsets added); scratch: 512 floats. */
+static inline void pypto_tile_block_emulated(const float *const *a, int n_ch,
+                                             const uint32_t *const *b, int n_px, int64_t blocks,
+                                             int64_t taps, const int64_t *tap_index,
+                                             const int64_t *tap_offset, int64_t n_taps,
+                                             int64_t plane, float *restrict c,
+                                             float *restrict scratch, int exact)
+{
+    const int64_t tile = PYPTO_TILE_CH * PYPTO_TILE_PX;
+    memset(c, 0, 4 * (size_t)tile * sizeof(float));
+    float *even = scratch, *odd = scratch + tile;
+    for (int64_t blk = 0; blk < blocks; blk++)
+        for (int64_t i = 0; i < n_taps; i++) {
+            const int64_t a_at = (blk * taps + tap_index[i]) * PYPTO_TILE_A_ELEMS;
+            const int64_t b_at = blk * (PYPTO_TILE_K / 2) * plane + tap_offset[i];
+            for (int px = 0; px < n_px; px++) {
+                pypto_tile_split(b[px] + b_at, plane, even, odd);
+                for (int ch = 0; ch < n_ch; ch++)
+                    pypto_tile_dp(a[ch] + a_at, even, odd, c + (ch * 2 + px) * tile, exact);
+            }
+        }
+}
+
+/* ---- the tile unit ----------------------------------------------------------------------- */
+#if PYPTO_HAVE_AMX
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} pypto_tile_config;
+
+/* palette 1, every tile 16 rows x 64 bytes: C tiles 0-3, A tiles 4-5, B tiles 6-7 */
+static inline void pypto_amx_begin(void)
+{
+    pypto_tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+static inline void pypto_amx_end(void) { _tile_release(); }
+
+/* pypto_tile_block_emulated on the tile unit (between pypto_amx_begin and _end on this
+ * thread); a[ch]: packed bf16 weights */
+static inline void pypto_tile_block_amx(const uint16_t *const *a, int n_ch,
+                                        const uint32_t *const *b, int n_px, int64_t blocks,
+                                        int64_t taps, const int64_t *tap_index,
+                                        const int64_t *tap_offset, int64_t n_taps,
+                                        int64_t plane, float *restrict c)
+{
+    const int64_t tile = PYPTO_TILE_CH * PYPTO_TILE_PX;
+    const int64_t stride = plane * (int64_t)sizeof(uint32_t);
+    const int64_t a_bytes = PYPTO_TILE_K * (int64_t)sizeof(uint16_t);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t blk = 0; blk < blocks; blk++)
+        for (int64_t i = 0; i < n_taps; i++) {
+            const int64_t a_at = (blk * taps + tap_index[i]) * PYPTO_TILE_A_ELEMS;
+            const int64_t b_at = blk * (PYPTO_TILE_K / 2) * plane + tap_offset[i];
+            _tile_loadd(6, b[0] + b_at, stride);
+            _tile_loadd(4, a[0] + a_at, a_bytes);
+            _tile_dpbf16ps(0, 4, 6);
+            if (n_px == 2) {
+                _tile_loadd(7, b[1] + b_at, stride);
+                _tile_dpbf16ps(1, 4, 7);
+            }
+            if (n_ch == 2) {
+                _tile_loadd(5, a[1] + a_at, a_bytes);
+                _tile_dpbf16ps(2, 5, 6);
+                if (n_px == 2)
+                    _tile_dpbf16ps(3, 5, 7);
+            }
+        }
+    _tile_stored(0, c, 64);
+    _tile_stored(1, c + tile, 64);
+    _tile_stored(2, c + 2 * tile, 64);
+    _tile_stored(3, c + 3 * tile, 64);
+}
+#else
+/* levels without the tile unit: never called (dgrad_tile's use_amx is 0 there) */
+static inline void pypto_amx_begin(void) {}
+static inline void pypto_amx_end(void) {}
+static inline void pypto_tile_block_amx(const uint16_t *const *a, int n_ch,
+                                        const uint32_t *const *b, int n_px, int64_t blocks,
+                                        int64_t taps, const int64_t *tap_index,
+                                        const int64_t *tap_offset, int64_t n_taps,
+                                        int64_t plane, float *c)
+{
+    (void)a, (void)n_ch, (void)b, (void)n_px, (void)blocks, (void)taps, (void)tap_index;
+    (void)tap_offset, (void)n_taps, (void)plane, (void)c;
+}
+#endif
+
+/* A C tile (16 channels x 16 pixels, fp32) rounded once to bf16 into dx: n_ch channels
+ * ch_stride apart, n_px pixels step apart. */
+static inline void pypto_tile_write(const float *restrict c, int64_t n_ch, int64_t n_px,
+                                    uint16_t *restrict dst, int64_t ch_stride, int64_t step)
+{
+    for (int64_t m = 0; m < n_ch; m++)
+        for (int64_t n = 0; n < n_px; n++)
+            dst[m * ch_stride + n * step] = pypto_float_to_bf16(c[m * PYPTO_TILE_PX + n]);
+}
+
+#endif

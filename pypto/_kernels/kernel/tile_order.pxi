@@ -1,0 +1,328 @@
+# sum_order "tile" (bf16): dgrad summed in the order of AMX's TDPBF16PS (pypto_tile.h says the
+# order), on the tile unit where this level has one and the caller allows it, else emulated in
+# IEEE fp32 with the same bits. One work item = (image, 32 input channels, stride phase, a run
+# of 16-pixel row tiles); each block of 2 x 2 C tiles (32 channels x 2 pixel tiles) runs every
+# K step (co block, tap) before its one rounding, so no sum depends on the threads or items.
+
+cdef extern from "pypto_tile.h" nogil:
+    enum: PYPTO_TILE_CH
+    enum: PYPTO_TILE_PX
+    enum: PYPTO_TILE_K
+    void pypto_tile_pack(const uint16_t *w, int64_t cout, int64_t cin, int64_t taps, int64_t cb,
+                         int as_float, void *dst)
+    void pypto_tile_frame_plane(const uint16_t *even, const uint16_t *odd, int64_t hout,
+                                int64_t wout, int64_t top, int64_t left, int64_t hf, int64_t wf,
+                                uint32_t *plane)
+    void pypto_tile_block_emulated(const float *const *a, int n_ch, const uint32_t *const *b,
+                                   int n_px, int64_t blocks, int64_t taps,
+                                   const int64_t *tap_index, const int64_t *tap_offset,
+                                   int64_t n_taps, int64_t plane, float *c, float *scratch,
+                                   int exact)
+    void pypto_amx_begin()
+    void pypto_amx_end()
+    void pypto_tile_block_amx(const uint16_t *const *a, int n_ch, const uint32_t *const *b,
+                              int n_px, int64_t blocks, int64_t taps, const int64_t *tap_index,
+                              const int64_t *tap_offset, int64_t n_taps, int64_t plane, float *c)
+    void pypto_tile_write(const float *c, int64_t n_ch, int64_t n_px, uint16_t *dst,
+                          int64_t ch_stride, int64_t step)
+
+cdef extern from "pypto_isa.h" nogil:
+    enum: PYPTO_HAVE_AMX
+
+HAS_AMX = bool(PYPTO_HAVE_AMX)
+
+# pixel tiles per work item: 4 blocks of two
+cdef int64_t TILE_ITEM_TILES = 8
+
+
+cdef struct TileGeometry:
+    int64_t n_img, cout, cin, hout, wout, hin, win, kh, kw, sh, sw, pt, pl, dh, dw
+    int64_t taps, blocks, ch_tiles, top, left, hf, wf, plane, pairs
+    int64_t *rows          # per phase: rows and columns of the phase's pixel grid
+    int64_t *cols
+    int64_t *col_tiles     # 16-pixel tiles a phase row holds
+    int64_t *n_taps        # per phase: its taps, ascending, and each tap's frame offset
+    int64_t *tap_index     # [phase * taps + i]
+    int64_t *tap_offset
+    int64_t *items         # per work item: image, 32-channel block, phase, first tile
+    int64_t n_items
+    int use_amx, exact
+    const void *w_packed   # per 16-channel block: [co block][tap][16][32], bf16 or fp32
+    int64_t w_block_elems
+    uint32_t *frames       # per image: pairs planes of hf x wf
+
+
+cdef inline bint _flush_safe(int dy_exponent, int w_exponent) noexcept nogil:
+    """No product or partial sum can be subnormal, nor any input: the least exponents of the
+    nonzero magnitudes sum to >= 142 (all multiples of 2^-126) and neither input has a
+    subnormal, so an instruction that flushes subnormals (DAZ, FTZ) computes IEEE's bits."""
+    return dy_exponent + w_exponent >= 142 and min(dy_exponent, w_exponent) >= 1
+
+
+cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs) except -1:
+    """The phases, taps, frame halo and work items of a call (tables malloc'ed, freed by
+    _tile_free)."""
+    cdef int64_t ph, rh, rw, kh, kw, x, o, n_phases, t, i, n, cb, tiles, first
+    (g.n_img, g.cout, g.hout, g.wout), (_, g.cin, g.kh, g.kw), (_, _, g.hin, g.win) = shapes
+    g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = attrs
+    g.taps = g.kh * g.kw
+    g.blocks = (g.cout + PYPTO_TILE_K - 1) // PYPTO_TILE_K
+    g.pairs = g.blocks * (PYPTO_TILE_K // 2)
+    g.ch_tiles = (g.cin + PYPTO_TILE_CH - 1) // PYPTO_TILE_CH
+    n_phases = g.sh * g.sw
+    g.rows = <int64_t *>malloc((4 * n_phases + 2 * n_phases * g.taps) * sizeof(int64_t))
+    if g.rows == NULL:
+        raise MemoryError("pypto: no memory for the tile order's phase tables")
+    g.cols, g.col_tiles, g.n_taps = g.rows + n_phases, g.rows + 2 * n_phases, g.rows + 3 * n_phases
+    g.tap_index = g.rows + 4 * n_phases
+    g.tap_offset = g.tap_index + n_phases * g.taps
+    # the halo: every row and column a tap of a phase reads, 16-pixel tiles' overrun included
+    cdef int64_t top = 0, bottom = 0, left = 0, right = 0
+    for ph in range(n_phases):
+        rh, rw = ph // g.sw, ph % g.sw
+        g.rows[ph] = (g.hin - rh + g.sh - 1) // g.sh if rh < g.hin else 0
+        g.cols[ph] = (g.win - rw + g.sw - 1) // g.sw if rw < g.win else 0
+        g.col_tiles[ph] = (g.cols[ph] + PYPTO_TILE_PX - 1) // PYPTO_TILE_PX
+        g.n_taps[ph] = 0
+        if g.rows[ph] == 0 or g.cols[ph] == 0:
+            continue
+        for kh in range(g.kh):
+            x = rh + g.pt - kh * g.dh
+            if x % g.sh != 0:
+                continue
+            o = x // g.sh            # dy row of the phase's first row
+            top = max(top, -o)
+            bottom = max(bottom, o + g.rows[ph] - g.hout)
+            for kw in range(g.kw):
+                x = rw + g.pl - kw * g.dw
+                if x % g.sw != 0:
+                    continue
+                left = max(left, -(x // g.sw))
+                right = max(right, x // g.sw + g.col_tiles[ph] * PYPTO_TILE_PX - g.wout)
+                g.tap_index[ph * g.taps + g.n_taps[ph]] = kh * g.kw + kw
+                g.n_taps[ph] += 1
+    g.top, g.left = top, left
+    g.hf, g.wf = top + g.hout + bottom, left + g.wout + right
+    g.plane = g.hf * g.wf
+    for ph in range(n_phases):
+        rh, rw = ph // g.sw, ph % g.sw
+        for i in range(g.n_taps[ph]):
+            t = g.tap_index[ph * g.taps + i]
+            kh, kw = t // g.kw, t % g.kw
+            g.tap_offset[ph * g.taps + i] = ((rh + g.pt - kh * g.dh) // g.sh + top) * g.wf \
+                + (rw + g.pl - kw * g.dw) // g.sw + left
+    g.n_items = 0
+    for ph in range(n_phases):
+        tiles = g.rows[ph] * g.col_tiles[ph]
+        g.n_items += (tiles + TILE_ITEM_TILES - 1) // TILE_ITEM_TILES
+    g.n_items *= g.n_img * ((g.ch_tiles + 1) // 2)
+    g.items = <int64_t *>malloc(4 * max(g.n_items, 1) * sizeof(int64_t))
+    if g.items == NULL:
+        raise MemoryError("pypto: no memory for the tile order's work items")
+    i = 0
+    for n in range(g.n_img):
+        for cb in range((g.ch_tiles + 1) // 2):
+            for ph in range(n_phases):
+                tiles = g.rows[ph] * g.col_tiles[ph]
+                first = 0
+                while first < tiles:
+                    g.items[4 * i], g.items[4 * i + 1] = n, cb
+                    g.items[4 * i + 2], g.items[4 * i + 3] = ph, first
+                    first += TILE_ITEM_TILES
+                    i += 1
+    return 0
+
+
+cdef void _tile_free(TileGeometry *g) noexcept nogil:
+    free(g.rows)
+    free(g.items)
+    g.rows = NULL
+    g.items = NULL
+
+
+cdef int64_t _tile_buffer_bytes(const TileGeometry *g, bint as_float) noexcept nogil:
+    """The packed weight and the dy frames of a call."""
+    return g.ch_tiles * g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K * (4 if as_float else 2) \
+        + g.n_img * g.pairs * g.plane * 4
+
+
+def tile_buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs):
+    """Bytes dgrad_tile allocates for these shapes (packed weight and dy frames, at most)."""
+    cdef TileGeometry g
+    memset(&g, 0, sizeof(g))
+    try:
+        _tile_geometry(&g, (dy_shape, w_shape, dx_shape), attrs)
+        return _tile_buffer_bytes(&g, True)
+    finally:
+        _tile_free(&g)
+
+
+cdef void _tile_prepare(const TileGeometry *g, const uint16_t *dy, const uint16_t *w,
+                        int64_t job) noexcept nogil:
+    """Job j < ch_tiles packs the weight of 16-channel block j; the rest fill one pair plane
+    of one image's frame each."""
+    cdef int64_t n, cp, co
+    cdef const uint16_t *even
+    cdef const uint16_t *odd
+    cdef pypto_fpenv saved
+    if job < g.ch_tiles:
+        saved = pypto_fp_enter()
+        pypto_tile_pack(w, g.cout, g.cin, g.taps, job, not g.use_amx,
+                        <char *>g.w_packed + job * g.w_block_elems * (2 if g.use_amx else 4))
+        pypto_fp_leave(saved)
+        return
+    job -= g.ch_tiles
+    n, cp = job // g.pairs, job % g.pairs
+    co = 2 * cp
+    even = dy + (n * g.cout + co) * g.hout * g.wout if co < g.cout else NULL
+    odd = dy + (n * g.cout + co + 1) * g.hout * g.wout if co + 1 < g.cout else NULL
+    pypto_tile_frame_plane(even, odd, g.hout, g.wout, g.top, g.left, g.hf, g.wf,
+                           g.frames + (n * g.pairs + cp) * g.plane)
+
+
+cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx) noexcept nogil:
+    """Every output element of one work item, in the kernel's floating-point environment."""
+    cdef float c[4 * PYPTO_TILE_CH * PYPTO_TILE_PX]
+    cdef float scratch[2 * PYPTO_TILE_CH * PYPTO_TILE_PX]
+    cdef const void *a[2]
+    cdef const uint32_t *b[2]
+    cdef int64_t n = g.items[4 * item], cb = g.items[4 * item + 1]
+    cdef int64_t ph = g.items[4 * item + 2], first = g.items[4 * item + 3]
+    cdef int64_t rh = ph // g.sw, rw = ph % g.sw
+    cdef int64_t tiles = g.rows[ph] * g.col_tiles[ph]
+    cdef int64_t last = min(first + TILE_ITEM_TILES, tiles)
+    cdef int64_t t, p, j, c0, ch, ci0, n_ch_here
+    cdef int n_ch = 2 if 2 * cb + 1 < g.ch_tiles else 1
+    cdef int n_px
+    cdef int64_t tile_pos[2]
+    cdef size_t a_bytes = g.w_block_elems * (2 if g.use_amx else 4)
+    cdef const uint32_t *frame = g.frames + n * g.pairs * g.plane
+    cdef pypto_fpenv saved = pypto_fp_enter()
+    a[0] = <const char *>g.w_packed + 2 * cb * a_bytes
+    a[1] = <const char *>g.w_packed + (2 * cb + 1) * a_bytes if n_ch == 2 else a[0]
+    if g.use_amx:
+        pypto_amx_begin()
+    t = first
+    while t < last:
+        n_px = 2 if t + 1 < last else 1
+        for p in range(n_px):
+            j, c0 = (t + p) // g.col_tiles[ph], ((t + p) % g.col_tiles[ph]) * PYPTO_TILE_PX
+            tile_pos[p] = (t + p)
+            b[p] = frame + j * g.wf + c0
+        if g.use_amx:
+            pypto_tile_block_amx(<const uint16_t *const *>a, n_ch, b, n_px, g.blocks, g.taps,
+                                 g.tap_index + ph * g.taps, g.tap_offset + ph * g.taps,
+                                 g.n_taps[ph], g.plane, c)
+        else:
+            pypto_tile_block_emulated(<const float *const *>a, n_ch, b, n_px, g.blocks, g.taps,
+                                      g.tap_index + ph * g.taps, g.tap_offset + ph * g.taps,
+                                      g.n_taps[ph], g.plane, c, scratch, g.exact)
+        for ch in range(n_ch):
+            ci0 = (2 * cb + ch) * PYPTO_TILE_CH
+            n_ch_here = min(PYPTO_TILE_CH, g.cin - ci0)
+            for p in range(n_px):
+                j = tile_pos[p] // g.col_tiles[ph]
+                c0 = (tile_pos[p] % g.col_tiles[ph]) * PYPTO_TILE_PX
+                pypto_tile_write(c + (ch * 2 + p) * PYPTO_TILE_CH * PYPTO_TILE_PX, n_ch_here,
+                                 min(PYPTO_TILE_PX, g.cols[ph] - c0),
+                                 dx + ((n * g.cin + ci0) * g.hin + rh + g.sh * j) * g.win
+                                 + rw + g.sw * c0, g.hin * g.win, g.sw)
+        t += n_px
+    if g.use_amx:
+        pypto_amx_end()
+    pypto_fp_leave(saved)
+
+
+def dgrad_tile(dy, w, dx, tuple attrs, int num_threads, bint use_amx=True,
+               int64_t serial_macs=SERIAL_MACS):
+    """dx = dgrad(dy, w) in sum_order "tile", bf16 only (buffers as dgrad's). The tile unit
+    serves where this level has one, ``use_amx`` is true (the caller has the OS's permission
+    and the self-check's verdict) and no subnormal can occur; the emulation elsewhere, same
+    bits. Returns "tile+amx" or "tile+emulated", or "non_finite" (nothing written) when the
+    weight holds Inf or NaN, as dgrad does."""
+    cdef Py_buffer views[3]
+    memset(views, 0, sizeof(views))
+    try:
+        _take_view(dy, &views[0], 0, "dy")
+        _take_view(w, &views[1], 0, "w")
+        _take_view(dx, &views[2], PyBUF_WRITABLE, "dx")
+        return _dgrad_tile(&views[0], &views[1], &views[2], attrs, num_threads, use_amx,
+                           serial_macs)
+    finally:
+        PyBuffer_Release(&views[0])
+        PyBuffer_Release(&views[1])
+        PyBuffer_Release(&views[2])
+
+
+cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, tuple attrs,
+                        int num_threads, bint use_amx, int64_t serial_macs):
+    cdef TileGeometry g
+    cdef uint16_t w_least, w_most, dy_least, dy_most
+    cdef int dy_exponent, w_exponent
+    cdef const uint16_t *dy_p = <const uint16_t *>dy.buf
+    cdef const uint16_t *w_p = <const uint16_t *>w.buf
+    cdef uint16_t *dx_p = <uint16_t *>dx.buf
+    cdef int64_t job, jobs, item, first, last, macs
+    cdef int threads
+    if dy.shape[0] != dx.shape[0] or w.shape[0] != dy.shape[1] or w.shape[1] != dx.shape[1]:
+        raise ValueError("dgrad_tile: buffer shapes disagree")
+    _magnitudes(w_p, w.len // 2, num_threads, &w_least, &w_most)
+    if w_most >= _all_ones_exponent(1):
+        return "non_finite"
+    _magnitudes(dy_p, dy.len // 2, num_threads, &dy_least, &dy_most)
+    dy_exponent = pypto_bf16_least_exponent(dy_least)
+    w_exponent = pypto_bf16_least_exponent(w_least)
+    memset(&g, 0, sizeof(g))
+    cdef void *w_packed = NULL
+    cdef double check_at = pypto_seconds() + SIGNAL_SECONDS
+    cdef double *next_check = &check_at
+    cdef int stopped = 0
+    cdef int *stop = &stopped
+    try:
+        _tile_geometry(&g, (tuple(dy.shape[i] for i in range(4)),
+                            tuple(w.shape[i] for i in range(4)),
+                            tuple(dx.shape[i] for i in range(4))), attrs)
+        g.use_amx = PYPTO_HAVE_AMX and use_amx and _flush_safe(dy_exponent, w_exponent)
+        # products of two bf16 are exact in fp32 unless below 2^-126 or past the largest
+        # float: the least exponents sum to >= 142, the largest magnitudes' to <= 380
+        g.exact = dy_exponent + w_exponent >= 142 and (dy_most >> 7) + (w_most >> 7) <= 380
+        g.w_block_elems = g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K
+        macs = g.n_img * g.cin * g.hin * g.win * g.cout * g.taps // (g.sh * g.sw)
+        # the whole team, as dgrad: no call starts or ends a thread
+        threads = 1 if macs < serial_macs else num_threads
+        w_packed = malloc(g.ch_tiles * g.w_block_elems * (2 if g.use_amx else 4))
+        g.frames = <uint32_t *>malloc(max(g.n_img * g.pairs * g.plane, 1) * sizeof(uint32_t))
+        g.w_packed = w_packed
+        if w_packed == NULL or g.frames == NULL:
+            raise MemoryError("pypto: no memory for the tile order's weight and dy frames")
+        jobs = g.ch_tiles + g.n_img * g.pairs
+        if threads == 1:
+            with nogil:
+                for job in range(jobs):
+                    _tile_prepare(&g, dy_p, w_p, job)
+            first = 0
+            while first < g.n_items:
+                last = min(first + 8, g.n_items)
+                with nogil:
+                    for item in range(first, last):
+                        _tile_item(&g, item, dx_p)
+                first = last
+                PyErr_CheckSignals()
+        else:
+            with nogil, parallel(num_threads=threads):
+                for job in prange(jobs, schedule="dynamic"):
+                    _tile_prepare(&g, dy_p, w_p, job)
+            with nogil, parallel(num_threads=threads):
+                for item in prange(g.n_items, schedule="dynamic"):
+                    if pypto_stopped(stop):
+                        continue
+                    _tile_item(&g, item, dx_p)
+                    if threadid() == 0 and pypto_seconds() >= next_check[0]:
+                        next_check[0] = pypto_seconds() + SIGNAL_SECONDS
+                        pypto_check_signals(stop)
+            pypto_raise_if(stop[0])
+    finally:
+        free(w_packed)
+        free(g.frames)
+        _tile_free(&g)
+    return "tile+amx" if g.use_amx else "tile+emulated"
