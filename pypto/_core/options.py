@@ -28,6 +28,8 @@ __all__ = [
     "set_num_threads",
     "get_num_threads",
     "get_memory_limit",
+    "get_sum_order",
+    "SUM_ORDERS",
     "options",
     "set_options",
     "get_options",
@@ -39,7 +41,14 @@ _DEFAULTS = {
     "vec_tile_shapes": [],
     "num_threads": None,
     "memory_limit": None,
+    "sum_order": None,
 }
+
+# The bf16 summation orders (README, "Numerics"): "sequential" sums k = (co, kh, kw) one FMA
+# at a time; "tile" in the order of AMX's TDPBF16PS (pypto/_kernels/kernel/pypto_tile.h). Each
+# gives the same bits on every CPU. fp16 always sums sequentially.
+SUM_ORDERS = ("sequential", "tile")
+DEFAULT_BF16_SUM_ORDER = "sequential"
 
 _MISSING = object()
 _global_scope = {}
@@ -170,7 +179,17 @@ def _normalize(key, value):
         if value is None:
             return None
         return _parse_bytes(value, "memory_limit")
+    if key == "sum_order":
+        return None if value is None else _sum_order(value, "sum_order")
     raise FeError(KeyError(f"unknown option {key!r}; known options: {sorted(_DEFAULTS)}"))
+
+
+def _sum_order(value, name):
+    if isinstance(value, str) and value.strip().lower() in SUM_ORDERS:
+        return value.strip().lower()
+    raise FeError(
+        ValueError(f"{name} must be one of {', '.join(map(repr, SUM_ORDERS))}, but got {value!r}.")
+    )
 
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -202,7 +221,9 @@ def set_options(**values):
 
     ``convbp_tile_shapes`` (a ConvBpTile or an (L1, L0) pair), ``vec_tile_shapes`` (ints),
     ``num_threads`` (int or None), ``memory_limit`` (bytes, or a string like "8G"; None: 80% of
-    the memory available when the call starts, or ``PYPTO_MEMORY_LIMIT``).
+    the memory available when the call starts, or ``PYPTO_MEMORY_LIMIT``), ``sum_order`` (the
+    bf16 summation order, one of ``SUM_ORDERS``; None: ``PYPTO_SUM_ORDER``, else
+    "sequential").
     """
     normalized = {key: _normalize(key, value) for key, value in values.items()}
     for key, value in normalized.items():
@@ -374,6 +395,29 @@ def num_threads_now():
     if n is None:
         n = _env_threads(getenv("OMP_NUM_THREADS"))
     return min(default_threads()[0], MAX_THREADS) if n is None else n
+
+
+@argument_errors_are_pypto_errors
+def get_sum_order(dtype="bf16"):
+    """The summation order a call of ``dtype`` ("bf16", "fp16" or a pypto DataType) uses now:
+    for bf16 the scoped ``sum_order``, else ``PYPTO_SUM_ORDER``, else "sequential"; fp16 is
+    always "sequential"."""
+    name = getattr(dtype, "name", dtype)
+    if name in ("fp16", "float16", "DT_FP16"):
+        return "sequential"
+    if name not in ("bf16", "bfloat16", "DT_BF16"):
+        raise FeError(ValueError(f"dtype must be 'bf16' or 'fp16', but got {dtype!r}."))
+    return bf16_sum_order_now()
+
+
+def bf16_sum_order_now():
+    """get_sum_order("bf16") without its argument check: the CPU backend asks on every bf16
+    call."""
+    order = _get("sum_order")
+    if order is None:
+        env = getenv("PYPTO_SUM_ORDER")
+        order = DEFAULT_BF16_SUM_ORDER if not env else _sum_order(env, "PYPTO_SUM_ORDER")
+    return order
 
 
 MEMORY_FRACTION = 0.8  # of MemAvailable, when no limit is set

@@ -28,6 +28,7 @@ from .._core.rules import check_host_arrays
 from .._dtypes import DataType, numpy_dtype
 from ..error import PyptoRtError
 from . import levels
+from .amx import tile_unit_state, tile_unit_usable
 
 __all__ = [
     "conv_backward_input_cpu",
@@ -41,6 +42,7 @@ __all__ = [
 
 ISA_LEVELS = levels.LEVEL_NAMES
 _KERNEL_DTYPE = {DataType.DT_FP16: 0, DataType.DT_BF16: 1}
+_BF16 = _KERNEL_DTYPE[DataType.DT_BF16]
 
 
 def _import_features():
@@ -277,10 +279,25 @@ def kernel_info():
         "nr": kernel.NR,
         "openmp": kernel.openmp_enabled(),
         "bf16_dot": kernel.HAS_BF16_DOT,
+        "bf16_sum_order": _config.bf16_sum_order_now(),
+        "tile_unit": _tile_unit_line(kernel),
         "cpu_levels": list(CPU_LEVELS),
         "built_levels": list(BUILT_LEVELS),
         "cpu_features": sorted(name for name, on in CPU_FEATURES.items() if on),
     }
+
+
+def _tile_unit_line(kernel):
+    """How sum_order "tile" runs here, for ``pypto info`` (asks the OS nothing)."""
+    if not getattr(kernel, "HAS_AMX", False):
+        return f"emulated ({kernel.ISA} has no AMX tile unit)"
+    state = tile_unit_state()
+    if state is None:
+        return (
+            "AMX tiles once the first bf16 call in this order has the OS's permission and the "
+            "self-check's verdict (not asked yet)"
+        )
+    return ("AMX tiles: " if state[0] else "emulated: ") + state[1]
 
 
 def measure_peak_gflops(threads, kind="madd", seconds=0.3):
@@ -353,6 +370,7 @@ class _CallPlan:
         "np_dtype",
         "output_bytes",
         "_bytes",
+        "_tile_bytes",
         "call",
     )
 
@@ -371,6 +389,7 @@ class _CallPlan:
         self.np_dtype = numpy_dtype(call.dtype)
         self.output_bytes = p.n * p.cin * p.hin * p.win * p.dtype_size
         self._bytes = {}
+        self._tile_bytes = None
 
     def buffer_bytes(self, kernel, threads):
         """(shared, per_thread, threads that get scratch): the kernel's own plan's sizes."""
@@ -381,6 +400,12 @@ class _CallPlan:
             )
             self._bytes[threads] = sizes
         return sizes
+
+    def tile_buffer_bytes(self, kernel):
+        """Bytes of sum_order "tile"'s packed weight and dy frames (shared by the team)."""
+        if self._tile_bytes is None:
+            self._tile_bytes = kernel.tile_buffer_bytes(*self.shapes, self.attrs)
+        return self._tile_bytes
 
     def for_call(self, call):
         """This plan for an equal ValidatedCall object (sharing the buffer sizes found)."""
@@ -439,14 +464,18 @@ def conv_backward_input_cpu(call, dy, w):
     # The kernel's own plan sizes its buffers (weight panels, tile scratch); per thread they are
     # largest with one thread, where image groups are largest.
     kernel = _kernel()
-    shared, per_thread, used = plan.buffer_bytes(kernel, 1)
+    tile_order = plan.dtype == _BF16 and _config.bf16_sum_order_now() == "tile"
+    if tile_order:  # its buffers are shared; each thread's scratch is on its stack
+        shared, per_thread, used = plan.tile_buffer_bytes(kernel), 0, 0
+    else:
+        shared, per_thread, used = plan.buffer_bytes(kernel, 1)
     # the whole team every call, even for fewer work items than threads: the same team size
     # every time, so no call starts or ends a thread (see the kernel's plan; a call below its
     # SERIAL_MACS runs on the calling thread alone, as buffer_bytes's thread count says)
     threads = _usable_threads(
         _config.num_threads_now(), output + shared + per_thread + copies, per_thread, room
     )
-    if threads != 1:
+    if threads != 1 and not tile_order:
         shared, per_thread, used = plan.buffer_bytes(kernel, threads)
     # before any copy or allocation
     check_host_memory(
@@ -457,16 +486,14 @@ def conv_backward_input_cpu(call, dy, w):
         limited,
     )
     out = np.empty(plan.shapes[2], dtype=np_dtype)
-    path = kernel.dgrad(
-        dy if dy_ready else _kernel_copy(dy, np_dtype),
-        w if w_ready else _kernel_copy(w, np_dtype),
-        out,
-        plan.dtype,
-        plan.attrs,
-        plan.kernel_tiles,
-        plan.vec_chunks,
-        threads,
-    )
+    dy_k = dy if dy_ready else _kernel_copy(dy, np_dtype)
+    w_k = w if w_ready else _kernel_copy(w, np_dtype)
+    if tile_order:
+        path = kernel.dgrad_tile(dy_k, w_k, out, plan.attrs, threads, tile_unit_usable(kernel))
+    else:
+        path = kernel.dgrad(
+            dy_k, w_k, out, plan.dtype, plan.attrs, plan.kernel_tiles, plan.vec_chunks, threads
+        )
     if path == "non_finite":  # the kernel's scan of the weight found Inf/NaN; nothing written
         del out  # the recomputation makes its own: not two outputs at once
         return with_real_taps_only(

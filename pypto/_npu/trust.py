@@ -16,10 +16,10 @@ import hashlib
 import json
 import os
 import warnings
-from pathlib import Path
 
 import numpy as np
 
+from .._core.cachedir import CACHE_DIR_ENV, cache_dir
 from .._core.fileio import atomic_writer, read_json
 from .._core.locks import ForkSafeLock
 from .._version import __version__
@@ -36,7 +36,6 @@ __all__ = [
     "CACHE_DIR_ENV",
 ]
 
-CACHE_DIR_ENV = "PYPTO_CACHE_DIR"
 SELF_CHECK_VERSION = 1  # bump when the problems change: older verdicts no longer count
 
 # name, dtype, dy shape, weight shape, input size, strides, paddings, dilations, tiles (None:
@@ -275,12 +274,10 @@ def run_self_check(npu_compute, cpu_compute):
 
 # --- the cache --------------------------------------------------------------------------------
 def cache_path():
-    """Where verdicts are kept: ``PYPTO_CACHE_DIR``, else ``$XDG_CACHE_HOME/pypto``, else
-    ``~/.cache/pypto``; the file ``npu-self-check.json``."""
-    base = os.environ.get(CACHE_DIR_ENV) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "pypto"
-    )
-    return Path(base) / "npu-self-check.json"
+    """Where verdicts are kept: the file ``npu-self-check.json`` in pypto's cache folder
+    (``pypto._core.cachedir``: ``PYPTO_CACHE_DIR``, else ``$XDG_CACHE_HOME/pypto``, else
+    ``~/.cache/pypto``)."""
+    return cache_dir() / "npu-self-check.json"
 
 
 def _file_digest(path):

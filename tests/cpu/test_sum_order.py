@@ -1,0 +1,246 @@
+"""bf16's summation orders: "tile" (the order of AMX's TDPBF16PS) equals its plain NumPy model
+(tests/support/sum_orders.py) bit for bit at every level this CPU runs, on the tile unit and
+emulated, for any thread count; the option's scoping and environment variable; the tile
+unit's permission and self-check, faked where this CPU has none."""
+
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pypto
+from pypto._kernels import amx
+from pypto._kernels.dispatch import BUILT_LEVELS, CPU_LEVELS, kernel_info, load_level
+from support.numerics import check_accuracy, make_problem, run_op
+from support.sum_orders import dgrad_tile_order
+
+RUNNABLE = [level for level in CPU_LEVELS if level in BUILT_LEVELS]
+HAS_AMX = "avx512_amx" in RUNNABLE
+
+# n, cin, cout, hout, wout, kh, kw, strides, pads (top, left), dilations, hin, win
+LAYERS = [
+    (2, 40, 70, 6, 7, 3, 3, (1, 1), (1, 1), (1, 1), 6, 7),  # two co blocks, the second short
+    (1, 16, 32, 5, 20, 1, 1, (1, 1), (0, 0), (1, 1), 5, 20),  # one block; rows of 16 + 4
+    (2, 33, 45, 4, 5, 3, 3, (2, 2), (1, 1), (1, 1), 8, 9),  # stride 2, Cin 2x16 + 1
+    (1, 8, 17, 5, 6, 2, 3, (2, 3), (0, 1), (2, 1), 11, 17),  # phases without taps, dilation
+    (1, 20, 96, 9, 40, 1, 7, (1, 1), (0, 3), (1, 1), 9, 40),  # 1x7, wide rows
+    (1, 3, 5, 3, 3, 3, 3, (1, 1), (2, 2), (1, 1), 5, 5),  # Cout < 32, padding > halo
+]
+
+
+def _arrays(layer, seed, scale=0.1):
+    n, cin, cout, hout, wout, kh, kw = layer[:7]
+    rng = np.random.default_rng(seed)
+    dy = rng.standard_normal((n, cout, hout, wout)).astype(ml_dtypes.bfloat16)
+    w = (rng.standard_normal((cout, cin, kh, kw)) * scale).astype(ml_dtypes.bfloat16)
+    return dy, w
+
+
+def _attrs(layer):
+    (sh, sw), (pt, pl), (dh, dw) = layer[7:10]
+    return (sh, sw, pt, pl, dh, dw)
+
+
+def _model(layer, dy, w):
+    return dgrad_tile_order(dy, w, layer[10:12], layer[7], layer[8], layer[9]).view(np.uint16)
+
+
+def _kernel_tile(kernel, layer, dy, w, threads, use_amx):
+    n, cin = layer[0], layer[1]
+    out = np.full((n, cin) + tuple(layer[10:12]), 0xFFFF, np.uint16)  # no stale zeros
+    path = kernel.dgrad_tile(
+        dy.view(np.uint16), w.view(np.uint16), out, _attrs(layer), threads, use_amx, 0
+    )
+    return path, out
+
+
+@pytest.fixture
+def tile_unit_allowed():
+    """This process may use the tile unit (it is a test of it): the OS's permission asked."""
+    from pypto._kernels import features
+
+    if not HAS_AMX:
+        pytest.skip("no AMX tile unit on this CPU (or not built)")
+    refused = features.request_amx_permission()
+    if refused:
+        pytest.skip(f"the OS refuses AMX tile data here (errno {refused})")
+
+
+@pytest.mark.parametrize("level", RUNNABLE)
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: "x".join(map(str, layer[:7])))
+def test_tile_order_is_its_model_at_every_level(level, layer):
+    kernel = load_level(level)
+    dy, w = _arrays(layer, seed=layer[2])
+    expected = _model(layer, dy, w)
+    for threads in (1, 2, 3):
+        path, out = _kernel_tile(kernel, layer, dy, w, threads, use_amx=False)
+        assert path == "tile+emulated"
+        np.testing.assert_array_equal(out, expected, err_msg=f"{level}, {threads} threads")
+
+
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: "x".join(map(str, layer[:7])))
+def test_tile_unit_is_the_model(layer, tile_unit_allowed):
+    kernel = load_level("avx512_amx")
+    dy, w = _arrays(layer, seed=layer[2] + 1)
+    expected = _model(layer, dy, w)
+    for threads in (1, 2, 8):
+        path, out = _kernel_tile(kernel, layer, dy, w, threads, use_amx=True)
+        assert path == "tile+amx"
+        np.testing.assert_array_equal(out, expected, err_msg=f"{threads} threads")
+
+
+def test_tile_order_differs_from_sequential_and_keeps_the_bound():
+    """The two orders are different sums (so the model tests mean something), both within the
+    fp32-accumulation bound of the float64 oracle."""
+    prob = make_problem(2, 32, 256, 12, 12, 3, 3, pads=(1, 1))
+    rng = np.random.default_rng(5)
+    spread = np.exp2(rng.integers(-6, 7, (2, 256, 12, 12)))  # terms of unlike size round more
+    dy = (rng.standard_normal((2, 256, 12, 12)) * spread).astype(ml_dtypes.bfloat16)
+    w = (rng.standard_normal((256, 32, 3, 3)) * 0.05).astype(ml_dtypes.bfloat16)
+    sequential = run_op(prob, dy, w)
+    with pypto.options(sum_order="tile"):
+        tile = run_op(prob, dy, w)
+    differ = np.count_nonzero(tile.view(np.uint16) != sequential.view(np.uint16))
+    assert 0 < differ < tile.size // 100
+    check_accuracy(tile, prob, dy, w, "tile order")
+    expected = dgrad_tile_order(dy, w, (12, 12), (1, 1), (1, 1), (1, 1))
+    np.testing.assert_array_equal(tile.view(np.uint16), expected.view(np.uint16))
+
+
+@pytest.mark.parametrize("level", RUNNABLE)
+def test_subnormals_and_specials_keep_ieee_bits(level):
+    """Subnormal inputs and sums (where the tile unit would flush: it must not serve) and
+    Inf/NaN in dy: the model's IEEE bits at every level, NaN where NaN."""
+    layer = LAYERS[0]
+    dy, w = _arrays(layer, seed=9)
+    tiny = dy.astype(np.float32) * np.float32(2.0**-128)
+    dy = tiny.astype(ml_dtypes.bfloat16)  # many subnormal in bf16
+    dy[0, 3, 2, 2] = np.inf
+    dy[1, 40, 0, 1] = -np.inf
+    w[3, 0, 1, 1] = 0  # Inf x 0: NaN in channel 0
+    assert (np.abs(dy.astype(np.float32)) < 2.0**-126).sum() > 100
+    expected = _model(layer, dy, w)
+    kernel = load_level(level)
+    path, out = _kernel_tile(kernel, layer, dy, w, 2, use_amx=True)
+    assert path == "tile+emulated"
+    nan_out, nan_expected = (out & 0x7FFF) > 0x7F80, (expected & 0x7FFF) > 0x7F80
+    np.testing.assert_array_equal(nan_out, nan_expected)
+    np.testing.assert_array_equal(out[~nan_out], expected[~nan_expected])
+    assert nan_out.any()
+    assert np.isinf(out.view(ml_dtypes.bfloat16).astype(np.float32)).any()
+
+
+def test_option_scopes_environment_and_errors(monkeypatch):
+    monkeypatch.delenv("PYPTO_SUM_ORDER", raising=False)
+    assert pypto.get_options()["sum_order"] is None
+    assert pypto.get_sum_order() == "sequential"
+    with pypto.options(sum_order="tile"):
+        assert pypto.get_sum_order("bf16") == "tile"
+        assert pypto.get_sum_order(pypto.DT_BF16) == "tile"
+        assert pypto.get_sum_order("fp16") == "sequential"  # fp16 sums sequentially
+        with pypto.options(sum_order="sequential"):
+            assert pypto.get_sum_order() == "sequential"
+        assert kernel_info()["bf16_sum_order"] == "tile"
+    assert pypto.get_sum_order() == "sequential"
+    monkeypatch.setenv("PYPTO_SUM_ORDER", "Tile")
+    assert pypto.get_sum_order() == "tile"
+    with pypto.options(sum_order="sequential"):  # the option wins over the environment
+        assert pypto.get_sum_order() == "sequential"
+    for bad in ("pairs", 3, ""):
+        with pytest.raises(pypto.PyptoError, match="'sequential', 'tile'"):
+            pypto.set_options(sum_order=bad)
+    monkeypatch.setenv("PYPTO_SUM_ORDER", "fast")
+    with pytest.raises(pypto.PyptoError, match="PYPTO_SUM_ORDER must be one of"):
+        pypto.get_sum_order()
+
+
+def test_environment_selects_the_order_for_calls(monkeypatch):
+    layer = LAYERS[2]
+    prob = make_problem(2, 33, 45, 4, 5, 3, 3, strides=(2, 2), pads=(1, 1), hin=8, win=9)
+    dy, w = _arrays(layer, seed=3)
+    monkeypatch.setenv("PYPTO_SUM_ORDER", "tile")
+    np.testing.assert_array_equal(run_op(prob, dy, w).view(np.uint16), _model(layer, dy, w))
+    fp16 = run_op(prob, dy.astype(np.float16), w.astype(np.float16))
+    monkeypatch.setenv("PYPTO_SUM_ORDER", "sequential")
+    assert np.array_equal(fp16, run_op(prob, dy.astype(np.float16), w.astype(np.float16)))
+
+
+@pytest.fixture
+def fresh_tile_unit_state(monkeypatch):
+    monkeypatch.setattr(amx, "_state", None)
+    yield
+    amx._state = None
+
+
+def test_refused_permission_falls_back_with_one_warning(monkeypatch, fresh_tile_unit_state):
+    from pypto._kernels import features
+
+    monkeypatch.setattr(features, "request_amx_permission", lambda: 1)  # EPERM
+    monkeypatch.setattr(amx, "_run_child", lambda: pytest.fail("no self-check without permission"))
+
+    class Kernel:  # the tile unit's level, as far as amx.py can tell
+        HAS_AMX, ISA, __file__ = True, "avx512_amx", amx.__file__
+
+    with pytest.warns(RuntimeWarning, match="runs emulated.*refused AMX tile data"):
+        assert amx.tile_unit_usable(Kernel) is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert amx.tile_unit_usable(Kernel) is False  # decided once, warned once
+    assert "refused" in amx.tile_unit_state()[1]
+
+
+def test_failed_self_check_falls_back(monkeypatch, tmp_path, fresh_tile_unit_state):
+    from pypto._kernels import features
+
+    monkeypatch.setenv("PYPTO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(features, "request_amx_permission", lambda: 0)
+    record = {"passed": False, "problems": [{"problem": "p", "passed": False, "detail": "d"}],
+              "summary": "0 of 1 problems bitwise equal to the emulation"}
+    monkeypatch.setattr(amx, "_run_child", lambda: dict(record))
+
+    class Kernel:
+        HAS_AMX, ISA, __file__ = True, "avx512_amx", amx.__file__
+
+    with pytest.warns(RuntimeWarning, match="self-check FAILED: 0 of 1"):
+        assert amx.tile_unit_usable(Kernel) is False
+    # the verdict is cached for this host and build: the next process runs no child
+    amx._state = None
+    monkeypatch.setattr(amx, "_run_child", lambda: pytest.fail("the cached verdict serves"))
+    with pytest.warns(RuntimeWarning, match="cached in"):
+        assert amx.tile_unit_usable(Kernel) is False
+    # a cache file that is not a regular file is no verdict, never a hang
+    (tmp_path / "amx-self-check.json").unlink()
+    import os
+
+    os.mkfifo(tmp_path / "amx-self-check.json")
+    amx._state = None
+    monkeypatch.setattr(amx, "_run_child", lambda: dict(record, summary="ran again"))
+    with pytest.warns(RuntimeWarning, match="ran again"):
+        assert amx.tile_unit_usable(Kernel) is False
+
+
+def test_self_check_catches_a_wrong_tile_unit():
+    """A tile unit off by one ulp in one element fails its problem (run here on the
+    emulation standing in for it, so every CPU runs this)."""
+    kernel = load_level(RUNNABLE[-1])
+
+    class OffByOne:
+        @staticmethod
+        def dgrad_tile(dy, w, out, attrs, threads, use_amx, serial):
+            kernel.dgrad_tile(dy, w, out, attrs, threads, False, serial)
+            if use_amx:  # the first element that is not NaN, one ulp off
+                out.reshape(-1)[np.flatnonzero((out & 0x7FFF) <= 0x7F80)[0]] ^= 1
+                return "tile+amx"
+            return "tile+emulated"
+
+    record = amx.run_self_check(OffByOne)
+    assert record["passed"] is False
+    assert all(not p["passed"] and "1 of" in p["detail"] for p in record["problems"])
+
+
+def test_self_check_passes_on_this_tile_unit(tile_unit_allowed):
+    """The real check, in its child process, on this host's tile unit."""
+    record = amx._run_child()
+    assert record["passed"], record
+    assert len(record["problems"]) == len(amx.SELF_CHECK_PROBLEMS)
