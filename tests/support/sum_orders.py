@@ -24,9 +24,9 @@ def _fma32(a, b, c):
     """float32(a * b + c) with one rounding, elementwise: the product is exact in float64 (two
     bf16 have 8-bit significands), the float64 sum is checked exact (TwoSum), so the one
     cast to float32 is the FMA's rounding."""
-    p = a.astype(np.float64) * b.astype(np.float64)
     c64 = c.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # Inf x 0, Inf - Inf: NaN, as IEEE says
+        p = a.astype(np.float64) * b.astype(np.float64)
         s = c64 + p
         bb = s - c64
         err = (c64 - (s - bb)) + (p - bb)
