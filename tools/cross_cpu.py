@@ -11,7 +11,8 @@ suggested tiles and a second legal set) and writes the level used and a SHA-256 
 inputs and output bits. ``compare`` exits 1 unless every case has equal inputs and outputs. The
 fp32 levels (baseline, avx2, avx512, AArch64's baseline) are bitwise equal by design: products of
 fp16/bf16 values are exact in fp32 and every level sums in the same order. The avx512_bf16
-level's dot product sums pairs and is not part of this equality.
+level's dot product sums pairs and is not part of this equality. bf16 in sum_order "tile"
+("bf16-tile" cases) is bitwise equal on every level, the AMX tile unit's included.
 """
 
 import argparse
@@ -32,6 +33,7 @@ CASES = {
     "5x5_stride3": ((1, 5, 20, 19), (7, 5, 5, 5), (3, 3), (2, 2, 2, 2), (1, 1)),
     "stem_7x7_s2": ((1, 3, 32, 32), (16, 3, 7, 7), (2, 2), (3, 3, 3, 3), (1, 1)),
     "mixed_s_d": ((1, 16, 10, 12), (8, 16, 3, 3), (2, 1), (1, 1, 2, 2), (1, 2)),
+    "co_blocks": ((2, 40, 9, 21), (100, 40, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
 }
 
 
@@ -78,17 +80,24 @@ def run_cases():
 
     import pypto
 
-    dtypes = {"fp16": (pypto.DT_FP16, np.float16), "bf16": (pypto.DT_BF16, ml_dtypes.bfloat16)}
+    # name: (dtype, array type, bf16 summation order)
+    dtypes = {
+        "fp16": (pypto.DT_FP16, np.float16, "sequential"),
+        "bf16": (pypto.DT_BF16, ml_dtypes.bfloat16, "sequential"),
+        "bf16-tile": (pypto.DT_BF16, ml_dtypes.bfloat16, "tile"),
+    }
     results = {}
     for name, (input_size, w_shape, strides, paddings, dilations) in CASES.items():
-        for dtype_name, (dtype, np_dtype) in dtypes.items():
+        for dtype_name, (dtype, np_dtype, order) in dtypes.items():
             dy, w = _inputs(name, input_size, w_shape, strides, paddings, dilations, np_dtype)
             tiles = _tile_sets(pypto, dy, w, input_size, dtype, strides, paddings, dilations)
             for tile_name, (l1, l0) in tiles.items():
                 for threads in (1, 2):
                     pypto.set_num_threads(threads)
                     with pypto.options(
-                        convbp_tile_shapes=(l1, l0), vec_tile_shapes=[16, 16, 16, 16]
+                        convbp_tile_shapes=(l1, l0),
+                        vec_tile_shapes=[16, 16, 16, 16],
+                        sum_order=order,
                     ):
                         out = pypto.conv_backward_input(
                             pypto.from_numpy(dy),

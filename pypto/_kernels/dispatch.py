@@ -87,16 +87,13 @@ def _choose(requested):
         runs = [lv for lv in ISA_LEVELS if _why_not(lv) is None]
         level = [lv for lv in runs if not levels.passed_over(lv, CPU_FEATURES)][-1]
         here = [lv.name for lv in levels.levels_for(platform.machine())]
-        above = here[here.index(level) + 1 :]
-        if above and above[0] in runs:
-            return level, (
-                f"the best level for this CPU; {above[0]} runs but is passed over: "
-                f"{levels.passed_over(above[0], CPU_FEATURES)} (PYPTO_CPU_ISA={above[0]} "
-                "selects it)"
-            )
-        return level, "the best level built and supported by this CPU" + (
-            f"; {above[0]}: {_why_not(above[0])}" if above else ""
-        )
+        above = [lv for lv in here[here.index(level) + 1 :] if lv not in runs][:1]
+        return level, "the best level built and supported by this CPU" + "".join(
+            f"; {lv} runs but is passed over: {levels.passed_over(lv, CPU_FEATURES)} "
+            f"(PYPTO_CPU_ISA={lv} selects it)"
+            for lv in runs
+            if levels.passed_over(lv, CPU_FEATURES)
+        ) + (f"; {above[0]}: {_why_not(above[0])}" if above else "")
     if requested not in ISA_LEVELS:
         raise PyptoRtError(ValueError(f"PYPTO_CPU_ISA={requested!r}: expected one of {ISA_LEVELS}"))
     why_not = _why_not(requested)

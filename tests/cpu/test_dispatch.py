@@ -76,20 +76,28 @@ def test_default_is_the_best_runnable_level():
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 levels")
-@pytest.mark.parametrize("amx", [False, True])
+@pytest.mark.parametrize("amx", ["none", "bf16 only", "tiles"])
 def test_a_level_passed_over_is_not_the_default_but_can_be_forced(monkeypatch, amx):
     """On a CPU that runs every level, avx512_bf16 is the default unless the CPU carries the
-    mark of a slow dot product (AMX-BF16); PYPTO_CPU_ISA still selects it there."""
+    mark of a slow dot product (AMX-BF16); then avx512_amx where the tile unit is usable, else
+    avx512. PYPTO_CPU_ISA still selects avx512_bf16 there."""
     everything = {f: True for lv in isa_levels.LEVELS for f in lv.requires}
-    monkeypatch.setattr(cpu, "CPU_FEATURES", dict(everything, amx_bf16=amx))
+    features = dict(everything, amx_bf16=amx != "none", os_amx=amx == "tiles")
+    monkeypatch.setattr(cpu, "CPU_FEATURES", features)
     monkeypatch.setattr(cpu, "BUILT_LEVELS", isa_levels.LEVEL_NAMES)
     level, why = cpu._choose("")
-    if amx:
-        assert level == "avx512"
+    if amx == "none":
+        assert (level, why) == (
+            "avx512_bf16",
+            "the best level built and supported by this CPU; avx512_amx: the CPU (or OS) lacks "
+            "amx_bf16, os_amx",
+        )
+    else:
+        assert level == ("avx512_amx" if amx == "tiles" else "avx512")
+        assert why.startswith("the best level built and supported by this CPU; ")
         assert "avx512_bf16 runs but is passed over" in why
         assert "PYPTO_CPU_ISA=avx512_bf16" in why
-    else:
-        assert (level, why) == ("avx512_bf16", "the best level built and supported by this CPU")
+        assert ("os_amx" in why) == (amx == "bf16 only")
     assert cpu._choose("avx512_bf16") == ("avx512_bf16", "PYPTO_CPU_ISA=avx512_bf16")
 
 
