@@ -30,6 +30,7 @@ __all__ = [
     "npy_header",
     "check_npy_bytes",
     "atomic_writer",
+    "show",
 ]
 
 # what a text file read whole (JSON, JSONL, CSV) may hold: far above any real case file, cache
@@ -75,6 +76,16 @@ def _kind(mode):
         if test(mode):
             return f"it is {name}"
     return "it is a special file"
+
+
+def show(value, limit=60):
+    """repr of a value read from a file, for a message: short, and safe for values nested
+    deeper than repr can go."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        text = f"<a {type(value).__name__} nested too deep to show>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def read_text(path, what, limit=MAX_TEXT_BYTES):

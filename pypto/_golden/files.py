@@ -33,6 +33,7 @@ from .._core.fileio import (
     npy_header,
     open_regular,
     read_json,
+    show,
 )
 from .._dtypes import DTYPE_NAMES
 from .._version import __version__
@@ -73,23 +74,14 @@ def _error(text):
     return FeError(ValueError(text))
 
 
-def _show(value, limit=60):
-    """repr for a message: short, and safe for values nested deeper than repr can go."""
-    try:
-        text = repr(value)
-    except RecursionError:
-        text = f"<a {type(value).__name__} nested too deep to show>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def check_path(value, what, folder=False):
     """``value`` unless it is empty or blank: an empty path would silently mean the current
     folder (or a hidden '.png' there)."""
     hint = "a folder (. for the current one)" if folder else "a file name"
     if not isinstance(value, str) or not value.strip():
-        raise _error(f"{what} is {_show(value)}, an empty or blank path: give {hint}")
+        raise _error(f"{what} is {show(value)}, an empty or blank path: give {hint}")
     if "\0" in value:
-        raise _error(f"{what} is {_show(value)}, which holds a NUL character: give {hint}")
+        raise _error(f"{what} is {show(value)}, which holds a NUL character: give {hint}")
     return value
 
 
@@ -248,7 +240,7 @@ def _ints(manifest, key, length, where):
         or len(value) != length
         or not all(type(v) is int for v in value)
     ):
-        raise _error(f"{where}: '{key}' must be a list of {length} ints, but is {_show(value)}")
+        raise _error(f"{where}: '{key}' must be a list of {length} ints, but is {show(value)}")
     return value
 
 
@@ -256,7 +248,7 @@ def _relative_name(value, where):
     """A file name of the manifest: a relative path that stays inside the case folder (a
     hand-edited manifest must not make compare open /etc/passwd or ../../x)."""
     if not isinstance(value, str) or not value.strip() or "\0" in value:
-        raise _error(f"{where} must be a file name (a string), but is {_show(value)}")
+        raise _error(f"{where} must be a file name (a string), but is {show(value)}")
     norm = os.path.normpath(value)
     if (
         os.path.isabs(value)
@@ -265,7 +257,7 @@ def _relative_name(value, where):
     ):
         raise _error(
             f"{where} must be a path relative to the case folder and inside it, but "
-            f"is {_show(value)}"
+            f"is {show(value)}"
         )
     return value
 
@@ -301,21 +293,21 @@ def _check_manifest(manifest, path):
     PyptoError naming the field, never a TypeError deep inside compare."""
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         found = manifest.get("format") if isinstance(manifest, dict) else None
-        raise _error(f"{path}: format {_show(found)}, expected {FORMAT!r}")
+        raise _error(f"{path}: format {show(found)}, expected {FORMAT!r}")
     dtype = manifest.get("dtype")
     if not isinstance(dtype, str) or dtype not in DTYPE_NAMES:
-        raise _error(f"{path}: 'dtype' must be 'fp16' or 'bf16', but is {_show(dtype)}")
+        raise _error(f"{path}: 'dtype' must be 'fp16' or 'bf16', but is {show(dtype)}")
     for key, (ok, what) in _TOP_KEYS.items():
         if key in manifest and not ok(manifest[key]):
-            raise _error(f"{path}: '{key}' must be {what}, but is {_show(manifest[key])}")
+            raise _error(f"{path}: '{key}' must be {what}, but is {show(manifest[key])}")
     tiles = manifest.get("tiles")
     if not isinstance(tiles, dict):
         raise _error(f"{path}: 'tiles' must be an object with l1, l0 and vec")
     vec = tiles.get("vec")
     if not isinstance(vec, list) or not all(type(v) is int for v in vec):
-        raise _error(f"{path}: tiles 'vec' must be a list of ints, but is {_show(vec)}")
+        raise _error(f"{path}: tiles 'vec' must be a list of ints, but is {show(vec)}")
     if "order" in tiles and not isinstance(tiles["order"], str):
-        raise _error(f"{path}: tiles 'order' must be a string, but is {_show(tiles['order'])}")
+        raise _error(f"{path}: tiles 'order' must be a string, but is {show(tiles['order'])}")
     files = manifest.get("files")
     if not isinstance(files, dict):
         raise _error(f"{path}: 'files' must be an object")
@@ -323,7 +315,7 @@ def _check_manifest(manifest, path):
         if name not in FILES and name != "actual":
             continue  # not read: a harness's own entry
         if not isinstance(entry, dict):
-            raise _error(f"{path}: files '{name}' must be an object, but is {_show(entry)}")
+            raise _error(f"{path}: files '{name}' must be an object, but is {show(entry)}")
         for key, (ok, what) in _ENTRY_KEYS.items():
             if key not in entry:
                 continue
@@ -331,7 +323,7 @@ def _check_manifest(manifest, path):
             if ok is None:
                 _relative_name(entry[key], where)
             elif not ok(entry[key]):
-                raise _error(f"{where} must be {what}, but is {_show(entry[key])}")
+                raise _error(f"{where} must be {what}, but is {show(entry[key])}")
 
 
 def read_case(directory):

@@ -36,12 +36,13 @@ refuses. A dump without tensors (task "statistics"), a tensor file that is missi
 not what dump.json says is a PyptoError.
 """
 
-import json
+import math
 import os
 import re
 
 import numpy as np
 
+from .._core.fileio import check_npy_bytes, npy_header, open_regular, read_json, show
 from .._dtypes import DTYPE_NAMES, numpy_dtype
 from .._version import __version__
 from ..error import ConvBpInputError, FeError, PyptoMemoryError
@@ -93,7 +94,7 @@ def find_dumps(path):
             TypeError if not isinstance(path, (str, os.PathLike)) else ValueError,
         )
     path = os.fspath(path)
-    if os.path.isfile(path):
+    if os.path.lexists(path) and not os.path.isdir(path):  # read (or refused) as a file
         if os.path.basename(path) != DUMP_JSON:
             raise _error(
                 f"{path} is not an msprobe dump.json: give the folder holding "
@@ -116,11 +117,9 @@ def find_dumps(path):
 
 
 def _read_json(path, what):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _error(f"cannot read {what} {path}: {exc}") from None
+    """A regular file's JSON (a FIFO named dump.json would block ``open``), else a
+    PyptoError."""
+    return read_json(path, what)
 
 
 def _load_dump(path):
@@ -143,10 +142,18 @@ def _load_dump(path):
 def _load_construct(dump_json):
     """{call: parent} from construct.json beside dump.json ({} when there is none)."""
     path = os.path.join(os.path.dirname(dump_json), CONSTRUCT_JSON)
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         return {}
     construct = _read_json(path, "msprobe's call tree")
-    return construct if isinstance(construct, dict) else {}
+    if not isinstance(construct, dict):
+        raise _error(f"{path}: msprobe's call tree must be an object of call: parent")
+    for child, parent in construct.items():
+        if parent is not None and not isinstance(parent, str):
+            raise _error(
+                f"{path}: the parent of {show(child)} must be a call's name or null, but is "
+                f"{show(parent)}"
+            )
+    return construct
 
 
 # --- the arguments of a call -------------------------------------------------------------------
@@ -154,12 +161,19 @@ class _Skip(Exception):
     """A call the op cannot judge; the message says why."""
 
 
-def _value(item):
-    """A recorded argument as Python: ints, floats, bools, strs, lists; tensors as their dict."""
+MAX_NESTING = 8  # list levels an argument may have (msprobe writes 2 at most: tuples of ints)
+
+
+def _value(item, depth=0):
+    """A recorded argument as Python: ints, floats, bools, strs, lists; tensors as their dict.
+    Lists nested deeper than MAX_NESTING are no argument of conv2d: a skip, not a
+    RecursionError."""
     if item is None:
         return None
     if isinstance(item, list):
-        return [_value(v) for v in item]
+        if depth >= MAX_NESTING:
+            raise _Skip(f"an argument nested more than {MAX_NESTING} lists deep")
+        return [_value(v, depth + 1) for v in item]
     if isinstance(item, dict):
         kind = item.get("type")
         if "value" in item and kind in ("int", "float", "bool", "str"):
@@ -175,14 +189,31 @@ def _is_tensor(item):
 def _argument(record, names, name):
     """The argument ``name`` of a forward record: positional by the API's order, else keyword,
     else the API's default."""
-    args = record.get("input_args") or []
-    kwargs = record.get("input_kwargs") or {}
+    args = _field(record, "input_args", list)
+    kwargs = _field(record, "input_kwargs", dict)
     index = names.index(name)
     if index < len(args):
         return _value(args[index])
     if name in kwargs:
         return _value(kwargs[name])
     return _DEFAULTS.get(name)
+
+
+class _Malformed(Exception):
+    """A record of dump.json whose shape msprobe never writes; the message says what."""
+
+
+def _field(record, key, kind):
+    """``record[key]`` when it is a ``kind`` (list or dict), an empty one when absent or null;
+    _Malformed otherwise."""
+    value = record.get(key)
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise _Malformed(
+            f'"{key}" must be {"a list" if kind is list else "an object"}, but is {show(value)}'
+        )
+    return value
 
 
 def _pair(value, what):
@@ -249,7 +280,9 @@ def _conv_params(record, api, framework):
 
 def _dtype_name(tensor):
     """ "fp16" / "bf16" for a tensor record's dtype, else the dtype as recorded."""
-    raw = str(tensor.get("dtype"))
+    raw = tensor.get("dtype")
+    if not isinstance(raw, str):
+        return show(raw)
     name = raw.lower()
     for prefix in ("torch.", "mindspore.", "numpy."):
         if name.startswith(prefix):
@@ -273,7 +306,7 @@ def _shape(tensor):
         isinstance(shape, list)
         and all(isinstance(v, int) and not isinstance(v, bool) for v in shape)
     ):
-        raise _error(f"a tensor record holds no valid shape: {json.dumps(tensor)[:200]}")
+        raise _error(f"a tensor record holds no valid shape: {show(tensor, 200)}")
     return shape
 
 
@@ -325,35 +358,51 @@ def _calls_of(dump_json, dump, label):
             modules.setdefault((prefix, index), {})[direction] = name
     calls = []
     for name in data:
-        m = _API.match(name)
-        if m and m.group("dir") == "backward":
-            forward = f"{m.group('api')}.{m.group('n')}.forward"
-            call = _Call(
-                dump_json,
-                label,
-                name,
-                forward if forward in data else None,
-                order.get(forward, len(data) + order[name]),
-            )
-            _api_call(call, data, m.group("api"), framework)
-            calls.append(call)
-            continue
-        m = _MODULE.match(name)
-        if m and _module_key(m)[1] == "backward":
-            prefix, _, index = _module_key(m)
-            forward = modules.get((prefix, index), {}).get("forward")
-            call = _Call(
-                dump_json, label, name, forward, order.get(forward, len(data) + order[name])
-            )
-            _module_call(call, data, framework, children)
+        try:
+            call = _call_of(dump_json, data, name, label, framework, order, modules, children)
+        except _Malformed as why:
+            raise _error(f"{dump_json}: {name}: {why} (not a record msprobe writes)") from None
+        if call is not None:
             calls.append(call)
     calls.sort(key=lambda c: c.order)
     return calls
 
 
+def _call_of(dump_json, data, name, label, framework, order, modules, children):
+    """The _Call of the entry ``name`` when it is a conv2d backward, else None."""
+    m = _API.match(name)
+    if m and m.group("dir") == "backward":
+        forward = f"{m.group('api')}.{m.group('n')}.forward"
+        call = _Call(
+            dump_json,
+            label,
+            name,
+            forward if forward in data else None,
+            order.get(forward, len(data) + order[name]),
+        )
+        _api_call(call, data, m.group("api"), framework)
+        return call
+    m = _MODULE.match(name)
+    if m and _module_key(m)[1] == "backward":
+        prefix, _, index = _module_key(m)
+        forward = modules.get((prefix, index), {}).get("forward")
+        call = _Call(dump_json, label, name, forward, order.get(forward, len(data) + order[name]))
+        _module_call(call, data, framework, children)
+        return call
+    return None
+
+
+def _record(data, name):
+    """The entry ``name`` of dump.json's data: an object, else _Malformed."""
+    record = data[name]
+    if not isinstance(record, dict):
+        raise _Malformed(f"the entry {name} must be an object, but is {show(record)}")
+    return record
+
+
 def _backward_tensors(call, record):
-    inputs = record.get("input", record.get("input_args")) or []
-    outputs = record.get("output") or []
+    inputs = _field(record, "input" if "input" in record else "input_args", list)
+    outputs = _field(record, "output", list)
     grad_output = inputs[0] if inputs else None
     grad_input = outputs[0] if outputs else None
     if not _is_tensor(grad_output):
@@ -381,7 +430,7 @@ def _api_call(call, data, api, framework):
                 f"no {api}.*.forward entry for it in the dump (scope, list or "
                 f"data_mode left it out): weight, stride and padding are unknown"
             )
-        forward = data[call.forward]
+        forward = _record(data, call.forward)
         names = (
             _MINDSPORE_OPS_ARGS
             if (framework == "mindspore" and api == "Functional.conv2d")
@@ -391,7 +440,7 @@ def _api_call(call, data, api, framework):
         if not _is_tensor(weight):
             raise _Skip("the forward entry holds no weight tensor")
         call.tensors["weight"] = weight
-        _backward_tensors(call, data[call.api])
+        _backward_tensors(call, _record(data, call.api))
         call.params = _conv_params(forward, api, framework)
         _finish(call)
     except _Skip as why:
@@ -402,7 +451,7 @@ def _module_call(call, data, framework, children):
     try:
         if call.forward is None:
             raise _Skip("no forward entry of this module call in the dump: its weight is unknown")
-        forward = data[call.forward]
+        forward = _record(data, call.forward)
         convs = [
             c
             for c in children.get(call.forward, ())
@@ -419,7 +468,7 @@ def _module_call(call, data, framework, children):
                 f"the module made {len(convs)} conv2d calls ({', '.join(convs)}): "
                 f"which one its gradient belongs to is not known"
             )
-        inner = data[convs[0]]
+        inner = _record(data, convs[0])
         api = _API.match(convs[0]).group("api")
         call.parameters_from = convs[0]
         names = (
@@ -427,14 +476,14 @@ def _module_call(call, data, framework, children):
             if (framework == "mindspore" and api == "Functional.conv2d")
             else _TORCH_ARGS
         )
-        weight = (forward.get("parameters") or {}).get("weight") or _argument(
+        weight = _field(forward, "parameters", dict).get("weight") or _argument(
             inner, names, "weight"
         )
         if not _is_tensor(weight):
             raise _Skip("neither the module nor its conv2d call holds a weight tensor")
         call.tensors["weight"] = weight
-        _backward_tensors(call, data[call.api])
-        module_input = _value((forward.get("input_args") or [None])[0])
+        _backward_tensors(call, _record(data, call.api))
+        module_input = _value((_field(forward, "input_args", list) or [None])[0])
         conv_input = _argument(inner, names, "input")
         if (
             _is_tensor(module_input)
@@ -499,52 +548,9 @@ def _read_tensor(path, record, dtype_name, what):
     shape = _shape(record)
     np_dtype = numpy_dtype(DTYPE_NAMES[dtype_name])
     if path.endswith(".pt"):
-        try:
-            import torch
-        except ImportError:
-            raise _error(
-                f"reading {path} needs PyTorch (torch.load), which is not installed: "
-                f"pip install torch",
-                RuntimeError,
-            ) from None
-        try:
-            value = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # pickle, zip and torch errors alike
-            raise _error(f"cannot read {what} from {path}: {type(exc).__name__}: {exc}") from None
-        if not isinstance(value, torch.Tensor):
-            raise _error(f"{path} ({what}) holds a {type(value).__name__}, not a tensor")
-        found = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(value.dtype, str(value.dtype))
-        if found != dtype_name:
-            raise _error(
-                f"{path} ({what}) holds {value.dtype} data, but dump.json says "
-                f"{record.get('dtype')}"
-            )
-        value = value.detach().cpu().contiguous()
-        if value.dtype == torch.bfloat16:
-            array = value.view(torch.int16).numpy().view(np_dtype)
-        else:
-            array = value.numpy()
+        array = _read_pt(path, record, dtype_name, what, np_dtype)
     elif path.endswith(".npy"):
-        try:
-            array = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise _error(f"cannot read {what} from {path}: {exc}") from None
-        if array.dtype == np_dtype:
-            pass
-        elif array.dtype.kind == "f":  # MindSpore writes bf16 as float32: exactly, or not at all
-            converted = array.astype(np_dtype)
-            back = converted.astype(array.dtype)
-            if not np.array_equal(back, array, equal_nan=True):
-                raise _error(
-                    f"{path} ({what}) holds {array.dtype} values that are not all "
-                    f"{dtype_name} values, but dump.json says {record.get('dtype')}"
-                )
-            array = converted
-        else:
-            raise _error(
-                f"{path} ({what}) holds {array.dtype} data, but dump.json says "
-                f"{record.get('dtype')}"
-            )
+        array = _read_npy(path, record, shape, dtype_name, what, np_dtype)
     else:
         raise _error(f"{path} ({what}): unknown tensor file type (msprobe writes .pt and .npy)")
     if list(array.shape) != list(shape):
@@ -552,6 +558,69 @@ def _read_tensor(path, record, dtype_name, what):
             f"{path} ({what}) has shape {list(array.shape)}, but dump.json says {list(shape)}"
         )
     return np.ascontiguousarray(array)
+
+
+def _read_pt(path, record, dtype_name, what, np_dtype):
+    """A .pt tensor file's data. The file is mapped, not read: a storage its pickle claims
+    beyond the file's bytes fails to map instead of being allocated; the data is then copied
+    (its size bounded by the file's), so nothing stays mapped."""
+    try:
+        import torch
+    except ImportError:
+        raise _error(
+            f"reading {path} needs PyTorch (torch.load), which is not installed: pip install torch",
+            RuntimeError,
+        ) from None
+    open_regular(path, what).close()  # a FIFO or a device is refused, not read
+    try:
+        value = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:  # pickle, zip and torch errors alike
+        raise _error(f"cannot read {what} from {path}: {type(exc).__name__}: {exc}") from None
+    if not isinstance(value, torch.Tensor):
+        raise _error(f"{path} ({what}) holds a {type(value).__name__}, not a tensor")
+    found = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(value.dtype, str(value.dtype))
+    if found != dtype_name:
+        raise _error(
+            f"{path} ({what}) holds {value.dtype} data, but dump.json says {record.get('dtype')}"
+        )
+    value = value.detach().contiguous()
+    bits = value.view(torch.int16) if value.dtype == torch.bfloat16 else value
+    return bits.numpy().view(np_dtype).copy()
+
+
+def _read_npy(path, record, shape, dtype_name, what, np_dtype):
+    """A .npy tensor file's data, its header checked against the record and the file's size
+    first: a header claiming 10^12 elements is refused, not allocated."""
+    with open_regular(path, what) as f:
+        found_shape, fortran, dt, offset, held = npy_header(f, path)
+        if dt != np_dtype and not (dt.kind == "f" and not dt.hasobject):
+            raise _error(
+                f"{path} ({what}) holds {dt} data, but dump.json says {record.get('dtype')}"
+            )
+        if list(found_shape) != list(shape):
+            raise _error(
+                f"{path} ({what}) has shape {list(found_shape)}, but dump.json says {list(shape)}"
+            )
+        check_npy_bytes(path, found_shape, dt, held)
+        count = math.prod(found_shape)
+        try:
+            f.seek(offset)
+            array = np.fromfile(f, dtype=dt, count=count)
+        except (OSError, ValueError) as exc:
+            raise _error(f"cannot read {what} from {path}: {exc}") from None
+    if array.size != count:
+        raise _error(f"cannot read {what} from {path}: {array.size} of {count} elements")
+    array = array.reshape(found_shape, order="F" if fortran else "C")
+    if dt == np_dtype:
+        return array
+    # MindSpore writes bf16 as float32: exactly, or not at all
+    converted = array.astype(np_dtype)
+    if not np.array_equal(converted.astype(array.dtype), array, equal_nan=True):
+        raise _error(
+            f"{path} ({what}) holds {array.dtype} values that are not all {dtype_name} "
+            f"values, but dump.json says {record.get('dtype')}"
+        )
+    return converted
 
 
 # --- the report --------------------------------------------------------------------------------
@@ -746,7 +815,7 @@ def judge_dump(path, standard):
         for name in ("grad_output", "weight", "grad_input"):
             file = _tensor_path(call, call.tensors[name], loaded[call.dump_json])
             call.files[name] = file
-            if not os.path.isfile(file):
+            if not os.path.exists(file):  # a FIFO or a device is refused when read
                 missing.append(f"{file} ({call.api} {name})")
     if missing:
         more = f" and {len(missing) - MAX_LISTED} more" if len(missing) > MAX_LISTED else ""

@@ -498,3 +498,125 @@ def test_the_command_line_exit_code(dumps, tmp_path):
         "summary: 4 conv2d backward call(s) in 1 dump.json: 1 passed, 0 "
         "failed, 3 skipped (dual-L0); verdict PASS"
     )
+
+
+# --- issue 42: malformed dumps, lying tensor headers, FIFOs -------------------------------------
+F0, B0 = "Functional.conv2d.0.forward", "Functional.conv2d.0.backward"
+
+
+def _edit_dump(dumps, tmp_path, change):
+    dump = copy_step(dumps, 2, tmp_path)
+    path = dump_json(dump)
+    data = json.loads(path.read_text())
+    change(data["data"])
+    path.write_text(json.dumps(data))
+    return dump
+
+
+def _set(entry, key, value):
+    def change(data):
+        if key is None:
+            data[entry] = value
+        else:
+            data[entry][key] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change, text",
+    [
+        (_set(F0, None, [1, 2]), f"the entry {F0} must be an object, but is [1, 2]"),
+        (_set(B0, None, "x"), "must be an object, but is 'x'"),
+        (_set(B0, "output", {"0": None}), '"output" must be a list'),
+        (_set(B0, "input", 7), '"input" must be a list'),
+        (_set(F0, "input_kwargs", [1]), '"input_kwargs" must be an object'),
+        (_set(F0, "input_args", "weight"), '"input_args" must be a list'),
+    ],
+)
+def test_records_of_another_shape_are_one_error_line(dumps, tmp_path, capsys, change, text):
+    """#6: a record msprobe never writes is a usage error (exit 2), not a traceback (exit 1,
+    which reads as a failing call)."""
+    code, out, err = cli(capsys, "--msprobe", _edit_dump(dumps, tmp_path, change))
+    assert code == 2 and out == "", err
+    assert len(err.splitlines()) == 1 and err.startswith("error: ") and text in err, err
+    assert "not a record msprobe writes" in err
+
+
+def test_deep_json_and_a_bad_call_tree_are_one_error_line(dumps, tmp_path, capsys):
+    dump = copy_step(dumps, 2, tmp_path)
+    construct = dump_json(dump).parent / "construct.json"
+    construct.write_text('{"Functional.conv2d.0.forward": ["Module.0.Conv2d.forward.0"]}')
+    code, _, err = cli(capsys, "--msprobe", dump)
+    assert code == 2 and "construct.json: the parent of" in err and "must be a call" in err
+    dump_json(dump).write_text('{"data": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    code, _, err = cli(capsys, "--msprobe", dump)
+    assert code == 2 and len(err.splitlines()) == 1 and "JSON nested too deep" in err, err
+
+
+def test_an_argument_nested_deeply_skips_its_call(dumps, tmp_path):
+    nested = json.loads("[" * 400 + "2" + "]" * 400)
+    dump = _edit_dump(dumps, tmp_path, lambda data: data[F0]["input_kwargs"].update(stride=nested))
+    rows = {r["api"]: r for r in pypto.testing.compare_msprobe(str(dump)).rows}
+    assert rows[B0]["status"] == "skipped"
+    assert "nested more than 8 lists deep" in rows[B0]["reason"]
+
+
+def _npy_named(dump, record_of, write):
+    """Point the record ``record_of(data)`` at a .npy file written by ``write(path)``."""
+    path = dump_json(dump)
+    data = json.loads(path.read_text())
+    record = record_of(data["data"])
+    target = path.parent / "dump_tensor_data" / "lying.npy"
+    write(target)
+    record["data_name"] = target.name
+    path.write_text(json.dumps(data))
+    return record
+
+
+def _header_only(shape, data=b""):
+    def write(path):
+        with open(path, "wb") as f:
+            np.lib.format.write_array_header_1_0(
+                f, {"descr": "<f4", "fortran_order": False, "shape": shape}
+            )
+            f.write(data)
+
+    return write
+
+
+def test_a_npy_header_is_checked_before_its_claim_is_allocated(dumps, tmp_path, capsys):
+    """#7: a 200-byte .npy claiming 10^12 elements is refused from its header; one with the
+    right shape but too few bytes is refused from its size."""
+    dump = copy_step(dumps, 2, tmp_path)
+    dy = _npy_named(dump, lambda d: d[B0]["input"][0], _header_only((10**12,), b"\0" * 100))
+    code, _, err = cli(capsys, "--msprobe", dump)
+    assert code == 2 and f"has shape [1000000000000], but dump.json says {dy['shape']}" in err
+    _npy_named(dump, lambda d: d[B0]["input"][0], _header_only(tuple(dy["shape"]), b"\0" * 100))
+    code, _, err = cli(capsys, "--msprobe", dump)
+    assert code == 2 and "holds 100 bytes after its header" in err and "(truncated?)" in err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_fifos_named_like_dump_files_are_refused_without_blocking(dumps, tmp_path):
+    """#8: a FIFO named dump.json (or a tensor file) is refused at once: open() of a FIFO
+    would block until someone writes it."""
+    dump = copy_step(dumps, 2, tmp_path)
+    grad_output = json.loads(dump_json(dump).read_text())["data"][B0]["input"][0]
+    pt = tensor_file(dump, grad_output["data_name"])
+    other = dump / "rank9"
+    other.mkdir()
+    os.mkfifo(other / "dump.json")
+    command = [sys.executable, "-m", "pypto", "compare", "--msprobe"]
+    for text in ("rank9/dump.json: it is a FIFO", None):
+        if text is None:  # the tensor file as a FIFO, the dump.json back to normal
+            (other / "dump.json").unlink()
+            other.rmdir()
+            pt.unlink()
+            os.mkfifo(pt)
+            text = f"{pt.name}: it is a FIFO"
+        run = subprocess.run(
+            [*command, str(dump)], capture_output=True, text=True, cwd=tmp_path, timeout=120
+        )
+        assert run.returncode == 2 and text in run.stderr, run.stderr
+        assert "Traceback" not in run.stderr
