@@ -18,7 +18,6 @@ Bad arguments print one ``error:`` line and exit with code 2.
 """
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -34,6 +33,7 @@ from pypto._core.memory import check_host_memory
 from pypto._core.rules import TILE_RULES, problem_from_shapes
 from pypto._core.suggest import smallest_tiles
 from pypto._dtypes import DTYPE_NAMES, numpy_dtype
+from pypto._golden import calls as _calls
 from pypto._golden.accuracy import DEFAULT_STANDARD, STANDARDS, ulp_at
 from pypto._golden.case import comparison_bytes, error_bound, golden_bytes, golden_dgrad, make_case
 from pypto._kernels.dispatch import kernel_info
@@ -263,10 +263,6 @@ def _cmd_info(args):
         "(OMP_NUM_THREADS, --threads and set_num_threads win)"
     )
     print(
-        f"bf16 sum order: {info['bf16_sum_order']} (sum_order option, PYPTO_SUM_ORDER; fp16 "
-        f"sums sequentially); order 'tile' here: {info['tile_unit']}"
-    )
-    print(
         f"cpu levels: built {', '.join(info['built_levels'])}; this CPU runs "
         f"{', '.join(info['cpu_levels'])} ({platform.machine()}; features: "
         f"{' '.join(info['cpu_features']) or 'none detected'})"
@@ -458,12 +454,7 @@ def _cmd_compare(args):
     if args.json is not None:
         report = result.as_dict(args.top)
         report.update(actual=str(path), case_dir=str(args.dir))
-        try:
-            with open(args.json, "w") as f:
-                json.dump(report, f, indent=1)
-                f.write("\n")
-        except OSError as exc:
-            raise FeError(OSError(f"cannot write the JSON report {args.json}: {exc}")) from None
+        _calls.write_json(args.json, report)
         print(f"JSON report: {args.json}")
     if args.plot is not None:
         sys.stdout.flush()

@@ -18,6 +18,7 @@ written.
 import csv
 import json
 
+from .._core.fileio import atomic_writer
 from ..error import FeError
 from .accuracy import STANDARDS, json_ready
 
@@ -241,10 +242,10 @@ def write_json(path, table):
 
 
 def _write(path, what, body, newline=None):
-    """``body(f)`` into ``path`` opened for UTF-8 text; an OSError as a PyptoError that names
-    the ``what`` report."""
+    """``body(f)`` into ``path`` (UTF-8 text, replaced whole: ``fileio.atomic_writer``); an
+    OSError as a PyptoError that names the ``what`` report."""
     try:
-        with open(path, "w", encoding="utf-8", newline=newline) as f:
+        with atomic_writer(path, newline=newline) as f:
             body(f)
     except OSError as exc:
         raise FeError(OSError(f"cannot write the {what} report {path}: {exc}")) from None

@@ -18,6 +18,8 @@ import hashlib
 import json
 import os
 
+from .._core.environ import getenv
+from .._core.fileio import parse_json, read_text, show
 from ..error import FeError, PyptoError
 from .tiles import DEFAULT_LIMIT, legal_tilings
 
@@ -28,6 +30,8 @@ __all__ = [
     "case_id",
     "case_seed",
     "CaseFileError",
+    "MAX_CASES_ENV",
+    "max_cases",
     "DTYPES",
     "FIELDS",
 ]
@@ -86,16 +90,42 @@ _IDENTITY = (
 )
 
 
+# how many cases one case file may expand to (msOpST's cross products, tiles "all"): checked
+# before the cases are built, so a few KB cannot ask for millions of them
+MAX_CASES_ENV = "PYPTO_SWEEP_MAX_CASES"
+DEFAULT_MAX_CASES = 100_000
+
+
+def max_cases():
+    """PYPTO_SWEEP_MAX_CASES (an int >= 1), else DEFAULT_MAX_CASES."""
+    text = getenv(MAX_CASES_ENV)
+    if text is None or not text.strip():
+        return DEFAULT_MAX_CASES
+    try:
+        limit = int(text.strip())
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise FeError(ValueError(f"{MAX_CASES_ENV}={text!r}: expected an int >= 1"))
+    return limit
+
+
+def check_case_count(count, where):
+    """A CaseFileError when a case file would expand to more than :func:`max_cases` cases."""
+    limit = max_cases()
+    if count > limit:
+        raise CaseFileError(
+            where,
+            f"the case file expands to {count} cases or more, above the limit of {limit} "
+            f"(set {MAX_CASES_ENV} to raise it, or split the file)",
+        )
+
+
 class CaseFileError(FeError):
     """A fault in a case file: the text names the file, the line (or case) and the field."""
 
     def __init__(self, where, text):
         super().__init__(ValueError(f"{where}: {text}"))
-
-
-def _show(value, limit=60):
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # --- values ------------------------------------------------------------------------------------
@@ -106,7 +136,7 @@ def _int(value, where, field):
         except ValueError:
             pass
     if type(value) is not int:
-        raise CaseFileError(where, f"field '{field}' must be an int, but is {_show(value)}")
+        raise CaseFileError(where, f"field '{field}' must be an int, but is {show(value)}")
     return value
 
 
@@ -120,7 +150,7 @@ def _ints(value, length, where, field):
     lengths = length if isinstance(length, tuple) else (length,)
     if not isinstance(value, list) or len(value) not in lengths:
         what = " or ".join(str(n) for n in lengths)
-        raise CaseFileError(where, f"field '{field}' must be {what} ints, but is {_show(value)}")
+        raise CaseFileError(where, f"field '{field}' must be {what} ints, but is {show(value)}")
     return [_int(v, where, field) for v in value]
 
 
@@ -131,7 +161,7 @@ def _number(value, where, field):
         except ValueError:
             pass
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise CaseFileError(where, f"field '{field}' must hold numbers, but holds {_show(value)}")
+        raise CaseFileError(where, f"field '{field}' must hold numbers, but holds {show(value)}")
     if abs(value) == float("inf"):
         raise CaseFileError(where, f"field '{field}' must hold finite numbers, not {value}")
     return value
@@ -143,7 +173,7 @@ def value_range(value, where, field, ordered=True):
     if isinstance(value, str):
         value = [p for p in value.strip().strip("[]()").replace(" ", ",").split(",") if p]
     if not isinstance(value, list) or len(value) != 2:
-        raise CaseFileError(where, f"field '{field}' must be [lo, hi], but is {_show(value)}")
+        raise CaseFileError(where, f"field '{field}' must be [lo, hi], but is {show(value)}")
     lo, hi = (_number(v, where, field) for v in value)
     if ordered and lo > hi:
         raise CaseFileError(where, f"field '{field}' must have lo <= hi, but is {[lo, hi]}")
@@ -155,7 +185,7 @@ def dtype_of(value, where, field):
         raise CaseFileError(
             where,
             f"field '{field}' must be fp16 or bf16 (float16, bfloat16; fp32 is read and refused "
-            f"by the op), but is {_show(value)}",
+            f"by the op), but is {show(value)}",
         )
     return DTYPES[value.strip().lower()]
 
@@ -163,7 +193,7 @@ def dtype_of(value, where, field):
 def dist_of(value, where, field):
     if not isinstance(value, str) or value.strip().lower() not in DISTS:
         raise CaseFileError(
-            where, f"field '{field}' must be one of {', '.join(DISTS)}, but is {_show(value)}"
+            where, f"field '{field}' must be one of {', '.join(DISTS)}, but is {show(value)}"
         )
     return value.strip().lower()
 
@@ -279,6 +309,12 @@ def _from_fields(fields, where):
         if missing:
             raise CaseFileError(where, f"field '{missing[0]}' is missing (N,Cin,H,W,Cout,kh,kw)")
         n, cin, h, w, cout, kh, kw = (_int(fields[key], where, key) for key in _DIMS)
+        if min(strides) < 1:  # grad_output is derived by dividing by them
+            raise CaseFileError(
+                where,
+                f"field 'strides' {strides}: grad_output is derived from N,Cin,H,W,Cout,kh,kw "
+                f"only with strides >= 1 (give grad_output and weight to have the op refuse it)",
+            )
         # the forward output of an input of H x W: what grad_output must be
         hout = (h + paddings[0] + paddings[1] - dilations[0] * (kh - 1) - 1) // strides[0] + 1
         wout = (w + paddings[2] + paddings[3] - dilations[1] * (kw - 1) - 1) // strides[1] + 1
@@ -299,7 +335,7 @@ def _from_fields(fields, where):
         raise CaseFileError(
             where,
             f'field \'tiles\' must be "suggested" or "all" (explicit tiles: l1, l0, vec), '
-            f"but is {_show(tiles)}",
+            f"but is {show(tiles)}",
         )
     tiles = tiles.strip().lower()
     explicit = [key for key in ("l1", "l0") if key in fields]
@@ -359,13 +395,11 @@ def _read_jsonl(path, text):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         where = f"{path}:{number}"
-        try:
-            fields = json.loads(line)
-        except ValueError as exc:
-            raise CaseFileError(where, f"not a JSON object: {exc}") from None
+        fields = parse_json(line, where)
         if not isinstance(fields, dict):
             raise CaseFileError(where, f"a line must be a JSON object, not {type(fields).__name__}")
         cases += _from_fields(fields, where)
+        check_case_count(len(cases), where)
     return cases
 
 
@@ -391,6 +425,7 @@ def _read_csv(path, text):
             raise CaseFileError(where, f"{len(row)} cells, but the header has {len(header)}")
         fields = {key: cell for key, cell in zip(header, row) if cell.strip() != ""}
         cases += _from_fields(fields, where)
+        check_case_count(len(cases), where)
     return cases
 
 
@@ -400,11 +435,7 @@ def read_case_file(path):
     ``.csv``: pypto's CSV (a header of field names); ``.json``: msOpST's case list."""
     from .msopst import read_msopst
 
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FeError(ValueError(f"cannot read the case file {path}: {exc}")) from None
+    text = read_text(path, "the case file")
     ext = os.path.splitext(path)[1].lower()
     if ext == ".jsonl":
         cases = _read_jsonl(path, text)

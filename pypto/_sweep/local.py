@@ -245,6 +245,7 @@ def judge_sweep(out_dir, standard=None):
     import os
     import socket
 
+    from .._core.fileio import atomic_writer
     from .._golden.calls import json_row
     from ..error import PyptoError
     from .results import VERDICTS, merge
@@ -273,10 +274,9 @@ def judge_sweep(out_dir, standard=None):
         rows.append(json_row(row))
     path = os.path.join(out_dir, VERDICTS)
     try:
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
+        with atomic_writer(path) as f:
             for row in rows:
                 f.write(json.dumps(row, separators=(",", ":")) + "\n")
-        os.replace(path + ".tmp", path)
     except OSError as exc:
         raise FeError(OSError(f"cannot write {path}: {exc}")) from None
     return rows, missing

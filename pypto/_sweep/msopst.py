@@ -20,10 +20,10 @@ the range as [mean, standard deviation] (it adds 1e-4 to the deviation); pypto d
 CANN's default for the attribute is NHWC, so a case without it takes the tensors' format).
 """
 
-import itertools
-import json
+import math
 
-from .cases import DTYPES, CaseFileError, canonical, dist_of, value_range
+from .._core.fileio import parse_json, show
+from .cases import DTYPES, CaseFileError, canonical, check_case_count, dist_of, value_range
 
 __all__ = ["read_msopst", "OP"]
 
@@ -33,11 +33,6 @@ _INPUT_CROSS = ("format", "shape", "type", "data_distribute", "value_range")
 _OUTPUT_CROSS = ("format", "shape", "type")
 _ATTRS = ("strides", "pads", "dilations", "groups", "data_format", "offset_x")
 _MSOPST_DISTS = ("uniform", "normal", "truncated_normal")
-
-
-def _show(value, limit=60):
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _str_list(desc, key, where, default=None):
@@ -53,25 +48,40 @@ def _list_list(desc, key, where, default=None):
     """A list of lists (msOpST's check_list_list): [1, 2] is one entry, [[1, 2], [3]] two."""
     value = desc.get(key, default)
     if not isinstance(value, list) or not value:
-        raise CaseFileError(where, f"field '{key}' must be a non-empty list, but is {_show(value)}")
+        raise CaseFileError(where, f"field '{key}' must be a non-empty list, but is {show(value)}")
     if not isinstance(value[0], list):
         value = [value]
     if not all(isinstance(v, list) for v in value):
-        raise CaseFileError(where, f"field '{key}' mixes lists and numbers: {_show(value)}")
+        raise CaseFileError(where, f"field '{key}' mixes lists and numbers: {show(value)}")
     return value
 
 
-def _combinations(desc, keys, where, is_input):
-    """The tensor's combinations, msOpST's order: a list of dicts."""
-    values = {
-        "format": _str_list(desc, "format", where + " field 'format'"),
-        "type": _str_list(desc, "type", where + " field 'type'"),
-        "shape": _list_list(desc, "shape", where),
-    }
-    if is_input:
-        values["data_distribute"] = _str_list(desc, "data_distribute", where, "uniform")
-        values["value_range"] = _list_list(desc, "value_range", where, [[0.1, 1.0]])
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(values[k] for k in keys))]
+class _Combinations:
+    """A tensor's combinations in msOpST's order (``itertools.product`` of its list-valued
+    fields, the last key varying fastest), made one at a time: a case whose fields list 16
+    values each has 16^5 of them, counted before any is built."""
+
+    def __init__(self, desc, keys, where, is_input):
+        values = {
+            "format": _str_list(desc, "format", where + " field 'format'"),
+            "type": _str_list(desc, "type", where + " field 'type'"),
+            "shape": _list_list(desc, "shape", where),
+        }
+        if is_input:
+            values["data_distribute"] = _str_list(desc, "data_distribute", where, "uniform")
+            values["value_range"] = _list_list(desc, "value_range", where, [[0.1, 1.0]])
+        self.keys, self.values = keys, [values[k] for k in keys]
+        self.count = math.prod(len(v) for v in self.values)
+
+    def __len__(self):
+        return self.count
+
+    def __getitem__(self, index):
+        picked = []
+        for options in reversed(self.values):
+            index, digit = divmod(index, len(options))
+            picked.append(options[digit])
+        return dict(zip(self.keys, reversed(picked)))
 
 
 def _tensors(case, key, names, where):
@@ -90,7 +100,7 @@ def _tensors(case, key, names, where):
         if name not in names or name in by_name:
             raise CaseFileError(
                 where,
-                f"field '{key}'[{index}] name {_show(name)}: expected one each of "
+                f"field '{key}'[{index}] name {show(name)}: expected one each of "
                 f"{', '.join(names)}",
             )
         by_name[name] = desc
@@ -109,7 +119,7 @@ def _attrs(case, where):
         if name not in _ATTRS:
             raise CaseFileError(
                 where,
-                f"field 'attr' name {_show(name)}: {OP} takes {', '.join(_ATTRS)}",
+                f"field 'attr' name {show(name)}: {OP} takes {', '.join(_ATTRS)}",
             )
         attrs[name] = attr["value"]
     return attrs
@@ -122,7 +132,7 @@ def _nchw_pair(value, name, where, neutral):
         or len(value) not in (2, 4)
         or not all(type(v) is int for v in value)
     ):
-        raise CaseFileError(where, f"attr '{name}' must be 4 ints (NCHW) or 2, not {_show(value)}")
+        raise CaseFileError(where, f"attr '{name}' must be 4 ints (NCHW) or 2, not {show(value)}")
     if len(value) == 4:
         if value[:2] != [neutral, neutral]:
             raise CaseFileError(
@@ -134,7 +144,7 @@ def _nchw_pair(value, name, where, neutral):
 
 def _sub_cases(case, where, first_index):
     if case.get("op") != OP:
-        raise CaseFileError(where, f"field 'op' must be {OP!r}, but is {_show(case.get('op'))}")
+        raise CaseFileError(where, f"field 'op' must be {OP!r}, but is {show(case.get('op'))}")
     name = case.get("case_name")
     if not isinstance(name, str) or not name:
         raise CaseFileError(where, "field 'case_name' must be a non-empty string")
@@ -142,7 +152,7 @@ def _sub_cases(case, where, first_index):
     (y,) = _tensors(case, "output_desc", ("y",), where).values()
     attrs = _attrs(case, where)
     combos = {
-        key: _combinations(inputs[key], _INPUT_CROSS, f"{where} input '{key}'", True)
+        key: _Combinations(inputs[key], _INPUT_CROSS, f"{where} input '{key}'", True)
         for key in _INPUTS
     }
     counts = {key: len(value) for key, value in combos.items()}
@@ -157,7 +167,7 @@ def _sub_cases(case, where, first_index):
             + ", ".join(f"{key} has {count}" for key, count in counts.items()),
         )
     total = max(counts.values())
-    outputs = _combinations(y, _OUTPUT_CROSS, f"{where} output 'y'", False)
+    outputs = _Combinations(y, _OUTPUT_CROSS, f"{where} output 'y'", False)
     multi = any(
         isinstance(desc.get(k), list) and len(_as_list(desc, k)) > 1
         for desc in (*inputs.values(), y)
@@ -170,9 +180,10 @@ def _sub_cases(case, where, first_index):
         raise CaseFileError(where, "attr 'pads' must be 4 ints (top, bottom, left, right)")
     groups = attrs.get("groups", 1)
     if type(groups) is not int:
-        raise CaseFileError(where, f"attr 'groups' must be an int, not {_show(groups)}")
+        raise CaseFileError(where, f"attr 'groups' must be an int, not {show(groups)}")
     if attrs.get("offset_x", 0) != 0:
         raise CaseFileError(where, "attr 'offset_x' must be 0 (no quantized inputs)")
+    check_case_count(first_index + total, where)
     made = []
     for i in range(total):
         sub = f"{where} sub-case {i}"
@@ -249,7 +260,7 @@ def _check_format(value, where, field="field 'format'"):
     if value != "NCHW":
         raise CaseFileError(
             where,
-            f"{field} is {_show(value)}: pypto reads NCHW only (transpose NHWC data to NCHW and "
+            f"{field} is {show(value)}: pypto reads NCHW only (transpose NHWC data to NCHW and "
             f"give its shapes in NCHW order)",
         )
 
@@ -259,7 +270,7 @@ def _dtype(value, where):
         raise CaseFileError(
             where,
             f"field 'type' must be float16 or bfloat16 (fp16, bf16; float32 is read and refused "
-            f"by the op), not {_show(value)}",
+            f"by the op), not {show(value)}",
         )
     return DTYPES[value.strip().lower()]
 
@@ -272,17 +283,14 @@ def _input_size(desc, y, where):
     if not isinstance(value, list) or len(value) != 4 or not all(type(v) is int for v in value):
         raise CaseFileError(
             f"{where} input 'input_size'",
-            f"field 'value' must be 4 ints (N, C, H, W; default: y's shape), not {_show(value)}",
+            f"field 'value' must be 4 ints (N, C, H, W; default: y's shape), not {show(value)}",
         )
     return value
 
 
 def read_msopst(path, text):
     """The canonical cases of an msOpST JSON case file (every sub-case)."""
-    try:
-        cases = json.loads(text)
-    except ValueError as exc:
-        raise CaseFileError(path, f"not JSON: {exc}") from None
+    cases = parse_json(text, path)
     if isinstance(cases, dict):
         cases = [cases]
     if not isinstance(cases, list):

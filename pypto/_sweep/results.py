@@ -14,6 +14,8 @@ import glob
 import json
 import os
 
+from .._core.fileio import atomic_writer, parse_json, read_text, show
+from .._golden.calls import CALL_COLUMNS
 from ..error import FeError
 from .unit import LEADING, TRAILING, VOLATILE
 
@@ -26,6 +28,7 @@ __all__ = [
     "summary_text",
     "write_table",
     "identity",
+    "check_row",
     "VERDICTS",
 ]
 
@@ -42,32 +45,73 @@ def results_path(out_dir, shard=None):
 
 def read_rows(path):
     """The rows of a results file, in order; a torn last line is left out. A bad line
-    elsewhere is a PyptoError naming the file and line."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
+    elsewhere (not JSON, or not a row: :func:`check_row`) is a PyptoError naming the file and
+    line; so is a results file that is not a regular file."""
+    if not os.path.lexists(path):
         return []
-    except OSError as exc:
-        raise FeError(OSError(f"cannot read {path}: {exc}")) from None
+    text = read_text(path, "the results file")
     lines = text.split("\n")
     rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        last = number == len(lines)  # no newline after it: written in part
-        try:
-            row = json.loads(line)
-        except ValueError:
-            if last:
-                continue  # the torn line of an interrupted write
-            raise FeError(ValueError(f"{path}:{number}: not a result row (bad JSON)")) from None
-        if last:
+        if number == len(lines):  # no newline after it: the torn line of an interrupted write
             continue
-        if not isinstance(row, dict) or "case_id" not in row:
-            raise FeError(ValueError(f"{path}:{number}: not a result row (no case_id)"))
+        row = parse_json(line, f"{path}:{number}: not a result row")
+        check_row(row, f"{path}:{number}")
         rows.append(row)
     return rows
+
+
+def _is_list_or_none(value):
+    return value is None or isinstance(value, list)
+
+
+def _is_verdicts(value):
+    return isinstance(value, dict) and all(
+        isinstance(v, dict)
+        and isinstance(v.get("passed"), bool)
+        and isinstance(v.get("detail"), str)
+        and (v.get("warning") is None or isinstance(v.get("warning"), str))
+        for v in value.values()
+    )
+
+
+def _is_tasks(value):
+    return isinstance(value, list) and all(
+        isinstance(t, dict) and {"where", "outside", "elements", "max_ulp"} <= set(t) for t in value
+    )
+
+
+# what merge, summary and the table read of a row, and how (every key a sweep writes is there)
+_ROW_CHECKS = {
+    "case_id": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "status": (lambda v: v in STATUSES, "one of " + ", ".join(STATUSES)),
+    "rule": (lambda v: v is None or isinstance(v, str), "a rule id or null"),
+    "verdicts": (_is_verdicts, "an object of verdicts (passed, detail, warning)"),
+    "failing_tasks": (_is_tasks, "a list of tasks (where, outside, elements, max_ulp)"),
+    **{
+        key: (_is_list_or_none, "a list or null")
+        for key in ("grad_output", "weight", "grad_input", "strides", "paddings", "dilations")
+    },
+}
+
+
+def check_row(row, where):
+    """A PyptoError naming ``where`` unless ``row`` is a sweep's result row: an object with
+    every key the sweep writes, those that are read typed (``_ROW_CHECKS``)."""
+    if not isinstance(row, dict):
+        raise FeError(ValueError(f"{where}: not a result row (a {type(row).__name__})"))
+    for key in (*LEADING, *CALL_COLUMNS, "verdicts", *TRAILING):
+        if key not in row:
+            raise FeError(ValueError(f"{where}: not a result row (no {key!r})"))
+    for key, (ok, what) in _ROW_CHECKS.items():
+        if not ok(row[key]):
+            raise FeError(
+                ValueError(
+                    f"{where}: not a result row ({key!r} must be {what}, not {show(row[key])})"
+                )
+            )
 
 
 class ResultsFile:
@@ -211,6 +255,7 @@ def write_table(path, rows):
     for line in csv_lines(rows, LEADING, TRAILING):  # the CSV's cells, as its text
         sheet.append([str(cell) for cell in line])
     try:
-        book.save(path)
+        with atomic_writer(path, "wb") as f:
+            book.save(f)
     except OSError as exc:
         raise FeError(OSError(f"cannot write the table {path}: {exc}")) from None

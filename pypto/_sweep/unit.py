@@ -19,6 +19,7 @@ import os
 import socket
 import time
 
+from .._core.fileio import read_json
 from ..error import ConvBpInputError, PyptoError, PyptoMemoryError
 from .cases import case_seed
 
@@ -294,11 +295,14 @@ def _golden(case, folder, row):
 def _holds_this_case(folder, case):
     """Whether ``folder`` holds this case (its manifest's seed) and a kernel output."""
     try:
-        with open(os.path.join(folder, "manifest.json")) as f:
-            manifest = json.load(f)
-    except (OSError, ValueError):
+        manifest = read_json(os.path.join(folder, "manifest.json"), "the manifest")
+    except PyptoError:
         return False
-    return manifest.get("seed") == case_seed(case) and _output_path(folder) is not None
+    return (
+        isinstance(manifest, dict)
+        and manifest.get("seed") == case_seed(case)
+        and _output_path(folder) is not None
+    )
 
 
 def run_case(case, out_dir, *, threads=None, standard=None):

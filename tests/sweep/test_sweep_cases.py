@@ -136,7 +136,7 @@ BAD_FILES = [
     (
         "cases.jsonl",
         '{"grad_output": [1,16,5,8], "weight": [16,16,3,3]}\n{"grad_output": \n',
-        ["cases.jsonl:2", "not a JSON object"],
+        ["cases.jsonl:2", "not JSON"],
     ),
     (
         "cases.jsonl",
@@ -165,6 +165,23 @@ BAD_FILES = [
     ),
     ("cases.csv", "grad_output,wieght\n", ["cases.csv:1", "unknown column 'wieght'"]),
     ("cases.txt", "", ["cases.txt", ".jsonl or .csv"]),
+    # issue 42 #9: grad_output cannot be derived with a stride of 0; JSON nested too deep
+    (
+        "cases.jsonl",
+        '{"N": 1, "Cin": 8, "H": 6, "W": 6, "Cout": 8, "kh": 3, "kw": 3, "strides": [1, 0]}\n',
+        ["cases.jsonl:1", "field 'strides' [1, 0]", "only with strides >= 1"],
+    ),
+    (
+        "cases.csv",
+        'N,Cin,H,W,Cout,kh,kw,strides\n1,8,6,6,8,3,3,"0,2"\n',
+        ["cases.csv:2", "field 'strides' [0, 2]"],
+    ),
+    (
+        "cases.jsonl",
+        '{"name": ' + "[" * 50_000 + "]" * 50_000 + "}\n",
+        ["cases.jsonl:1", "too deep"],
+    ),
+    ("cases.json", "[" * 50_000 + "]" * 50_000, ["cases.json", "JSON nested too deep"]),
 ]
 
 
@@ -309,3 +326,60 @@ def test_msopst_faults_name_the_case_and_field(tmp_path, edit, fragments):
         read_cases(str(path))
     for fragment in fragments:
         assert fragment in str(info.value)
+
+
+def _crossed_msopst(values):
+    """One msOpST case whose filter and out_backprop list ``values`` entries in each of
+    format, type, shape, data_distribute and value_range: values**5 sub-cases."""
+
+    def tensor(name, shape):
+        return {
+            "name": name,
+            "format": ["NCHW"] * values,
+            "type": ["float16"] * values,
+            "shape": [shape] * values,
+            "data_distribute": ["uniform"] * values,
+            "value_range": [[0.1, 1.0]] * values,
+        }
+
+    case = json.loads(json.dumps(MSOPST[1]))
+    case["input_desc"][1:] = [
+        tensor("filter", [32, 16, 1, 1]),
+        tensor("out_backprop", [1, 32, 4, 4]),
+    ]
+    return case
+
+
+def test_a_cross_product_beyond_the_limit_is_refused_before_it_is_built(tmp_path, monkeypatch):
+    """Issue 42 #10: 16^5 sub-cases of a 3 KB file are counted, not built (this took minutes
+    and gigabytes); the limit is PYPTO_SWEEP_MAX_CASES, and the message says so."""
+    path = tmp_path / "boom.json"
+    path.write_text(json.dumps([_crossed_msopst(16)]))
+    with pytest.raises(PyptoError, match=r"expands to 1048576 cases or more, above the limit of"):
+        read_cases(str(path))
+    monkeypatch.setenv("PYPTO_SWEEP_MAX_CASES", "40")
+    path.write_text(json.dumps([_crossed_msopst(2)]))  # 32 sub-cases, one distinct
+    assert len(read_cases(str(path))) == 1
+    path.write_text(json.dumps([_crossed_msopst(2), _crossed_msopst(2)]))  # 64 over the file
+    with pytest.raises(PyptoError, match="case 1 .* expands to 64 cases or more.*PYPTO_SWEEP_MAX"):
+        read_cases(str(path))
+    # pypto's own format: counted line by line ("all" tiles expand a line)
+    line = {"grad_output": [1, 16, 5, 8], "weight": [16, 16, 3, 3], "tiles": "all"}
+    jsonl = _jsonl(tmp_path, *[dict(line, seed=i) for i in range(8)])
+    monkeypatch.setenv("PYPTO_SWEEP_MAX_CASES", "10")
+    with pytest.raises(PyptoError, match=r"cases.jsonl:\d: the case file expands to"):
+        read_cases(jsonl)
+    monkeypatch.setenv("PYPTO_SWEEP_MAX_CASES", "zero")
+    with pytest.raises(PyptoError, match="PYPTO_SWEEP_MAX_CASES='zero': expected an int >= 1"):
+        read_cases(jsonl)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no FIFOs here")
+def test_a_case_file_that_is_a_fifo_is_refused_without_blocking(tmp_path, capsys):
+    import os
+
+    fifo = tmp_path / "cases.jsonl"
+    os.mkfifo(fifo)
+    code = cli.main(["sweep", str(fifo), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "it is a FIFO, not a regular file" in err, err

@@ -153,3 +153,72 @@ def test_existing_rows_need_resume_and_xlsx_needs_openpyxl(tmp_path, capsys, mon
     assert cli.main(["sweep", "--merge", out, "--csv", str(tmp_path / "t.xlsx")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "needs openpyxl" in err
+
+
+def test_result_rows_of_another_shape_are_one_error_line(tmp_path, capsys):
+    """Issue 42 #9: --merge, --resume, --judge and read_rows check every row they read (its
+    keys, and the types merge, summary and the table use): one error line naming the file,
+    line and key, never a KeyError or TypeError."""
+    path = write_jsonl(tmp_path / "few.jsonl", generated_cases(2))
+    out = tmp_path / "out"
+    assert cli.main(["sweep", path, "--out", str(out)]) == 0
+    capsys.readouterr()
+    results = out / "results.jsonl"
+    good = [json.loads(line) for line in results.read_text().splitlines()]
+    assert cli.main(["sweep", "--merge", str(out), "--csv", str(tmp_path / "t.csv")]) == 0
+    capsys.readouterr()
+    edits = [
+        ({"case_id": "x"}, "not a result row (no 'name')"),
+        (dict(good[0], case_id=["x"]), "'case_id' must be a non-empty string"),
+        (dict(good[0], status="weird"), "'status' must be one of pass"),
+        (dict(good[0], verdicts=[]), "'verdicts' must be an object of verdicts"),
+        (dict(good[0], verdicts={"dual-L0": {"passed": "yes"}}), "'verdicts' must be"),
+        (dict(good[0], failing_tasks=[1]), "'failing_tasks' must be a list of tasks"),
+        (dict(good[0], rule={"id": 1}), "'rule' must be a rule id or null"),
+        (dict(good[0], strides=2), "'strides' must be a list or null"),
+        ([good[0]], "not a result row (a list)"),
+    ]
+    for row, text in edits:
+        results.write_text(json.dumps(good[1]) + "\n" + json.dumps(row) + "\n")
+        for args in (
+            ["--merge", str(out), "--csv", str(tmp_path / "t.csv")],
+            [path, "--out", str(out), "--resume"],
+        ):
+            code = cli.main(["sweep", *args])
+            err = capsys.readouterr().err
+            assert code == 2 and err.count("\n") == 1, (row, args, err)
+            assert f"{results}:2: " in err and text in err, err
+    results.write_text(json.dumps(good[0]) + "\n" + "[" * 50_000 + "]" * 50_000 + "\n")
+    assert cli.main(["sweep", "--merge", str(out)]) == 2
+    assert "results.jsonl:2: not a result row: JSON nested too deep" in capsys.readouterr().err
+    results.unlink()
+    os.mkfifo(results)
+    assert cli.main(["sweep", "--merge", str(out)]) == 2
+    assert "it is a FIFO, not a regular file" in capsys.readouterr().err
+
+
+def test_tables_and_verdicts_are_written_whole_through_a_fresh_temporary(tmp_path, capsys):
+    """A table or verdicts.jsonl replaces its file whole; a link planted at the temporary
+    names a predictable writer would use is never followed."""
+    path = write_jsonl(tmp_path / "few.jsonl", generated_cases(2))
+    out = tmp_path / "out"
+    assert cli.main(["sweep", path, "--out", str(out)]) == 0
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    for name in ("verdicts.jsonl.tmp", f".verdicts.jsonl.{os.getpid()}.tmp", "t.csv.tmp"):
+        os.symlink(victim, out / name)
+    table = out / "t.csv"
+    assert cli.main(["sweep", "--merge", str(out), "--csv", str(table)]) == 0
+    assert cli.main(["sweep", "--judge", str(out)]) == 0
+    assert victim.read_text() == "precious" and table.read_text().startswith("case_id,")
+    assert not (out / "verdicts.jsonl").is_symlink()
+    leftovers = {p.name for p in out.iterdir()} - {
+        "cases",
+        "results.jsonl",
+        "t.csv",
+        "verdicts.jsonl",
+        "verdicts.jsonl.tmp",
+        f".verdicts.jsonl.{os.getpid()}.tmp",
+        "t.csv.tmp",
+    }
+    assert leftovers == set(), leftovers
