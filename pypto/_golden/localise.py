@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._core.fileio import atomic_writer
 from .._core.tiling import ceil_div, task_grid
 from ..error import FeError
 from .accuracy import json_ready
@@ -424,7 +425,8 @@ class Localisation:
         bar.set_label(label, fontsize=8)
         bar.ax.tick_params(labelsize=8)
         try:
-            fig.savefig(path, format=fmt)
+            with atomic_writer(path, "wb") as f:  # a failed plot leaves the old file
+                fig.savefig(f, format=fmt)
         except (OSError, ValueError, RuntimeError) as exc:  # ValueError: a format it refuses
             raise FeError(ValueError(f"cannot write the plot to {path}: {exc}")) from None
         return path
