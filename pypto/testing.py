@@ -152,10 +152,15 @@ class CompareResult:
 
 def _top(top):
     """``top`` (how many worst elements to list) as an int >= 0."""
-    count = as_int(top)
+    return _count(top, "top")
+
+
+def _count(value, name):
+    """``value`` as an int >= 0; a PyptoError naming the argument ``name`` otherwise."""
+    count = as_int(value)
     if count is None or count < 0:
         kind = TypeError if count is None else ValueError
-        raise FeError(kind(f"top must be an int >= 0, but got {top!r}"))
+        raise FeError(kind(f"{name} must be an int >= 0, but got {value!r}"))
     return count
 
 

@@ -50,7 +50,6 @@ from ._convbp import conv_backward_input as _pypto_dgrad
 from ._core import options as _config
 from ._core.options import get_convbp_input_tile_shapes, get_vec_tile_shapes, options
 from ._core.suggest import suggest_convbp_input_tile_shapes
-from ._core.values import as_int
 from ._dtypes import DataType
 from ._golden import calls as _calls
 from ._golden.accuracy import json_ready
@@ -632,15 +631,6 @@ class CrosscheckWarning(UserWarning):
 _ON_FAIL = ("warn", "raise", "ignore")
 
 
-def _keep_failures(value):
-    """crosscheck's keep_failures as an int >= 0."""
-    count = as_int(value)
-    if count is None or count < 0:
-        kind = TypeError if count is None else ValueError
-        raise FeError(kind(f"keep_failures must be an int >= 0, but got {value!r}"))
-    return count
-
-
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default
 _ARG_NAMES = [a.name for a in _CONV_BACKWARD._schema.arguments]
 
@@ -731,7 +721,7 @@ class crosscheck(TorchDispatchMode):
         self.standard, self.report, self.on_fail = standard, report, on_fail
         self.top = _testing._top(top)
         self.threads = threads
-        self.keep_failures = _keep_failures(keep_failures)
+        self.keep_failures = _testing._count(keep_failures, "keep_failures")
         self.rows = []
         self.failures = {}
         self._kept_failures = 0
