@@ -277,6 +277,7 @@ def kernel_info():
         "openmp": kernel.openmp_enabled(),
         "bf16_dot": kernel.HAS_BF16_DOT,
         "bf16_sum_order": _config.bf16_sum_order_now(),
+        "amx": getattr(kernel, "HAS_AMX", False),
         "tile_unit": _tile_unit_line(kernel),
         "cpu_levels": list(CPU_LEVELS),
         "built_levels": list(BUILT_LEVELS),

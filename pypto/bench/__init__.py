@@ -25,7 +25,7 @@ import numpy as np
 
 import pypto
 from pypto import pypto_impl
-from pypto._core.options import MAX_THREADS
+from pypto._core.options import MAX_THREADS, SUM_ORDERS
 from pypto._core.shapes import forward_out_size
 from pypto._core.tiling import ConvProblem
 from pypto._dtypes import DTYPE_NAMES, numpy_dtype
@@ -82,18 +82,32 @@ class Case:
             *self.attrs,
         )
 
-    def pypto_runner(self, tiles):
+    def pypto_runner(self, tiles, sum_order=None):
+        """pypto with ``tiles``, in ``sum_order`` (None: the order in force)."""
         l1, l0 = tiles
         dy, w = pypto.from_numpy(self.dy), pypto.from_numpy(self.w)
+        order = {} if sum_order is None else {"sum_order": sum_order}
 
         def run():
             return pypto.conv_backward_input(dy, self.input_size, w, self.dtype, *self.attrs)
 
         def with_tiles():
-            with pypto.options(convbp_tile_shapes=(l1, l0), vec_tile_shapes=[1, 16, 1, 64]):
+            with pypto.options(
+                convbp_tile_shapes=(l1, l0), vec_tile_shapes=[1, 16, 1, 64], **order
+            ):
                 return run()
 
         return with_tiles
+
+    def pypto_runners(self, tiles, orders):
+        """{"pypto": the first of ``orders``, "pypto <order>": each other} for bf16; fp16,
+        which sums in one order, gets "pypto" alone."""
+        if self.dtype != pypto.DT_BF16:
+            return {"pypto": self.pypto_runner(tiles)}
+        return {
+            ("pypto" if i == 0 else f"pypto {order}"): self.pypto_runner(tiles, order)
+            for i, order in enumerate(orders)
+        }
 
     def torch_runner(self, torch, compute_dtype, out_dtype):
         s, p, d = self.attrs[0], self.attrs[1][::2], self.attrs[2]
@@ -316,8 +330,27 @@ def _peak_for(peaks, dtype_name, threads):
     return peaks[threads]["fp32"], "fp32 multiply-add"
 
 
-def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_numpy=True):
-    """Run the suite; returns a list of result rows (dicts) and prints the table."""
+def default_orders():
+    """The bf16 orders a run times: the order in force, and "tile" beside it where this
+    level has the AMX tile unit (the order it runs natively)."""
+    first = pypto.get_sum_order("bf16")
+    return [first] + (["tile"] if kernel_info()["amx"] and first != "tile" else [])
+
+
+def _orders_note(orders, info):
+    return (
+        f"bf16 sum order: {orders[0]} (pypto)"
+        + "".join(f", {order} (pypto {order})" for order in orders[1:])
+        + f"; fp16 sums sequentially; order 'tile' here: {info['tile_unit']}"
+    )
+
+
+def run(
+    cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_numpy=True, orders=None
+):
+    """Run the suite; returns a list of result rows (dicts) and prints the table. ``orders``:
+    the bf16 summation orders to time (default: ``default_orders()``), the first as "pypto"."""
+    orders = orders or default_orders()
     info = kernel_info()
     torch_note = _torch_note(info) if with_torch else None
     torch = _import_torch(with_torch)
@@ -331,6 +364,7 @@ def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_nu
         f"{info['mr']}x{info['nr']}, bf16 dot product {'yes' if info['bf16_dot'] else 'no'}), "
         f"OpenMP {'on' if info['openmp'] else 'off'}; torch {torch.__version__ if torch else '-'}"
     )
+    print(_orders_note(orders, info))
     peaks = _measure_and_print_peaks(info, thread_counts)
     header = (
         f"{'case':<5}{'dtype':<6}{'thr':>4}  {'peer':<18}{'ms':>10}{'GFLOP/s':>10}"
@@ -345,7 +379,7 @@ def run(cases, dtypes, thread_counts, rounds, budget_s, with_torch=True, with_nu
         for dtype in dtypes:
             case = Case(name, CASES[name], dtype, rng)
             p = case.problem
-            runners = {"pypto": case.pypto_runner(case.suggested_tiles())}
+            runners = case.pypto_runners(case.suggested_tiles(), orders)
             if name == "a":
                 runners["pypto spec tiles"] = case.pypto_runner(
                     (
@@ -427,13 +461,18 @@ def summarize(rows):
         print(f"  {dtype} {threads} thread(s) vs {peer:<18} {gm:6.2f}x  (min {min(ratios):.2f}x)")
 
 
-def run_networks(names, dtypes, thread_counts, rounds, budget_s, batch=None, with_torch=True):
+def run_networks(
+    names, dtypes, thread_counts, rounds, budget_s, batch=None, with_torch=True, orders=None
+):
     """The whole backward-data pass of each network (``networks.NETWORKS``): every layer timed
     as one call (pypto with its suggested tiles, torch in the storage dtype and upcast), times
     its count. Prints per network and setting the total against torch's faster path per layer
-    and the ten layers slowest relative to torch; returns the rows (one per layer and setting)."""
+    and the ten layers slowest relative to torch; returns the rows (one per layer and setting).
+    bf16 runs each of ``orders`` (default ``default_orders()``): the first is "pypto", each
+    other a total of its own."""
     from .networks import NETWORKS
 
+    orders = orders or default_orders()
     info = kernel_info()
     torch_note = _torch_note(info) if with_torch else None
     torch = _import_torch(with_torch)
@@ -444,6 +483,7 @@ def run_networks(names, dtypes, thread_counts, rounds, budget_s, batch=None, wit
         f"pypto {pypto.__version__}: ISA {info['isa']} ({info['reason']}); "
         f"torch {torch.__version__ if torch else '-'}"
     )
+    print(_orders_note(orders, info))
     peaks = _measure_and_print_peaks(info, thread_counts)
     rng = np.random.default_rng(0)
     rows = []
@@ -456,7 +496,7 @@ def run_networks(names, dtypes, thread_counts, rounds, budget_s, batch=None, wit
         layer_rows = []
         for layer in net.layers:
             case = Case(layer.name, layer.problem(n), dtype, rng)
-            runners = {"pypto": case.pypto_runner(case.suggested_tiles())}
+            runners = case.pypto_runners(case.suggested_tiles(), orders)
             if torch is not None:
                 storage = torch.bfloat16 if dtype == pypto.DT_BF16 else torch.float16
                 runners["torch"] = case.torch_runner(torch, storage, storage)
@@ -477,7 +517,11 @@ def run_networks(names, dtypes, thread_counts, rounds, budget_s, batch=None, wit
                     "threads": threads,
                     "flops": p.flops,
                     "pypto_ms": medians["pypto"] * 1e3,
+                    "sum_order": orders[0] if dtype == pypto.DT_BF16 else "sequential",
                 }
+                for peer in medians:  # the other bf16 orders
+                    if peer.startswith("pypto "):
+                        row[f"pypto_{peer[6:]}_ms"] = medians[peer] * 1e3
                 if torch is not None:
                     row["torch_ms"] = medians["torch"] * 1e3
                     row["torch_upcast_ms"] = medians["torch upcast"] * 1e3
@@ -503,14 +547,25 @@ def _report_network(net, batch, dtype_name, threads, peaks, layer_rows):
     )
     gflops = flops / pypto_ms / 1e6
     share = 100 * gflops / peak
-    line = f"  pypto {pypto_ms:.1f} ms ({gflops:.0f} GFLOP/s, {share:.0f}% of {peak_kind} peak)"
+    line = (
+        f"  pypto ({mine[0]['sum_order']}) {pypto_ms:.1f} ms ({gflops:.0f} GFLOP/s, {share:.0f}% "
+        f"of {peak_kind} peak)"
+    )
+    others = {}  # the other bf16 orders' totals
+    for key in mine[0]:
+        if key.startswith("pypto_") and key.endswith("_ms") and key != "pypto_ms":
+            others[key[6:-3]] = sum(r["count"] * r[key] for r in mine)
     if "ratio" not in mine[0]:
         print(line)
+        for order, ms in others.items():
+            print(f"  pypto ({order}) {ms:.1f} ms")
         return
     torch_ms = sum(r["count"] * r["torch_best_ms"] for r in mine)
     print(
         f"{line}; torch's faster path per layer {torch_ms:.1f} ms: ratio {torch_ms / pypto_ms:.2f}x"
     )
+    for order, ms in others.items():
+        print(f"  pypto ({order}) {ms:.1f} ms: ratio to torch {torch_ms / ms:.2f}x")
     slow = sorted(mine, key=lambda r: r["ratio"])[:10]
     print("  ten slowest layers relative to torch:")
     print(
@@ -865,6 +920,13 @@ def parse_args(argv=None):
         + ", ".join(f"{n} {net.batch}" for n, net in NETWORKS.items())
         + ")",
     )
+    parser.add_argument(
+        "--orders",
+        type=_names(list(SUM_ORDERS), "sum order"),
+        default=None,
+        help="bf16 summation orders to time, the first as 'pypto' (default: the order in "
+        "force, and 'tile' beside it where this CPU has the AMX tile unit)",
+    )
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
     parser.add_argument(
@@ -914,6 +976,7 @@ def main(argv=None):
             args.budget,
             batch=args.batch,
             with_torch=not args.no_torch,
+            orders=args.orders,
         )
         if args.json is not None:
             try:
@@ -930,6 +993,7 @@ def main(argv=None):
         args.rounds,
         args.budget,
         with_torch=not args.no_torch,
+        orders=args.orders,
     )
     summarize(rows)
     summarize_peak_shares(rows)

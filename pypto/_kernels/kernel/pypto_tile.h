@@ -15,8 +15,10 @@
  * Data: weights packed per 16-channel block of Cin as [co block][tap][16 ci][32 co] (bf16 for
  * the tile unit, fp32 for the emulation); dy in pair frames, one plane per channel pair
  * (2cp, 2cp + 1) of 32-bit pairs, even channel in the low half, with a zero halo. A C tile is 16
- * input channels x 16 pixels of one row of a stride phase; its B operand, 16 planes x 16
- * consecutive pairs, is one TILELOADD with the plane as stride.
+ * input channels x 16 consecutive positions of a stride phase's rows laid end to end at the
+ * frame's width (positions in the halo columns are computed and thrown away, so small images
+ * fill whole tiles); its B operand, 16 planes x 16 consecutive pairs, is one TILELOADD with the
+ * plane as stride.
  */
 #ifndef PYPTO_TILE_H
 #define PYPTO_TILE_H
@@ -29,40 +31,52 @@
 #include "pypto_isa.h"
 
 enum { PYPTO_TILE_CH = 16, PYPTO_TILE_PX = 16, PYPTO_TILE_K = 32 };
+/* pixel tiles per work item (even): their C tiles stay in the item's buffer between co blocks,
+ * so one block's weights serve them all from L1 */
+enum { PYPTO_TILE_ITEM_TILES = 8 };
 #define PYPTO_TILE_A_ELEMS (PYPTO_TILE_CH * PYPTO_TILE_K) /* one packed (block, tap) */
 
 /* The packed weight of input channels 16 cb .. 16 cb + 15, every co block and tap:
- * dst[(b * taps + t) * 512 + r * 32 + k] = w[32 b + k][16 cb + r][t], 0 past Cout or Cin. */
+ * dst[(b * taps + t) * 512 + r * 32 + k] = w[32 b + k][16 cb + r][t], 0 past Cout or Cin.
+ * Read in the weight's own order (each (co, ci) a run of taps), written with a stride. */
 static inline void pypto_tile_pack(const uint16_t *restrict w, int64_t cout, int64_t cin,
                                    int64_t taps, int64_t cb, int as_float, void *restrict dst)
 {
     const int64_t blocks = (cout + PYPTO_TILE_K - 1) / PYPTO_TILE_K;
+    const int64_t rows = cin - cb * PYPTO_TILE_CH < PYPTO_TILE_CH ? cin - cb * PYPTO_TILE_CH
+                                                                 : PYPTO_TILE_CH;
     uint16_t *d16 = (uint16_t *)dst;
     float *d32 = (float *)dst;
-    for (int64_t b = 0; b < blocks; b++)
-        for (int64_t t = 0; t < taps; t++)
-            for (int64_t r = 0; r < PYPTO_TILE_CH; r++)
-                for (int64_t k = 0; k < PYPTO_TILE_K; k++) {
-                    const int64_t co = b * PYPTO_TILE_K + k, ci = cb * PYPTO_TILE_CH + r;
-                    const uint16_t v = co < cout && ci < cin ? w[(co * cin + ci) * taps + t] : 0;
-                    const int64_t at = (b * taps + t) * PYPTO_TILE_A_ELEMS + r * PYPTO_TILE_K + k;
-                    if (as_float)
-                        d32[at] = pypto_bf16_to_float(v);
-                    else
-                        d16[at] = v;
-                }
+    memset(dst, 0, (size_t)(blocks * taps * PYPTO_TILE_A_ELEMS) * (as_float ? 4 : 2));
+    for (int64_t co = 0; co < cout; co++) {
+        const int64_t base = (co / PYPTO_TILE_K) * taps * PYPTO_TILE_A_ELEMS + co % PYPTO_TILE_K;
+        for (int64_t r = 0; r < rows; r++) {
+            const uint16_t *src = w + (co * cin + cb * PYPTO_TILE_CH + r) * taps;
+            const int64_t at = base + r * PYPTO_TILE_K;
+            if (as_float)
+                for (int64_t t = 0; t < taps; t++)
+                    d32[at + t * PYPTO_TILE_A_ELEMS] = pypto_bf16_to_float(src[t]);
+            else
+                for (int64_t t = 0; t < taps; t++)
+                    d16[at + t * PYPTO_TILE_A_ELEMS] = src[t];
+        }
+    }
 }
 
 /* One pair plane: rows top .. top + hout - 1, columns left .. left + wout - 1 from dy rows of
- * the two channels (odd NULL: a zero channel of the padding), zero elsewhere. */
+ * the two channels (odd NULL: a zero channel of the padding; even NULL too: all zero), the
+ * halo zero. */
 static inline void pypto_tile_frame_plane(const uint16_t *restrict even,
                                           const uint16_t *restrict odd, int64_t hout,
                                           int64_t wout, int64_t top, int64_t left, int64_t hf,
                                           int64_t wf, uint32_t *restrict plane)
 {
-    memset(plane, 0, (size_t)(hf * wf) * sizeof(uint32_t));
-    if (even == NULL)
+    if (even == NULL) {
+        memset(plane, 0, (size_t)(hf * wf) * sizeof(uint32_t));
         return;
+    }
+    const int64_t right = wf - left - wout;
+    memset(plane, 0, (size_t)(top * wf + left) * sizeof(uint32_t));
     for (int64_t h = 0; h < hout; h++) {
         uint32_t *row = plane + (top + h) * wf + left;
         const uint16_t *e = even + h * wout;
@@ -74,7 +88,10 @@ static inline void pypto_tile_frame_plane(const uint16_t *restrict even,
             for (int64_t x = 0; x < wout; x++)
                 row[x] = e[x];
         }
+        /* this row's right halo and the next row's left one */
+        memset(row + wout, 0, (size_t)(right + (h + 1 < hout ? left : 0)) * sizeof(uint32_t));
     }
+    memset(plane + (top + hout) * wf, 0, (size_t)((hf - top - hout) * wf) * sizeof(uint32_t));
 }
 
 /* ---- the emulation: the same order in IEEE fp32 on any CPU --------------------------------- */
@@ -222,6 +239,20 @@ static inline void pypto_tile_block_emulated(const float *const *a, int n_ch,
         }
 }
 
+/* pypto_tile_run_amx's contract, emulated: pairs of pixel tiles one after the other */
+static inline void pypto_tile_run_emulated(const float *const *a, int n_ch,
+                                           const uint32_t *const *b, int n_tiles, int64_t blocks,
+                                           int64_t taps, const int64_t *tap_index,
+                                           const int64_t *tap_offset, int64_t n_taps,
+                                           int64_t plane, float *restrict c,
+                                           float *restrict scratch, int exact)
+{
+    for (int p = 0; p < n_tiles; p += 2)
+        pypto_tile_block_emulated(a, n_ch, b + p, p + 1 < n_tiles ? 2 : 1, blocks, taps,
+                                  tap_index, tap_offset, n_taps, plane,
+                                  c + (p / 2) * 4 * PYPTO_TILE_CH * PYPTO_TILE_PX, scratch, exact);
+}
+
 /* ---- the tile unit ----------------------------------------------------------------------- */
 #if PYPTO_HAVE_AMX
 typedef struct {
@@ -245,67 +276,104 @@ static inline void pypto_amx_begin(void)
 
 static inline void pypto_amx_end(void) { _tile_release(); }
 
-/* pypto_tile_block_emulated on the tile unit (between pypto_amx_begin and _end on this
- * thread); a[ch]: packed bf16 weights */
-static inline void pypto_tile_block_amx(const uint16_t *const *a, int n_ch,
-                                        const uint32_t *const *b, int n_px, int64_t blocks,
-                                        int64_t taps, const int64_t *tap_index,
-                                        const int64_t *tap_offset, int64_t n_taps,
-                                        int64_t plane, float *restrict c)
+/* Every K step for n_tiles pixel tiles (b[i]: the frame at tile i's first pixel) and n_ch
+ * channel tiles, on the tile unit (between pypto_amx_begin and _end on this thread); a[ch]:
+ * packed bf16 weights. Results in c, per pair of pixel tiles 4 C tiles ((ch * 2 + px) * 256
+ * floats). The co block is the outer loop and C goes through c between blocks (exact: fp32
+ * in, fp32 out), so one block's weights (taps x 2 KiB) serve every pixel tile from L1 instead
+ * of the whole weight streaming from L2 for each pair. */
+static inline void pypto_tile_run_amx(const uint16_t *const *a, int n_ch,
+                                      const uint32_t *const *b, int n_tiles, int64_t blocks,
+                                      int64_t taps, const int64_t *tap_index,
+                                      const int64_t *tap_offset, int64_t n_taps, int64_t plane,
+                                      float *restrict c)
 {
     const int64_t tile = PYPTO_TILE_CH * PYPTO_TILE_PX;
     const int64_t stride = plane * (int64_t)sizeof(uint32_t);
     const int64_t a_bytes = PYPTO_TILE_K * (int64_t)sizeof(uint16_t);
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
     for (int64_t blk = 0; blk < blocks; blk++)
-        for (int64_t i = 0; i < n_taps; i++) {
-            const int64_t a_at = (blk * taps + tap_index[i]) * PYPTO_TILE_A_ELEMS;
-            const int64_t b_at = blk * (PYPTO_TILE_K / 2) * plane + tap_offset[i];
-            _tile_loadd(6, b[0] + b_at, stride);
-            _tile_loadd(4, a[0] + a_at, a_bytes);
-            _tile_dpbf16ps(0, 4, 6);
-            if (n_px == 2) {
-                _tile_loadd(7, b[1] + b_at, stride);
-                _tile_dpbf16ps(1, 4, 7);
+        for (int p = 0; p < n_tiles; p += 2) {
+            const int two = p + 1 < n_tiles;
+            float *cp = c + (p / 2) * 4 * tile;
+            const uint32_t *b0 = b[p], *b1 = b[p + two];
+            if (blk == 0) {
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+            } else {
+                _tile_loadd(0, cp, 64);
+                _tile_loadd(1, cp + tile, 64);
+                _tile_loadd(2, cp + 2 * tile, 64);
+                _tile_loadd(3, cp + 3 * tile, 64);
             }
-            if (n_ch == 2) {
-                _tile_loadd(5, a[1] + a_at, a_bytes);
-                _tile_dpbf16ps(2, 5, 6);
-                if (n_px == 2)
-                    _tile_dpbf16ps(3, 5, 7);
+            for (int64_t i = 0; i < n_taps; i++) {
+                const int64_t a_at = (blk * taps + tap_index[i]) * PYPTO_TILE_A_ELEMS;
+                const int64_t b_at = blk * (PYPTO_TILE_K / 2) * plane + tap_offset[i];
+                _tile_loadd(6, b0 + b_at, stride);
+                _tile_loadd(4, a[0] + a_at, a_bytes);
+                _tile_dpbf16ps(0, 4, 6);
+                if (two) {
+                    _tile_loadd(7, b1 + b_at, stride);
+                    _tile_dpbf16ps(1, 4, 7);
+                }
+                if (n_ch == 2) {
+                    _tile_loadd(5, a[1] + a_at, a_bytes);
+                    _tile_dpbf16ps(2, 5, 6);
+                    if (two)
+                        _tile_dpbf16ps(3, 5, 7);
+                }
             }
+            _tile_stored(0, cp, 64);
+            _tile_stored(1, cp + tile, 64);
+            _tile_stored(2, cp + 2 * tile, 64);
+            _tile_stored(3, cp + 3 * tile, 64);
         }
-    _tile_stored(0, c, 64);
-    _tile_stored(1, c + tile, 64);
-    _tile_stored(2, c + 2 * tile, 64);
-    _tile_stored(3, c + 3 * tile, 64);
 }
 #else
 /* levels without the tile unit: never called (dgrad_tile's use_amx is 0 there) */
 static inline void pypto_amx_begin(void) {}
 static inline void pypto_amx_end(void) {}
-static inline void pypto_tile_block_amx(const uint16_t *const *a, int n_ch,
-                                        const uint32_t *const *b, int n_px, int64_t blocks,
-                                        int64_t taps, const int64_t *tap_index,
-                                        const int64_t *tap_offset, int64_t n_taps,
-                                        int64_t plane, float *c)
+static inline void pypto_tile_run_amx(const uint16_t *const *a, int n_ch,
+                                      const uint32_t *const *b, int n_tiles, int64_t blocks,
+                                      int64_t taps, const int64_t *tap_index,
+                                      const int64_t *tap_offset, int64_t n_taps, int64_t plane,
+                                      float *c)
 {
-    (void)a, (void)n_ch, (void)b, (void)n_px, (void)blocks, (void)taps, (void)tap_index;
+    (void)a, (void)n_ch, (void)b, (void)n_tiles, (void)blocks, (void)taps, (void)tap_index;
     (void)tap_offset, (void)n_taps, (void)plane, (void)c;
 }
 #endif
 
-/* A C tile (16 channels x 16 pixels, fp32) rounded once to bf16 into dx: n_ch channels
- * ch_stride apart, n_px pixels step apart. */
-static inline void pypto_tile_write(const float *restrict c, int64_t n_ch, int64_t n_px,
-                                    uint16_t *restrict dst, int64_t ch_stride, int64_t step)
+/* A C tile rounded once to bf16 into dx. Its 16 positions are q0 .. q0 + 15 of a stride phase's
+ * rows laid end to end, wf positions a row (the frame's width): position q is row q / wf, column
+ * q % wf, written only where that column is < cols and the row < rows (the others read the
+ * halo: their sums are thrown away). dst: the phase's first pixel of the tile's first channel;
+ * row_step, col_step, ch_stride: dx's steps between its rows, columns and channels. */
+static inline void pypto_tile_write(const float *restrict c, int64_t n_ch, int64_t q0,
+                                    int64_t wf, int64_t cols, int64_t rows,
+                                    uint16_t *restrict dst, int64_t row_step, int64_t col_step,
+                                    int64_t ch_stride)
 {
-    for (int64_t m = 0; m < n_ch; m++)
-        for (int64_t n = 0; n < n_px; n++)
-            dst[m * ch_stride + n * step] = pypto_float_to_bf16(c[m * PYPTO_TILE_PX + n]);
+    for (int64_t x = 0; x < PYPTO_TILE_PX;) {
+        const int64_t q = q0 + x, row = q / wf, col = q % wf;
+        if (row >= rows)
+            break;
+        const int64_t run = PYPTO_TILE_PX - x < wf - col ? PYPTO_TILE_PX - x : wf - col;
+        const int64_t valid = col >= cols ? 0 : (run < cols - col ? run : cols - col);
+        uint16_t *out = dst + row * row_step + col * col_step;
+        for (int64_t m = 0; m < n_ch; m++) {
+            const float *from = c + m * PYPTO_TILE_PX + x;
+            uint16_t *to = out + m * ch_stride;
+            if (col_step == 1)
+                for (int64_t v = 0; v < valid; v++)
+                    to[v] = pypto_float_to_bf16(from[v]);
+            else
+                for (int64_t v = 0; v < valid; v++)
+                    to[v * col_step] = pypto_float_to_bf16(from[v]);
+        }
+        x += run;
+    }
 }
 
 #endif

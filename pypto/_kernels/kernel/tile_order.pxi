@@ -1,38 +1,38 @@
 # sum_order "tile" (bf16): dgrad summed in the order of AMX's TDPBF16PS (pypto_tile.h says the
 # order), on the tile unit where this level has one and the caller allows it, else emulated in
-# IEEE fp32 with the same bits. One work item = (image, 32 input channels, stride phase, a run
-# of 16-pixel row tiles); each block of 2 x 2 C tiles (32 channels x 2 pixel tiles) runs every
-# K step (co block, tap) before its one rounding, so no sum depends on the threads or items.
+# IEEE fp32 with the same bits. One work item = (32 input channels, stride phase, a run of
+# 16-position tiles of the phase's rows, images one after another); each C tile runs every K
+# step (co block, tap) before its one rounding, so no sum depends on the threads or items.
 
 cdef extern from "pypto_tile.h" nogil:
     enum: PYPTO_TILE_CH
     enum: PYPTO_TILE_PX
     enum: PYPTO_TILE_K
+    enum: PYPTO_TILE_ITEM_TILES
     void pypto_tile_pack(const uint16_t *w, int64_t cout, int64_t cin, int64_t taps, int64_t cb,
                          int as_float, void *dst)
     void pypto_tile_frame_plane(const uint16_t *even, const uint16_t *odd, int64_t hout,
                                 int64_t wout, int64_t top, int64_t left, int64_t hf, int64_t wf,
                                 uint32_t *plane)
-    void pypto_tile_block_emulated(const float *const *a, int n_ch, const uint32_t *const *b,
-                                   int n_px, int64_t blocks, int64_t taps,
-                                   const int64_t *tap_index, const int64_t *tap_offset,
-                                   int64_t n_taps, int64_t plane, float *c, float *scratch,
-                                   int exact)
+    void pypto_tile_run_emulated(const float *const *a, int n_ch, const uint32_t *const *b,
+                                 int n_tiles, int64_t blocks, int64_t taps,
+                                 const int64_t *tap_index, const int64_t *tap_offset,
+                                 int64_t n_taps, int64_t plane, float *c, float *scratch,
+                                 int exact)
     void pypto_amx_begin()
     void pypto_amx_end()
-    void pypto_tile_block_amx(const uint16_t *const *a, int n_ch, const uint32_t *const *b,
-                              int n_px, int64_t blocks, int64_t taps, const int64_t *tap_index,
-                              const int64_t *tap_offset, int64_t n_taps, int64_t plane, float *c)
-    void pypto_tile_write(const float *c, int64_t n_ch, int64_t n_px, uint16_t *dst,
-                          int64_t ch_stride, int64_t step)
+    void pypto_tile_run_amx(const uint16_t *const *a, int n_ch, const uint32_t *const *b,
+                            int n_tiles, int64_t blocks, int64_t taps, const int64_t *tap_index,
+                            const int64_t *tap_offset, int64_t n_taps, int64_t plane, float *c)
+    void pypto_tile_write(const float *c, int64_t n_ch, int64_t q0, int64_t wf, int64_t cols,
+                          int64_t rows, uint16_t *dst, int64_t row_step, int64_t col_step,
+                          int64_t ch_stride)
 
 cdef extern from "pypto_isa.h" nogil:
     enum: PYPTO_HAVE_AMX
 
 HAS_AMX = bool(PYPTO_HAVE_AMX)
 
-# pixel tiles per work item: 4 blocks of two
-cdef int64_t TILE_ITEM_TILES = 8
 
 
 cdef struct TileGeometry:
@@ -40,11 +40,11 @@ cdef struct TileGeometry:
     int64_t taps, blocks, ch_tiles, top, left, hf, wf, plane, pairs
     int64_t *rows          # per phase: rows and columns of the phase's pixel grid
     int64_t *cols
-    int64_t *col_tiles     # 16-pixel tiles a phase row holds
+    int64_t *tiles         # 16-position tiles of one image's phase rows at the frame's width
     int64_t *n_taps        # per phase: its taps, ascending, and each tap's frame offset
     int64_t *tap_index     # [phase * taps + i]
     int64_t *tap_offset
-    int64_t *items         # per work item: image, 32-channel block, phase, first tile
+    int64_t *items         # per work item: 32-channel block, phase, first tile (of all images)
     int64_t n_items
     int use_amx, exact
     const void *w_packed   # per 16-channel block: [co block][tap][16][32], bf16 or fp32
@@ -73,16 +73,15 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs) except -1:
     g.rows = <int64_t *>malloc((4 * n_phases + 2 * n_phases * g.taps) * sizeof(int64_t))
     if g.rows == NULL:
         raise MemoryError("pypto: no memory for the tile order's phase tables")
-    g.cols, g.col_tiles, g.n_taps = g.rows + n_phases, g.rows + 2 * n_phases, g.rows + 3 * n_phases
+    g.cols, g.tiles, g.n_taps = g.rows + n_phases, g.rows + 2 * n_phases, g.rows + 3 * n_phases
     g.tap_index = g.rows + 4 * n_phases
     g.tap_offset = g.tap_index + n_phases * g.taps
-    # the halo: every row and column a tap of a phase reads, 16-pixel tiles' overrun included
+    # the halo: every row and column a tap of a phase reads for its pixels
     cdef int64_t top = 0, bottom = 0, left = 0, right = 0
     for ph in range(n_phases):
         rh, rw = ph // g.sw, ph % g.sw
         g.rows[ph] = (g.hin - rh + g.sh - 1) // g.sh if rh < g.hin else 0
         g.cols[ph] = (g.win - rw + g.sw - 1) // g.sw if rw < g.win else 0
-        g.col_tiles[ph] = (g.cols[ph] + PYPTO_TILE_PX - 1) // PYPTO_TILE_PX
         g.n_taps[ph] = 0
         if g.rows[ph] == 0 or g.cols[ph] == 0:
             continue
@@ -98,12 +97,19 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs) except -1:
                 if x % g.sw != 0:
                     continue
                 left = max(left, -(x // g.sw))
-                right = max(right, x // g.sw + g.col_tiles[ph] * PYPTO_TILE_PX - g.wout)
+                right = max(right, x // g.sw + g.cols[ph] - g.wout)
                 g.tap_index[ph * g.taps + g.n_taps[ph]] = kh * g.kw + kw
                 g.n_taps[ph] += 1
     g.top, g.left = top, left
-    g.hf, g.wf = top + g.hout + bottom, left + g.wout + right
+    g.wf = left + g.wout + right
+    for ph in range(n_phases):   # every phase's columns fit in a frame row (wf >= cols)
+        g.wf = max(g.wf, g.cols[ph])
+    # below the last row, room for a tile's 15 positions past it and a row's tap offset
+    g.hf = top + g.hout + bottom + 1 + (PYPTO_TILE_PX + g.wf - 1) // g.wf
     g.plane = g.hf * g.wf
+    for ph in range(n_phases):
+        g.tiles[ph] = (g.rows[ph] * g.wf + PYPTO_TILE_PX - 1) // PYPTO_TILE_PX \
+            if g.cols[ph] > 0 else 0
     for ph in range(n_phases):
         rh, rw = ph // g.sw, ph % g.sw
         for i in range(g.n_taps[ph]):
@@ -113,23 +119,20 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs) except -1:
                 + (rw + g.pl - kw * g.dw) // g.sw + left
     g.n_items = 0
     for ph in range(n_phases):
-        tiles = g.rows[ph] * g.col_tiles[ph]
-        g.n_items += (tiles + TILE_ITEM_TILES - 1) // TILE_ITEM_TILES
-    g.n_items *= g.n_img * ((g.ch_tiles + 1) // 2)
-    g.items = <int64_t *>malloc(4 * max(g.n_items, 1) * sizeof(int64_t))
+        g.n_items += (g.n_img * g.tiles[ph] + PYPTO_TILE_ITEM_TILES - 1) // PYPTO_TILE_ITEM_TILES
+    g.n_items *= (g.ch_tiles + 1) // 2
+    g.items = <int64_t *>malloc(3 * max(g.n_items, 1) * sizeof(int64_t))
     if g.items == NULL:
         raise MemoryError("pypto: no memory for the tile order's work items")
     i = 0
-    for n in range(g.n_img):
-        for cb in range((g.ch_tiles + 1) // 2):
-            for ph in range(n_phases):
-                tiles = g.rows[ph] * g.col_tiles[ph]
-                first = 0
-                while first < tiles:
-                    g.items[4 * i], g.items[4 * i + 1] = n, cb
-                    g.items[4 * i + 2], g.items[4 * i + 3] = ph, first
-                    first += TILE_ITEM_TILES
-                    i += 1
+    for cb in range((g.ch_tiles + 1) // 2):
+        for ph in range(n_phases):
+            tiles = g.n_img * g.tiles[ph]
+            first = 0
+            while first < tiles:
+                g.items[3 * i], g.items[3 * i + 1], g.items[3 * i + 2] = cb, ph, first
+                first += PYPTO_TILE_ITEM_TILES
+                i += 1
     return 0
 
 
@@ -182,54 +185,42 @@ cdef void _tile_prepare(const TileGeometry *g, const uint16_t *dy, const uint16_
 
 cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx) noexcept nogil:
     """Every output element of one work item, in the kernel's floating-point environment."""
-    cdef float c[4 * PYPTO_TILE_CH * PYPTO_TILE_PX]
+    cdef float c[2 * PYPTO_TILE_ITEM_TILES * PYPTO_TILE_CH * PYPTO_TILE_PX]
     cdef float scratch[2 * PYPTO_TILE_CH * PYPTO_TILE_PX]
     cdef const void *a[2]
-    cdef const uint32_t *b[2]
-    cdef int64_t n = g.items[4 * item], cb = g.items[4 * item + 1]
-    cdef int64_t ph = g.items[4 * item + 2], first = g.items[4 * item + 3]
+    cdef const uint32_t *b[PYPTO_TILE_ITEM_TILES]
+    cdef int64_t cb = g.items[3 * item], ph = g.items[3 * item + 1]
+    cdef int64_t first = g.items[3 * item + 2]
     cdef int64_t rh = ph // g.sw, rw = ph % g.sw
-    cdef int64_t tiles = g.rows[ph] * g.col_tiles[ph]
-    cdef int64_t last = min(first + TILE_ITEM_TILES, tiles)
-    cdef int64_t t, p, j, c0, ch, ci0, n_ch_here
+    cdef int64_t per_image = g.tiles[ph]
+    cdef int n_tiles = <int>min(<int64_t>PYPTO_TILE_ITEM_TILES, g.n_img * per_image - first)
     cdef int n_ch = 2 if 2 * cb + 1 < g.ch_tiles else 1
-    cdef int n_px
-    cdef int64_t tile_pos[2]
+    cdef int64_t t, n, q0, ch, ci0
     cdef size_t a_bytes = g.w_block_elems * (2 if g.use_amx else 4)
-    cdef const uint32_t *frame = g.frames + n * g.pairs * g.plane
     cdef pypto_fpenv saved = pypto_fp_enter()
     a[0] = <const char *>g.w_packed + 2 * cb * a_bytes
     a[1] = <const char *>g.w_packed + (2 * cb + 1) * a_bytes if n_ch == 2 else a[0]
+    for t in range(n_tiles):   # tile first + t: image n, positions q0 .. q0 + 15
+        n, q0 = (first + t) // per_image, ((first + t) % per_image) * PYPTO_TILE_PX
+        b[t] = g.frames + n * g.pairs * g.plane + q0
     if g.use_amx:
         pypto_amx_begin()
-    t = first
-    while t < last:
-        n_px = 2 if t + 1 < last else 1
-        for p in range(n_px):
-            j, c0 = (t + p) // g.col_tiles[ph], ((t + p) % g.col_tiles[ph]) * PYPTO_TILE_PX
-            tile_pos[p] = (t + p)
-            b[p] = frame + j * g.wf + c0
-        if g.use_amx:
-            pypto_tile_block_amx(<const uint16_t *const *>a, n_ch, b, n_px, g.blocks, g.taps,
-                                 g.tap_index + ph * g.taps, g.tap_offset + ph * g.taps,
-                                 g.n_taps[ph], g.plane, c)
-        else:
-            pypto_tile_block_emulated(<const float *const *>a, n_ch, b, n_px, g.blocks, g.taps,
-                                      g.tap_index + ph * g.taps, g.tap_offset + ph * g.taps,
-                                      g.n_taps[ph], g.plane, c, scratch, g.exact)
+        pypto_tile_run_amx(<const uint16_t *const *>a, n_ch, b, n_tiles, g.blocks, g.taps,
+                           g.tap_index + ph * g.taps, g.tap_offset + ph * g.taps, g.n_taps[ph],
+                           g.plane, c)
+        pypto_amx_end()
+    else:
+        pypto_tile_run_emulated(<const float *const *>a, n_ch, b, n_tiles, g.blocks, g.taps,
+                                g.tap_index + ph * g.taps, g.tap_offset + ph * g.taps,
+                                g.n_taps[ph], g.plane, c, scratch, g.exact)
+    for t in range(n_tiles):   # C tile (ch, t): pair t // 2, slot ch * 2 + t % 2
+        n, q0 = (first + t) // per_image, ((first + t) % per_image) * PYPTO_TILE_PX
         for ch in range(n_ch):
             ci0 = (2 * cb + ch) * PYPTO_TILE_CH
-            n_ch_here = min(PYPTO_TILE_CH, g.cin - ci0)
-            for p in range(n_px):
-                j = tile_pos[p] // g.col_tiles[ph]
-                c0 = (tile_pos[p] % g.col_tiles[ph]) * PYPTO_TILE_PX
-                pypto_tile_write(c + (ch * 2 + p) * PYPTO_TILE_CH * PYPTO_TILE_PX, n_ch_here,
-                                 min(PYPTO_TILE_PX, g.cols[ph] - c0),
-                                 dx + ((n * g.cin + ci0) * g.hin + rh + g.sh * j) * g.win
-                                 + rw + g.sw * c0, g.hin * g.win, g.sw)
-        t += n_px
-    if g.use_amx:
-        pypto_amx_end()
+            pypto_tile_write(c + ((t // 2) * 4 + ch * 2 + t % 2) * PYPTO_TILE_CH * PYPTO_TILE_PX,
+                             min(PYPTO_TILE_CH, g.cin - ci0), q0, g.wf, g.cols[ph], g.rows[ph],
+                             dx + ((n * g.cin + ci0) * g.hin + rh) * g.win + rw,
+                             g.sh * g.win, g.sw, g.hin * g.win)
     pypto_fp_leave(saved)
 
 
