@@ -245,14 +245,14 @@ def _cap_torch_to_level(level):
 
 def _torch_note(info):
     """What torch's oneDNN may run here, set before torch's import: capped to pypto's forced
-    level, or where it has AMX, which pypto leaves alone; None otherwise."""
+    level, or where it has AMX; None otherwise."""
     capped = _cap_torch_to_level(info["isa"])
     if capped or "amx_bf16" not in info["cpu_features"]:
         return capped
     return (
-        "torch multiplies bf16 on this CPU's AMX tiles, which pypto does not use (their sums "
-        "follow no fixed order: docs/performance.md), so its bf16 ratios here are far below "
-        "its fp16 ones"
+        "torch multiplies bf16 on this CPU's AMX tiles in their own order; pypto does so in "
+        "sum_order 'tile' (the same order on every CPU), and sums sequentially otherwise "
+        + ("(its rows: 'pypto tile' / 'pypto')" if info["amx"] else "(not on this level)")
     )
 
 
