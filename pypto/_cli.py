@@ -447,6 +447,8 @@ def _cmd_compare(args):
         standard=args.standard,
         golden=golden,
         reference=reference,
+        # cases written before bf16 had two orders summed sequentially
+        reference_sum_order=manifest.get("sum_order", "sequential"),
     )
     # the report and the JSON first: a plot that fails must not take the verdict with it
     print(f"pypto {pypto.__version__}: {path} against the golden in {args.dir}")

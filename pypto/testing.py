@@ -63,6 +63,8 @@ class CompareResult:
     localisation : ``pypto._golden.localise.Localisation``
     golden, actual, reference : the float64 golden, the result, pypto's own result (arrays of
         the result's own: copies of those given to :func:`compare`)
+    sum_order : the summation order of pypto's own result ("sequential" or "tile"; None when a
+        given reference's order was not said)
     """
 
     def __init__(
@@ -76,8 +78,10 @@ class CompareResult:
         verdicts,
         standard,
         localisation,
+        sum_order=None,
     ):
         self.case = case
+        self.sum_order = sum_order
         self.golden, self.actual, self.reference = golden, actual, reference
         self.metrics, self.reference_metrics = metrics, reference_metrics
         self.verdicts = verdicts
@@ -102,6 +106,7 @@ class CompareResult:
         lines = [
             f"{self.case.describe()}",
             f"  {self.case.describe_tiles()}",
+            f"  pypto's own result summed in order {self.sum_order or 'not stated'}",
             f"metrics:  {self.metrics.summary()}",
             f"pypto's:  {self.reference_metrics.summary()}",
             f"ulp distance to the golden rounded to {self.case.dtype_name}: "
@@ -123,6 +128,7 @@ class CompareResult:
         return {
             "pypto_version": __version__,
             "case": self.case.as_dict(),
+            "sum_order": self.sum_order,
             "metrics": _accuracy.json_ready(asdict(self.metrics)),
             "pypto_metrics": _accuracy.json_ready(asdict(self.reference_metrics)),
             "verdicts": {sid: v.as_dict() for sid, v in self.verdicts.items()},
@@ -248,6 +254,7 @@ def compare(
     standard=DEFAULT_STANDARD,
     golden=None,
     reference=None,
+    reference_sum_order=None,
 ):
     """Judge ``actual`` (dx, [N, Cin, Hin, Win]) by CANN's accuracy standards.
 
@@ -262,6 +269,9 @@ def compare(
         the kernel ran with; they place the M tiles and channel blocks of the localisation and
         drive pypto's own result. Default: the suggested tiles.
     standard : one of ``STANDARDS`` or "all": which verdict decides ``passed``
+    reference_sum_order : the summation order ``reference`` was computed in ("sequential",
+        "tile"), recorded in the result; without a reference pypto computes its own in the
+        order in force (``pypto.get_sum_order``) and records that
     golden, reference : the float64 golden and pypto's own result, when already computed
         (``pypto golden`` wrote them); computed when None.
 
@@ -330,8 +340,12 @@ def compare(
     a = a.copy()
     if golden is None:
         golden = golden_dgrad(case, dy, w)
-    reference = pypto_dgrad(case, dy, w) if reference is None else reference.copy()
-    return _judge(case, dy, w, a, golden, reference, standard)
+    if reference is None:
+        reference = pypto_dgrad(case, dy, w)
+        reference_sum_order = _config.get_sum_order(case.dtype)
+    else:
+        reference = reference.copy()
+    return _judge(case, dy, w, a, golden, reference, standard, reference_sum_order)
 
 
 def _int_tiles(tiles):
@@ -369,7 +383,7 @@ def _check_standard(standard):
         )
 
 
-def _judge(case, dy, w, actual, golden, reference, standard):
+def _judge(case, dy, w, actual, golden, reference, standard, sum_order=None):
     errors = _accuracy.element_errors(actual, golden, case.dtype)
     reference_errors = _accuracy.element_errors(reference, golden, case.dtype)
     metrics = _accuracy.measure(errors, golden, case.dtype)
@@ -387,6 +401,7 @@ def _judge(case, dy, w, actual, golden, reference, standard):
         verdicts,
         standard,
         localisation,
+        sum_order,
     )
 
 

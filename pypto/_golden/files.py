@@ -1,6 +1,7 @@
 """The files of a golden case: the layout ``pypto golden`` writes and ``pypto compare`` reads.
 
-    DIR/manifest.json             shapes, dtypes, attributes, tiles, seed, files, pypto version
+    DIR/manifest.json             shapes, dtypes, attributes, tiles, seed, files, pypto version,
+                                  the sum order of pypto's own result
     DIR/input/grad_output.bin     dy  [N, Cout, Hout, Wout]   fp16 / bf16
     DIR/input/weight.bin          w   [Cout, Cin, Kh, Kw]     fp16 / bf16
     DIR/output/golden.bin         dx  [N, Cin, Hin, Win]      float64 (the golden, unrounded)
@@ -35,6 +36,7 @@ from .._core.fileio import (
     read_json,
     show,
 )
+from .._core.options import SUM_ORDERS, get_sum_order
 from .._dtypes import DTYPE_NAMES
 from .._version import __version__
 from ..error import FeError
@@ -200,6 +202,8 @@ def write_case(directory, case, dy, w, golden, reference, seed, dist, replace=Fa
         **case.as_dict(),
         "seed": seed,
         "dist": dist,
+        # the order pypto's own result (output/pypto) was summed in: the order in force now
+        "sum_order": get_sum_order(case.dtype),
         "byte_order": "little",
         "files": files,
     }
@@ -285,6 +289,7 @@ _TOP_KEYS = {
     "seed": (lambda v: v is None or (type(v) is int and v >= 0), "an int >= 0"),
     "dist": (lambda v: isinstance(v, str), "a string"),
     "byte_order": (lambda v: v == "little", "'little' (every file is little-endian)"),
+    "sum_order": (lambda v: v in SUM_ORDERS, " or ".join(map(repr, SUM_ORDERS))),
 }
 
 

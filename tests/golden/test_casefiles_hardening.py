@@ -271,6 +271,7 @@ def _edit(path, value):
         (_edit(["strides"], [1, True]), "'strides' must be a list of 2 ints"),
         (_edit(["seed"], "7"), "'seed' must be an int >= 0"),
         (_edit(["byte_order"], "big"), "'byte_order' must be 'little'"),
+        (_edit(["sum_order"], "pairs"), "'sum_order' must be 'sequential' or 'tile'"),
         (_edit(["format"], ["pypto-golden/1"]), "format ['pypto-golden/1'], expected"),
     ],
 )

@@ -446,6 +446,7 @@ def case_dir(tmp_path_factory):
 def test_golden_writes_the_layout_and_the_manifest(case_dir):
     manifest = json.loads((case_dir / "manifest.json").read_text())
     assert manifest["format"] == "pypto-golden/1" and manifest["pypto_version"] == pypto.__version__
+    assert manifest["sum_order"] == "sequential"  # fp16's only order
     assert manifest["dtype"] == "fp16" and manifest["seed"] == 7 and manifest["dist"] == "uniform"
     assert manifest["input_size"] == [2, 40, 12, 12] and manifest["paddings"] == [1, 1, 1, 1]
     assert manifest["tiles"]["l1"] == [36, 288, 16] and manifest["tiles"]["l0"] == [32, 144, 16]
@@ -754,3 +755,37 @@ def test_plot_without_matplotlib_is_a_clear_error(clean, tmp_path, monkeypatch, 
         result.plot(str(tmp_path / "x.png"))
     code, out, err = _main(capsys, "compare", str(HERE), "--plot", str(tmp_path / "x.png"))
     assert code == 2 and "pip install matplotlib" in err and out == ""
+
+
+@pytest.mark.parametrize("order", ["sequential", "tile"])
+def test_bf16_golden_records_the_order_of_pyptos_result_and_compare_reports_it(
+    tmp_path, monkeypatch, order
+):
+    """pypto's own result in the case folder is summed in the order in force when it was
+    written; the manifest says which, compare's text and JSON reports repeat it, and a manifest
+    written before the field existed reads as "sequential" (0.1's only order)."""
+    monkeypatch.setenv("PYPTO_SUM_ORDER", order)
+    out = tmp_path / "case"
+    args = ["--grad-output", "1,64,6,6", "--weight", "64,16,3,3", "--paddings", "1,1,1,1"]
+    done = _cli("golden", *args, "--dtype", "bf16", "--seed", "3", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["sum_order"] == order
+    dy = np.load(out / "input/grad_output.npy").view(ml_dtypes.bfloat16)
+    w = np.load(out / "input/weight.npy").view(ml_dtypes.bfloat16)
+    mine = np.load(out / "output/pypto.npy")
+    if order == "tile":  # the recorded order is the one the result was summed in
+        from support.sum_orders import dgrad_tile_order
+
+        expected = dgrad_tile_order(dy, w, (6, 6), (1, 1), (1, 1), (1, 1)).view(np.uint16)
+        np.testing.assert_array_equal(mine, expected)
+    (out / "output/output.bin").write_bytes((out / "output/pypto.bin").read_bytes())
+    monkeypatch.setenv("PYPTO_SUM_ORDER", "sequential")  # compare reads the manifest, not this
+    done = _cli("compare", str(out), "--json", str(tmp_path / "r.json"))
+    assert done.returncode == 0, done.stderr
+    assert f"pypto's own result summed in order {order}" in done.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["sum_order"] == order
+    del manifest["sum_order"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    done = _cli("compare", str(out))
+    assert "pypto's own result summed in order sequential" in done.stdout
