@@ -244,3 +244,38 @@ def test_self_check_passes_on_this_tile_unit(tile_unit_allowed):
     record = amx._run_child()
     assert record["passed"], record
     assert len(record["problems"]) == len(amx.SELF_CHECK_PROBLEMS)
+
+
+def _tile_call(layer, dy, w):
+    n, cin, cout, hout, wout, kh, kw = layer[:7]
+    (sh, sw), (pt, pl), (dh, dw) = layer[7:10]
+    args = ([sh, sw], [pt, pt, pl, pl], [dh, dw])
+    size = [n, cin, *layer[10:12]]
+    tiles = pypto.suggest_convbp_input_tile_shapes(dy.shape, w.shape, size, pypto.DT_BF16, *args)
+    with pypto.options(sum_order="tile", convbp_tile_shapes=tiles, vec_tile_shapes=[16] * 4):
+        return pypto.conv_backward_input(
+            pypto.from_numpy(dy), size, pypto.from_numpy(w), pypto.DT_BF16, *args
+        ).numpy().view(np.uint16)
+
+
+def test_python_threads_and_a_forked_child_get_the_same_bits():
+    """The tile unit's state is per thread (configured and released by each work item, on
+    whatever thread runs it): Python threads calling at once, and a child forked after the
+    parent used the unit (it inherits the OS's permission), all get the model's bits."""
+    import concurrent.futures
+    import multiprocessing
+
+    layer = (2, 48, 96, 10, 12, 3, 3, (1, 1), (1, 1), (1, 1), 10, 12)
+    dy, w = _arrays(layer, seed=11)
+    expected = _model(layer, dy, w)
+    with pypto.options(num_threads=2):
+        np.testing.assert_array_equal(_tile_call(layer, dy, w), expected)
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        for got in pool.map(lambda _: _tile_call(layer, dy, w), range(6)):
+            np.testing.assert_array_equal(got, expected)
+    context = multiprocessing.get_context("fork")
+    with warnings.catch_warnings():  # fork with threads alive: Python's DeprecationWarning
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with context.Pool(1) as pool:
+            got = pool.apply(_tile_call, (layer, dy, w))
+    np.testing.assert_array_equal(got, expected)
