@@ -279,3 +279,50 @@ def test_python_threads_and_a_forked_child_get_the_same_bits():
         with context.Pool(1) as pool:
             got = pool.apply(_tile_call, (layer, dy, w))
     np.testing.assert_array_equal(got, expected)
+
+
+def _network_layers():
+    """Every distinct layer shape of the bench's four networks (channels, kernel, stride,
+    padding), at batch 1 and at most 10 input rows and columns (the order's sums are per
+    output element: the image size changes how many, not how they are summed)."""
+    from pypto.bench.networks import NETWORKS
+
+    shapes = {}
+    for net in NETWORKS.values():
+        for layer in net.layers:
+            sh, sw = (layer.stride,) * 2 if isinstance(layer.stride, int) else layer.stride
+            ph, pw = (layer.pad,) * 2 if isinstance(layer.pad, int) else layer.pad
+            key = (layer.cin, layer.cout, layer.kh, layer.kw, sh, sw, ph, pw)
+            shapes.setdefault(key, f"{net.name}/{layer.name}")
+    return sorted(shapes.items())
+
+
+def test_tile_order_keeps_the_bound_on_every_network_layer():
+    """The fp32-accumulation bound of the float64 oracle, on every distinct layer of the
+    bench's networks, in the tile order (on the tile unit where this host has one)."""
+    rng = np.random.default_rng(43)
+    for (cin, cout, kh, kw, sh, sw, ph, pw), name in _network_layers():
+        hin, win = min(10, 2 * kh + sh), min(10, 2 * kw + sw)
+        hout, wout = (hin + 2 * ph - kh) // sh + 1, (win + 2 * pw - kw) // sw + 1
+        prob = make_problem(1, cin, cout, hout, wout, kh, kw, (sh, sw), (ph, pw), hin=hin, win=win)
+        dy = rng.standard_normal((1, cout, hout, wout)).astype(ml_dtypes.bfloat16)
+        w = (rng.standard_normal((cout, cin, kh, kw)) / np.sqrt(cin * kh * kw)).astype(
+            ml_dtypes.bfloat16
+        )
+        with pypto.options(sum_order="tile"):
+            out = run_op(prob, dy, w)
+        check_accuracy(out, prob, dy, w, name)
+
+
+@pytest.mark.parametrize("threads", [1, 8, 16])
+def test_tile_order_ignores_tiles_and_threads(threads):
+    """Any legal tiles and any thread count: the same bits (the order is per output element;
+    no K is ever split)."""
+    prob = make_problem(2, 48, 80, 9, 16, 3, 3, pads=(1, 1))
+    layer = (2, 48, 80, 9, 16, 3, 3, (1, 1), (1, 1), (1, 1), 9, 16)
+    dy, w = _arrays(layer, seed=21)
+    expected = _model(layer, dy, w)
+    small = ((16, 144, 16), (16, 16, 16))  # the least legal tiles
+    with pypto.options(sum_order="tile", num_threads=threads):
+        for tiles in (None, small):
+            np.testing.assert_array_equal(run_op(prob, dy, w, tiles).view(np.uint16), expected)
