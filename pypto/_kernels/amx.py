@@ -24,11 +24,9 @@ import subprocess
 import sys
 import warnings
 
-from .._core.cachedir import cache_dir
-from .._core.fileio import atomic_writer, read_json
 from .._core.locks import ForkSafeLock
+from .._core.verdicts import VerdictCache
 from .._version import __version__
-from ..error import PyptoError
 
 __all__ = ["tile_unit_usable", "tile_unit_state", "cache_path", "run_self_check"]
 
@@ -40,10 +38,24 @@ SELF_CHECK_PROBLEMS = (
     ("odd channels, 3x3", (2, 45, 6, 7), (45, 33, 3, 3), (6, 7), (1, 1, 1, 1, 1, 1), "wide"),
     ("one co block, 1x1", (1, 32, 5, 20), (32, 16, 1, 1), (5, 20), (1, 1, 0, 0, 1, 1), "wide"),
     ("stride 2", (2, 70, 4, 5), (70, 40, 3, 3), (8, 9), (2, 2, 1, 1, 1, 1), "wide"),
-    ("stride 2x3, dilation 2x1", (1, 17, 5, 6), (17, 8, 2, 3), (11, 17), (2, 3, 0, 1, 2, 1), "wide"),
+    (
+        "stride 2x3, dilation 2x1",
+        (1, 17, 5, 6),
+        (17, 8, 2, 3),
+        (11, 17),
+        (2, 3, 0, 1, 2, 1),
+        "wide",
+    ),
     ("many co blocks", (1, 200, 6, 6), (200, 24, 3, 3), (6, 6), (1, 1, 1, 1, 1, 1), "cancel"),
     ("near overflow", (1, 64, 4, 16), (64, 16, 3, 3), (4, 16), (1, 1, 1, 1, 1, 1), "huge"),
-    ("Inf, NaN, signed zeros", (1, 40, 5, 9), (40, 20, 3, 3), (5, 9), (1, 1, 1, 1, 1, 1), "special"),
+    (
+        "Inf, NaN, signed zeros",
+        (1, 40, 5, 9),
+        (40, 20, 3, 3),
+        (5, 9),
+        (1, 1, 1, 1, 1, 1),
+        "special",
+    ),
 )
 
 
@@ -107,9 +119,12 @@ def run_self_check(kernel):
     }
 
 
+_CACHE = VerdictCache("amx-self-check.json", "AMX")
+
+
 def cache_path():
-    """``amx-self-check.json`` in pypto's cache folder (``pypto._core.cachedir``)."""
-    return cache_dir() / "amx-self-check.json"
+    """``amx-self-check.json`` in pypto's cache folder (``pypto._core.verdicts``)."""
+    return _CACHE.path
 
 
 def _cpu_identity():
@@ -122,7 +137,14 @@ def _cpu_identity():
                     break
                 name, _, value = line.partition(":")
                 name = name.strip()
-                if name in ("vendor_id", "cpu family", "model", "model name", "stepping", "microcode"):
+                if name in (
+                    "vendor_id",
+                    "cpu family",
+                    "model",
+                    "model name",
+                    "stepping",
+                    "microcode",
+                ):
                     fields[name] = value.strip()
     except OSError:
         pass
@@ -142,22 +164,6 @@ def _key(kernel):
     }
 
 
-def _key_text(key):
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
-
-
-CACHE_LIMIT = 1 << 20
-
-
-def _load():
-    """{key: record}; {} for a missing, irregular, oversized or malformed file: no verdict."""
-    try:
-        stored = read_json(cache_path(), "the AMX verdict cache", CACHE_LIMIT)
-    except PyptoError:
-        return {}
-    return stored if isinstance(stored, dict) else {}
-
-
 def _is_record(record):
     return (
         isinstance(record, dict)
@@ -165,22 +171,6 @@ def _is_record(record):
         and isinstance(record.get("summary"), str)
         and isinstance(record.get("problems"), list)
     )
-
-
-def _store(key_text, record):
-    path = cache_path()
-    stored = _load()
-    stored[key_text] = record
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_writer(path) as f:
-            f.write(json.dumps(stored, indent=1, sort_keys=True))
-    except OSError as exc:
-        warnings.warn(
-            f"pypto: the AMX self-check's verdict could not be cached in {path}: {exc}",
-            RuntimeWarning,
-            stacklevel=3,
-        )
 
 
 def _run_child():
@@ -248,14 +238,13 @@ def _decide(kernel):
     if refused:
         return False, f"the OS refused AMX tile data to this process ({os.strerror(refused)})"
     key = _key(kernel)
-    key_text = _key_text(key)
-    record = _load().get(key_text)
+    record = _CACHE.get(key)
     source = f"cached in {cache_path()}"
     if not _is_record(record):
         record = _run_child()
         source = "run in a child process"
         if record.get("problems"):  # a check that ran says something lasting
-            _store(key_text, dict(record, key=key))
+            _CACHE.store(key, dict(record, key=key))
     why = f"self-check {'passed' if record['passed'] else 'FAILED'}: {record['summary']} ({source})"
     return record["passed"], why
 

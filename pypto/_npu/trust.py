@@ -13,17 +13,13 @@ then stated in a warning.
 
 import datetime
 import hashlib
-import json
 import os
-import warnings
 
 import numpy as np
 
-from .._core.cachedir import CACHE_DIR_ENV, cache_dir
-from .._core.fileio import atomic_writer, read_json
 from .._core.locks import ForkSafeLock
+from .._core.verdicts import CACHE_DIR_ENV, VerdictCache
 from .._version import __version__
-from ..error import PyptoError
 from .errors import NpuError, NpuUnavailableError
 
 __all__ = [
@@ -273,11 +269,13 @@ def run_self_check(npu_compute, cpu_compute):
 
 
 # --- the cache --------------------------------------------------------------------------------
+_CACHE = VerdictCache("npu-self-check.json", "NPU")
+
+
 def cache_path():
-    """Where verdicts are kept: the file ``npu-self-check.json`` in pypto's cache folder
-    (``pypto._core.cachedir``: ``PYPTO_CACHE_DIR``, else ``$XDG_CACHE_HOME/pypto``, else
-    ``~/.cache/pypto``)."""
-    return cache_dir() / "npu-self-check.json"
+    """Where verdicts are kept: ``npu-self-check.json`` in pypto's cache folder
+    (``pypto._core.verdicts``)."""
+    return _CACHE.path
 
 
 def _file_digest(path):
@@ -299,41 +297,6 @@ def _key(runtime):
         "pypto": __version__,
         "self_check": SELF_CHECK_VERSION,
     }
-
-
-def _key_text(key):
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
-
-
-CACHE_LIMIT = 16 << 20  # bytes: a few hundred verdicts take kilobytes
-
-
-def _load():
-    """The cache's {key: record}; {} when it is missing, not a regular file (a FIFO would hang
-    the first auto call), too large or not a JSON object: no verdict, so the check runs."""
-    try:
-        stored = read_json(cache_path(), "the NPU verdict cache", CACHE_LIMIT)
-    except PyptoError:
-        return {}
-    return stored if isinstance(stored, dict) else {}
-
-
-def _store(key_text, record):
-    """Add one verdict to the cache file (atomically replaced); a cache that cannot be written
-    only means the check runs again in the next process."""
-    path = cache_path()
-    stored = _load()
-    stored[key_text] = record
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_writer(path) as f:
-            f.write(json.dumps(stored, indent=1, sort_keys=True))
-    except OSError as exc:
-        warnings.warn(
-            f"pypto: the NPU self-check's verdict could not be cached in {path}: {exc}",
-            RuntimeWarning,
-            stacklevel=2,
-        )
 
 
 def _is_text(value):
@@ -369,7 +332,7 @@ def _is_record(record):
 def cached_verdict(runtime):
     """The stored verdict for this runtime's combination, or None (also for a record that
     lacks or mistypes a field: see ``_RECORD_FIELDS``)."""
-    record = _load().get(_key_text(_key(runtime)))
+    record = _CACHE.get(_key(runtime))
     return record if _is_record(record) else None
 
 
@@ -401,7 +364,7 @@ def verdict(runtime, npu_compute, cpu_compute, again=False):
             key = _key(runtime)
             known = dict(run_self_check(npu_compute, cpu_compute), key=key)
             if known["kernel_verdict"]:  # a problem that could not run says nothing lasting
-                _store(_key_text(key), known)
+                _CACHE.store(key, known)
             known = dict(known, source="run in this process")
         _verdicts[id(runtime)] = known
         return known

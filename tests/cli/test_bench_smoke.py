@@ -37,17 +37,22 @@ def test_bench_prints_the_measured_peak_of_the_level_in_use():
 
 @pytest.mark.parametrize("features", [["avx512_bf16"], ["amx_bf16", "avx512_bf16"]])
 def test_the_header_says_where_torch_runs_bf16_on_amx(monkeypatch, features):
-    """Uncapped torch on a CPU with AMX-BF16 multiplies bf16 there and pypto does not: the
-    header says so; elsewhere, and when torch is capped to a forced level, it does not."""
+    """Uncapped torch on a CPU with AMX-BF16 multiplies bf16 there in its own order: the
+    header says so, and where pypto's tile order runs on the unit too; elsewhere, and when
+    torch is capped to a forced level, it says nothing."""
     from pypto import bench
 
-    info = {"isa": "avx512", "cpu_features": features}
+    amx = "amx_bf16" in features
+    info = {"isa": "avx512_amx" if amx else "avx512", "cpu_features": features, "amx": amx}
     monkeypatch.delenv("PYPTO_CPU_ISA", raising=False)
     note = bench._torch_note(info)
-    assert (note is not None and "AMX" in note) == ("amx_bf16" in features)
+    assert (note is not None and "AMX" in note) == amx
+    if amx:
+        assert "sum_order 'tile'" in note and "'pypto tile'" in note
+        assert "not on this level" in bench._torch_note(dict(info, isa="avx512", amx=False))
     monkeypatch.setenv("PYPTO_CPU_ISA", "avx512")
     monkeypatch.setattr(bench, "_cap_torch_to_level", lambda level: f"capped to {level}")
-    assert bench._torch_note(info) == "capped to avx512"
+    assert bench._torch_note(info) == f"capped to {info['isa']}"
 
 
 def test_peak_loops_count_their_flops_at_every_level_this_cpu_runs():
@@ -55,7 +60,7 @@ def test_peak_loops_count_their_flops_at_every_level_this_cpu_runs():
     (x 2 again for the bf16 dot product's pairs); the timing itself asserts nothing."""
     from pypto._kernels import dispatch as _cpu
 
-    lanes = {"baseline": 4, "avx2": 8, "avx512": 16, "avx512_bf16": 16}
+    lanes = {"baseline": 4, "avx2": 8, "avx512": 16, "avx512_bf16": 16, "avx512_amx": 16}
     runnable = [level for level in _cpu.CPU_LEVELS if level in _cpu.BUILT_LEVELS]
     assert runnable
     for level in runnable:

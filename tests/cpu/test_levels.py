@@ -165,9 +165,7 @@ def _mxcsr_access():
     return get, put, page
 
 
-@pytest.mark.skipif(
-    os.uname().machine not in ("x86_64", "AMD64"), reason="MXCSR is x86-64's"
-)
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "AMD64"), reason="MXCSR is x86-64's")
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
 def test_callers_flush_to_zero_does_not_change_bits(dtype):
     """A thread with FTZ|DAZ set (another library's fast-math) calls pypto: the same bits as

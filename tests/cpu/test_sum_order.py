@@ -195,8 +195,11 @@ def test_failed_self_check_falls_back(monkeypatch, tmp_path, fresh_tile_unit_sta
 
     monkeypatch.setenv("PYPTO_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(features, "request_amx_permission", lambda: 0)
-    record = {"passed": False, "problems": [{"problem": "p", "passed": False, "detail": "d"}],
-              "summary": "0 of 1 problems bitwise equal to the emulation"}
+    record = {
+        "passed": False,
+        "problems": [{"problem": "p", "passed": False, "detail": "d"}],
+        "summary": "0 of 1 problems bitwise equal to the emulation",
+    }
     monkeypatch.setattr(amx, "_run_child", lambda: dict(record))
 
     class Kernel:
@@ -253,9 +256,13 @@ def _tile_call(layer, dy, w):
     size = [n, cin, *layer[10:12]]
     tiles = pypto.suggest_convbp_input_tile_shapes(dy.shape, w.shape, size, pypto.DT_BF16, *args)
     with pypto.options(sum_order="tile", convbp_tile_shapes=tiles, vec_tile_shapes=[16] * 4):
-        return pypto.conv_backward_input(
-            pypto.from_numpy(dy), size, pypto.from_numpy(w), pypto.DT_BF16, *args
-        ).numpy().view(np.uint16)
+        return (
+            pypto.conv_backward_input(
+                pypto.from_numpy(dy), size, pypto.from_numpy(w), pypto.DT_BF16, *args
+            )
+            .numpy()
+            .view(np.uint16)
+        )
 
 
 def test_python_threads_and_a_forked_child_get_the_same_bits():
