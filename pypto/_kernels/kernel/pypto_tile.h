@@ -31,9 +31,9 @@
 #include "pypto_isa.h"
 
 enum { PYPTO_TILE_CH = 16, PYPTO_TILE_PX = 16, PYPTO_TILE_K = 32 };
-/* pixel tiles per work item (even): their C tiles stay in the item's buffer between co blocks,
- * so one block's weights serve them all from L1 */
-enum { PYPTO_TILE_ITEM_TILES = 8 };
+/* pixel tiles per work item (even): their results wait in the item's buffer (32 KiB) for the
+ * write-out */
+enum { PYPTO_TILE_ITEM_TILES = 16 };
 #define PYPTO_TILE_A_ELEMS (PYPTO_TILE_CH * PYPTO_TILE_K) /* one packed (block, tap) */
 
 /* The packed weight of input channels 16 cb .. 16 cb + 15, every co block and tap:
@@ -279,9 +279,9 @@ static inline void pypto_amx_end(void) { _tile_release(); }
 /* Every K step for n_tiles pixel tiles (b[i]: the frame at tile i's first pixel) and n_ch
  * channel tiles, on the tile unit (between pypto_amx_begin and _end on this thread); a[ch]:
  * packed bf16 weights. Results in c, per pair of pixel tiles 4 C tiles ((ch * 2 + px) * 256
- * floats). The co block is the outer loop and C goes through c between blocks (exact: fp32
- * in, fp32 out), so one block's weights (taps x 2 KiB) serve every pixel tile from L1 instead
- * of the whole weight streaming from L2 for each pair. */
+ * floats). A pair's C tiles stay in tile registers for the whole K loop. (Measured on
+ * Sapphire Rapids: keeping the co block outside the pairs, with C stored and reloaded between
+ * blocks so that one block's weights serve every pair from L1, was no faster.) */
 static inline void pypto_tile_run_amx(const uint16_t *const *a, int n_ch,
                                       const uint32_t *const *b, int n_tiles, int64_t blocks,
                                       int64_t taps, const int64_t *tap_index,
@@ -291,22 +291,15 @@ static inline void pypto_tile_run_amx(const uint16_t *const *a, int n_ch,
     const int64_t tile = PYPTO_TILE_CH * PYPTO_TILE_PX;
     const int64_t stride = plane * (int64_t)sizeof(uint32_t);
     const int64_t a_bytes = PYPTO_TILE_K * (int64_t)sizeof(uint16_t);
-    for (int64_t blk = 0; blk < blocks; blk++)
-        for (int p = 0; p < n_tiles; p += 2) {
-            const int two = p + 1 < n_tiles;
-            float *cp = c + (p / 2) * 4 * tile;
-            const uint32_t *b0 = b[p], *b1 = b[p + two];
-            if (blk == 0) {
-                _tile_zero(0);
-                _tile_zero(1);
-                _tile_zero(2);
-                _tile_zero(3);
-            } else {
-                _tile_loadd(0, cp, 64);
-                _tile_loadd(1, cp + tile, 64);
-                _tile_loadd(2, cp + 2 * tile, 64);
-                _tile_loadd(3, cp + 3 * tile, 64);
-            }
+    for (int p = 0; p < n_tiles; p += 2) {
+        const int two = p + 1 < n_tiles;
+        const uint32_t *b0 = b[p], *b1 = b[p + two];
+        float *cp = c + (p / 2) * 4 * tile;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t blk = 0; blk < blocks; blk++)
             for (int64_t i = 0; i < n_taps; i++) {
                 const int64_t a_at = (blk * taps + tap_index[i]) * PYPTO_TILE_A_ELEMS;
                 const int64_t b_at = blk * (PYPTO_TILE_K / 2) * plane + tap_offset[i];
@@ -324,11 +317,11 @@ static inline void pypto_tile_run_amx(const uint16_t *const *a, int n_ch,
                         _tile_dpbf16ps(3, 5, 7);
                 }
             }
-            _tile_stored(0, cp, 64);
-            _tile_stored(1, cp + tile, 64);
-            _tile_stored(2, cp + 2 * tile, 64);
-            _tile_stored(3, cp + 3 * tile, 64);
-        }
+        _tile_stored(0, cp, 64);
+        _tile_stored(1, cp + tile, 64);
+        _tile_stored(2, cp + 2 * tile, 64);
+        _tile_stored(3, cp + 3 * tile, 64);
+    }
 }
 #else
 /* levels without the tile unit: never called (dgrad_tile's use_amx is 0 there) */
