@@ -38,27 +38,30 @@ enum { PYPTO_TILE_ITEM_TILES = 16 };
 
 /* The packed weight of input channels 16 cb .. 16 cb + 15, every co block and tap:
  * dst[(b * taps + t) * 512 + r * 32 + k] = w[32 b + k][16 cb + r][t], 0 past Cout or Cin.
- * Read in the weight's own order (each (co, ci) a run of taps), written with a stride. */
+ * One 16 x 32 tile at a time, its columns (output channels) read in the weight's order. */
 static inline void pypto_tile_pack(const uint16_t *restrict w, int64_t cout, int64_t cin,
                                    int64_t taps, int64_t cb, int as_float, void *restrict dst)
 {
     const int64_t blocks = (cout + PYPTO_TILE_K - 1) / PYPTO_TILE_K;
-    const int64_t rows = cin - cb * PYPTO_TILE_CH < PYPTO_TILE_CH ? cin - cb * PYPTO_TILE_CH
-                                                                 : PYPTO_TILE_CH;
-    uint16_t *d16 = (uint16_t *)dst;
-    float *d32 = (float *)dst;
-    memset(dst, 0, (size_t)(blocks * taps * PYPTO_TILE_A_ELEMS) * (as_float ? 4 : 2));
-    for (int64_t co = 0; co < cout; co++) {
-        const int64_t base = (co / PYPTO_TILE_K) * taps * PYPTO_TILE_A_ELEMS + co % PYPTO_TILE_K;
-        for (int64_t r = 0; r < rows; r++) {
-            const uint16_t *src = w + (co * cin + cb * PYPTO_TILE_CH + r) * taps;
-            const int64_t at = base + r * PYPTO_TILE_K;
+    const int64_t ci0 = cb * PYPTO_TILE_CH;
+    const int rows = (int)(cin - ci0 < PYPTO_TILE_CH ? cin - ci0 : PYPTO_TILE_CH);
+    uint16_t tile[PYPTO_TILE_CH * PYPTO_TILE_K];
+    for (int64_t b = 0; b < blocks; b++) {
+        const int cols = (int)(cout - b * PYPTO_TILE_K < PYPTO_TILE_K ? cout - b * PYPTO_TILE_K
+                                                                      : PYPTO_TILE_K);
+        for (int64_t t = 0; t < taps; t++) {
+            memset(tile, 0, sizeof tile);
+            for (int k = 0; k < cols; k++) {
+                const uint16_t *src = w + ((b * PYPTO_TILE_K + k) * cin + ci0) * taps + t;
+                for (int r = 0; r < rows; r++)
+                    tile[r * PYPTO_TILE_K + k] = src[r * taps];
+            }
+            const int64_t at = (b * taps + t) * PYPTO_TILE_A_ELEMS;
             if (as_float)
-                for (int64_t t = 0; t < taps; t++)
-                    d32[at + t * PYPTO_TILE_A_ELEMS] = pypto_bf16_to_float(src[t]);
+                for (int i = 0; i < PYPTO_TILE_A_ELEMS; i++)
+                    ((float *)dst)[at + i] = pypto_bf16_to_float(tile[i]);
             else
-                for (int64_t t = 0; t < taps; t++)
-                    d16[at + t * PYPTO_TILE_A_ELEMS] = src[t];
+                memcpy((uint16_t *)dst + at, tile, sizeof tile);
         }
     }
 }

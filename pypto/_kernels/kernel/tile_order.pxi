@@ -125,15 +125,55 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs) except -1:
     if g.items == NULL:
         raise MemoryError("pypto: no memory for the tile order's work items")
     i = 0
-    for cb in range((g.ch_tiles + 1) // 2):
+    if _channel_blocks_inside(g):
         for ph in range(n_phases):
             tiles = g.n_img * g.tiles[ph]
             first = 0
             while first < tiles:
-                g.items[3 * i], g.items[3 * i + 1], g.items[3 * i + 2] = cb, ph, first
+                for cb in range((g.ch_tiles + 1) // 2):
+                    g.items[3 * i], g.items[3 * i + 1], g.items[3 * i + 2] = cb, ph, first
+                    i += 1
                 first += PYPTO_TILE_ITEM_TILES
-                i += 1
+    else:
+        for cb in range((g.ch_tiles + 1) // 2):
+            for ph in range(n_phases):
+                tiles = g.n_img * g.tiles[ph]
+                first = 0
+                while first < tiles:
+                    g.items[3 * i], g.items[3 * i + 1], g.items[3 * i + 2] = cb, ph, first
+                    i += 1
+                    first += PYPTO_TILE_ITEM_TILES
     return 0
+
+
+cdef extern from *:
+    """
+    #ifndef PYPTO_TILE_ORDER_FORCE
+    #define PYPTO_TILE_ORDER_FORCE -1
+    #endif
+    """
+    int PYPTO_TILE_ORDER_FORCE
+
+
+cdef bint _channel_blocks_inside(const TileGeometry *g) noexcept nogil:
+    """Whether work items take the 32-channel blocks innermost (items that follow each other
+    read the same dy tiles and every block's weight) rather than outermost (they read one
+    block's weight and all of dy). The order whose data a core's L2 keeps: one block's weight
+    and all of dy, else all of the weight and one item's dy, else the one that reads less from
+    L3."""
+    if PYPTO_TILE_ORDER_FORCE >= 0:
+        return PYPTO_TILE_ORDER_FORCE
+    cdef double budget = 1 << 20
+    cdef double block_weight = 2.0 * g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K * 2
+    cdef double weight = block_weight * ((g.ch_tiles + 1) // 2)
+    cdef double dy = 4.0 * g.n_img * g.pairs * g.plane
+    cdef double item_dy = dy / max(1, g.n_img * g.plane // PYPTO_TILE_PX) * PYPTO_TILE_ITEM_TILES
+    cdef double items = max(1.0, g.n_img * g.plane / (PYPTO_TILE_PX * PYPTO_TILE_ITEM_TILES))
+    if dy + block_weight <= budget:
+        return False
+    if weight + item_dy <= budget:
+        return True
+    return weight * items < dy * ((g.ch_tiles + 1) // 2)
 
 
 cdef void _tile_free(TileGeometry *g) noexcept nogil:
