@@ -9,6 +9,7 @@ cdef extern from "pypto_tile.h" nogil:
     enum: PYPTO_TILE_PX
     enum: PYPTO_TILE_K
     enum: PYPTO_TILE_ITEM_TILES
+    void *pypto_tile_alloc(size_t bytes)
     void pypto_tile_pack(const uint16_t *w, int64_t cout, int64_t cin, int64_t taps, int64_t cb,
                          int as_float, void *dst)
     void pypto_tile_frame_plane(const uint16_t *even, const uint16_t *odd, int64_t hout,
@@ -106,7 +107,7 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs) except -1:
         g.wf = max(g.wf, g.cols[ph])
     # below the last row, room for a tile's 15 positions past it and a row's tap offset
     g.hf = top + g.hout + bottom + 1 + (PYPTO_TILE_PX + g.wf - 1) // g.wf
-    g.plane = g.hf * g.wf
+    g.plane = (g.hf * g.wf + 15) // 16 * 16   # whole 64-byte lines: every plane starts on one
     for ph in range(n_phases):
         g.tiles[ph] = (g.rows[ph] * g.wf + PYPTO_TILE_PX - 1) // PYPTO_TILE_PX \
             if g.cols[ph] > 0 else 0
@@ -225,7 +226,8 @@ cdef void _tile_prepare(const TileGeometry *g, const uint16_t *dy, const uint16_
 
 cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx) noexcept nogil:
     """Every output element of one work item, in the kernel's floating-point environment."""
-    cdef float c[2 * PYPTO_TILE_ITEM_TILES * PYPTO_TILE_CH * PYPTO_TILE_PX]
+    cdef float c_space[2 * PYPTO_TILE_ITEM_TILES * PYPTO_TILE_CH * PYPTO_TILE_PX + 16]
+    cdef float *c = c_space + (-<size_t>c_space // sizeof(float)) % 16   # a whole line each row
     cdef float scratch[2 * PYPTO_TILE_CH * PYPTO_TILE_PX]
     cdef const void *a[2]
     cdef const uint32_t *b[PYPTO_TILE_ITEM_TILES]
@@ -321,8 +323,9 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
         macs = g.n_img * g.cin * g.hin * g.win * g.cout * g.taps // (g.sh * g.sw)
         # the whole team, as dgrad: no call starts or ends a thread
         threads = 1 if macs < serial_macs else num_threads
-        w_packed = malloc(g.ch_tiles * g.w_block_elems * (2 if g.use_amx else 4))
-        g.frames = <uint32_t *>malloc(max(g.n_img * g.pairs * g.plane, 1) * sizeof(uint32_t))
+        w_packed = pypto_tile_alloc(g.ch_tiles * g.w_block_elems * (2 if g.use_amx else 4))
+        g.frames = <uint32_t *>pypto_tile_alloc(max(g.n_img * g.pairs * g.plane, 1)
+                                                * sizeof(uint32_t))
         g.w_packed = w_packed
         if w_packed == NULL or g.frames == NULL:
             raise MemoryError("pypto: no memory for the tile order's weight and dy frames")
