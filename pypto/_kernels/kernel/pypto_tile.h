@@ -368,6 +368,18 @@ static inline void pypto_tile_write(const float *restrict c, int64_t n_ch, int64
         const int64_t run = PYPTO_TILE_PX - x < wf - col ? PYPTO_TILE_PX - x : wf - col;
         const int64_t valid = col >= cols ? 0 : (run < cols - col ? run : cols - col);
         uint16_t *out = dst + row * row_step + col * col_step;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+        if (col_step == 1 && valid > 0) {   /* a channel's run: one masked vector each */
+            const __mmask16 keep = (__mmask16)(valid == 16 ? 0xffffu : (1u << valid) - 1u);
+            for (int64_t m = 0; m < n_ch; m++)
+                _mm256_mask_storeu_epi16(
+                    out + m * ch_stride, keep,
+                    pypto_narrow16(_mm512_maskz_loadu_ps(keep, c + m * PYPTO_TILE_PX + x),
+                                   PYPTO_BF16));
+            x += run;
+            continue;
+        }
+#endif
         for (int64_t m = 0; m < n_ch; m++) {
             const float *from = c + m * PYPTO_TILE_PX + x;
             uint16_t *to = out + m * ch_stride;
