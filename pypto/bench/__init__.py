@@ -459,6 +459,27 @@ def summarize(rows):
     for (dtype, threads, peer), ratios in sorted(groups.items()):
         gm = float(np.exp(np.mean(np.log(ratios))))
         print(f"  {dtype} {threads} thread(s) vs {peer:<18} {gm:6.2f}x  (min {min(ratios):.2f}x)")
+    # the other bf16 orders ("pypto tile"): the same means against their own times
+    ms = {(r["case"], r["dtype"], r["threads"], r["peer"]): r["ms"] for r in rows}
+    others = sorted(
+        {r["peer"] for r in rows if r["peer"].startswith("pypto ") and r["case"] != "a"}
+    )
+    for order in others:
+        if order == "pypto spec tiles":
+            continue
+        print(f"\ngeometric mean of peer time / {order} time over the cases run (b..j):")
+        for (dtype, threads, peer), _ in sorted(groups.items()):
+            ratios = [
+                ms[(c, d, t, peer)] / ms[(c, d, t, order)]
+                for (c, d, t, p) in ms
+                if p == order and (d, t) == (dtype, threads) and (c, d, t, peer) in ms
+            ]
+            if ratios:
+                gm = float(np.exp(np.mean(np.log(ratios))))
+                print(
+                    f"  {dtype} {threads} thread(s) vs {peer:<18} {gm:6.2f}x  "
+                    f"(min {min(ratios):.2f}x)"
+                )
 
 
 def run_networks(
