@@ -263,6 +263,10 @@ def _cmd_info(args):
         "(OMP_NUM_THREADS, --threads and set_num_threads win)"
     )
     print(
+        f"bf16 sum order: {info['bf16_sum_order']} (sum_order option, PYPTO_SUM_ORDER; fp16 "
+        f"sums sequentially); order 'tile' here: {info['tile_unit']}"
+    )
+    print(
         f"cpu levels: built {', '.join(info['built_levels'])}; this CPU runs "
         f"{', '.join(info['cpu_levels'])} ({platform.machine()}; features: "
         f"{' '.join(info['cpu_features']) or 'none detected'})"

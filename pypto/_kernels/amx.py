@@ -17,6 +17,7 @@ the bits are those of the order; only the speed differs.
 """
 
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -151,14 +152,19 @@ def _cpu_identity():
     return fields
 
 
-def _key(kernel):
+@functools.cache
+def _build_digest(path):
     digest = hashlib.sha256()
-    with open(kernel.__file__, "rb") as f:
+    with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
+    return digest.hexdigest()
+
+
+def _key(kernel):
     return {
         "cpu": _cpu_identity(),
-        "kernel_sha256": digest.hexdigest(),
+        "kernel_sha256": _build_digest(kernel.__file__),
         "pypto": __version__,
         "self_check": SELF_CHECK_VERSION,
     }
@@ -209,6 +215,15 @@ _state = None  # (usable, why), once decided in this process
 def tile_unit_state():
     """(usable, why) as decided in this process, or None when no call has asked yet."""
     return _state
+
+
+def cached_verdict(kernel):
+    """The verdict cached for this host and build, or None; asks the OS nothing and runs no
+    check (``pypto info`` before any call)."""
+    if not getattr(kernel, "HAS_AMX", False):
+        return None
+    record = _CACHE.get(_key(kernel))
+    return record if _is_record(record) else None
 
 
 def tile_unit_usable(kernel):

@@ -28,7 +28,7 @@ from .._core.rules import check_host_arrays
 from .._dtypes import DataType, numpy_dtype
 from ..error import PyptoRtError
 from . import levels
-from .amx import tile_unit_state, tile_unit_usable
+from .amx import cached_verdict, tile_unit_state, tile_unit_usable
 
 __all__ = [
     "conv_backward_input_cpu",
@@ -291,9 +291,12 @@ def _tile_unit_line(kernel):
         return f"emulated ({kernel.ISA} has no AMX tile unit)"
     state = tile_unit_state()
     if state is None:
-        return (
-            "AMX tiles once the first bf16 call in this order has the OS's permission and the "
-            "self-check's verdict (not asked yet)"
+        known = cached_verdict(kernel)
+        return "AMX tiles once the first bf16 call in this order has the OS's permission" + (
+            " and the self-check's verdict (not run yet)"
+            if known is None
+            else f" (self-check cached: {'passed' if known['passed'] else 'FAILED'}, "
+            f"{known['summary']})"
         )
     return ("AMX tiles: " if state[0] else "emulated: ") + state[1]
 
