@@ -10,6 +10,7 @@ then rename it over the target: a reader sees the old file or the new one, never
 """
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -30,6 +31,7 @@ __all__ = [
     "npy_header",
     "check_npy_bytes",
     "atomic_writer",
+    "file_sha256",
     "show",
 ]
 
@@ -202,3 +204,13 @@ def atomic_writer(path, mode="w", encoding="utf-8", newline=None):
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def file_sha256(path):
+    """The SHA-256 of a file's bytes, hex (case files' contents, kernel builds in verdict keys),
+    read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()

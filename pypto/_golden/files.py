@@ -31,6 +31,7 @@ import numpy as np
 from .._core.fileio import (
     atomic_writer,
     check_npy_bytes,
+    file_sha256,
     npy_header,
     open_regular,
     read_json,
@@ -99,14 +100,6 @@ def _file_entry(stem, dtype_name, shape, note):
     }
 
 
-def _sha256_of_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _write(directory, stem, array, dtype_name):
     """Write ``stem``.bin and .npy; their sha256 digests (of what is on disk)."""
     data = np.ascontiguousarray(array)
@@ -121,7 +114,7 @@ def _write(directory, stem, array, dtype_name):
                 data.tofile(f)
             else:
                 np.save(f, data, allow_pickle=False)
-        digests[ext + "_sha256"] = _sha256_of_file(path)
+        digests[ext + "_sha256"] = file_sha256(path)
     return digests
 
 

@@ -18,13 +18,13 @@ the bits are those of the order; only the speed differs.
 
 import datetime
 import functools
-import hashlib
 import json
 import os
 import subprocess
 import sys
 import warnings
 
+from .._core.fileio import file_sha256
 from .._core.locks import ForkSafeLock
 from .._core.verdicts import VerdictCache
 from .._version import __version__
@@ -154,11 +154,7 @@ def _cpu_identity():
 
 @functools.cache
 def _build_digest(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_sha256(path)  # once a process: pypto info and every first call ask
 
 
 def _key(kernel):

@@ -12,11 +12,11 @@ then stated in a warning.
 """
 
 import datetime
-import hashlib
 import os
 
 import numpy as np
 
+from .._core.fileio import file_sha256
 from .._core.locks import ForkSafeLock
 from .._core.verdicts import CACHE_DIR_ENV, VerdictCache
 from .._version import __version__
@@ -278,20 +278,12 @@ def cache_path():
     return _CACHE.path
 
 
-def _file_digest(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _key(runtime):
     """What a verdict holds for: this kernel build, this AscendCL (the CANN version), this SoC
     and device, this pypto and this set of problems."""
     return {
-        "kernel_sha256": _file_digest(runtime.kernel_path),
-        "acl_sha256": _file_digest(runtime.acl_path),
+        "kernel_sha256": file_sha256(runtime.kernel_path),
+        "acl_sha256": file_sha256(runtime.acl_path),
         "soc": runtime.soc,
         "visible_devices": os.environ.get("ASCEND_RT_VISIBLE_DEVICES", ""),
         "pypto": __version__,
