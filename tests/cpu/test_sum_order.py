@@ -333,3 +333,52 @@ def test_tile_order_ignores_tiles_and_threads(threads):
     with pypto.options(sum_order="tile", num_threads=threads):
         for tiles in (None, small):
             np.testing.assert_array_equal(run_op(prob, dy, w, tiles).view(np.uint16), expected)
+
+
+SMALL_SIGALTSTACK = r"""
+import ctypes, warnings
+import numpy as np, ml_dtypes, pypto
+from pypto._kernels.dispatch import kernel_info
+class Stack(ctypes.Structure):
+    _fields_ = [("sp", ctypes.c_void_p), ("flags", ctypes.c_int), ("size", ctypes.c_size_t)]
+space = ctypes.create_string_buffer(2048)
+stack = Stack(ctypes.addressof(space), 0, 2048)
+assert ctypes.CDLL(None).sigaltstack(ctypes.byref(stack), None) == 0
+rng = np.random.default_rng(1)
+dy = rng.standard_normal((1, 64, 6, 6)).astype(ml_dtypes.bfloat16)
+w = rng.standard_normal((64, 16, 3, 3)).astype(ml_dtypes.bfloat16)
+args = ([1, 1], [1, 1, 1, 1], [1, 1])
+size = [1, 16, 6, 6]
+tiles = pypto.suggest_convbp_input_tile_shapes(dy.shape, w.shape, size, pypto.DT_BF16, *args)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with pypto.options(sum_order="tile", convbp_tile_shapes=tiles, vec_tile_shapes=[16] * 4):
+        out = pypto.conv_backward_input(pypto.from_numpy(dy), [1, 16, 6, 6], pypto.from_numpy(w),
+                                        pypto.DT_BF16, *args).numpy()
+print([str(c.message) for c in caught])
+print(kernel_info()["tile_unit"])
+np.save(__import__("sys").argv[1], out.view(np.uint16))
+"""
+
+
+def test_a_small_sigaltstack_gets_the_emulation_not_a_crash(tile_unit_allowed, tmp_path):
+    """A process whose signal stack is too small for tile state (an old faulthandler, a
+    runtime's own 2 KiB stack) is refused tile data by Linux: the call warns, runs emulated and
+    gives the order's bits, instead of dying of SIGSEGV at its first tile instruction."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out.npy"
+    done = subprocess.run(
+        [sys.executable, "-c", SMALL_SIGALTSTACK, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "refused AMX tile data" in done.stdout and "emulated" in done.stdout
+    layer = (1, 16, 64, 6, 6, 3, 3, (1, 1), (1, 1), (1, 1), 6, 6)
+    rng = np.random.default_rng(1)
+    dy = rng.standard_normal((1, 64, 6, 6)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((64, 16, 3, 3)).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(np.load(out), _model(layer, dy, w))
