@@ -28,6 +28,16 @@ def pytest_report_header(config):
 
 
 def pytest_sessionstart(session):
+    # Self-check verdicts (the AMX unit's, the NPU's) go to a folder of this run, never into
+    # the user's cache: a test must neither read a verdict it did not make nor leave one.
+    if "PYPTO_CACHE_DIR" not in os.environ:
+        import atexit
+        import shutil
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="pypto-test-cache-")
+        os.environ["PYPTO_CACHE_DIR"] = folder
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
     # CI installs the sdist and must test that, not the source folder next to the tests.
     if os.environ.get("PYPTO_TEST_INSTALLED"):
         location = pathlib.Path(pypto.__file__).resolve()
