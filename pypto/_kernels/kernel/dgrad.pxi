@@ -133,8 +133,8 @@ cdef object _dgrad(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, int d
         _magnitudes(dy_p, dy.len // 2, num_threads, &dy_least, &dy_most)
         dy_exponent = pypto_bf16_least_exponent(dy_least)
         w_exponent = pypto_bf16_least_exponent(w_least)
-        g.exact_zeros = dy_exponent + w_exponent >= 142
-        g.dot_bf16 = g.dot_bf16 and g.exact_zeros and min(dy_exponent, w_exponent) >= 1
+        g.exact_zeros = _products_normal(dy_exponent, w_exponent)
+        g.dot_bf16 = g.dot_bf16 and _flush_safe(dy_exponent, w_exponent)
     g.m_rows, g.m_cols, g.nl1, kl1, g.ml0, g.kl0, g.nl0 = tiles
     g.cout_l1 = kl1 // (g.kh * g.kw)
     g.vec_c, g.vec_w = vec_cw

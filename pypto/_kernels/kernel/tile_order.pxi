@@ -53,13 +53,6 @@ cdef struct TileGeometry:
     uint32_t *frames       # per image: pairs planes of hf x wf
 
 
-cdef inline bint _flush_safe(int dy_exponent, int w_exponent) noexcept nogil:
-    """No product or partial sum can be subnormal, nor any input: the least exponents of the
-    nonzero magnitudes sum to >= 142 (all multiples of 2^-126) and neither input has a
-    subnormal, so an instruction that flushes subnormals (DAZ, FTZ) computes IEEE's bits."""
-    return dy_exponent + w_exponent >= 142 and min(dy_exponent, w_exponent) >= 1
-
-
 cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs) except -1:
     """The phases, taps, frame halo and work items of a call (tables malloc'ed, freed by
     _tile_free)."""
@@ -318,7 +311,8 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
         g.use_amx = PYPTO_HAVE_AMX and use_amx and _flush_safe(dy_exponent, w_exponent)
         # products of two bf16 are exact in fp32 unless below 2^-126 or past the largest
         # float: the least exponents sum to >= 142, the largest magnitudes' to <= 380
-        g.exact = dy_exponent + w_exponent >= 142 and (dy_most >> 7) + (w_most >> 7) <= 380
+        g.exact = _products_normal(dy_exponent, w_exponent) \
+            and (dy_most >> 7) + (w_most >> 7) <= 380
         g.w_block_elems = g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K
         macs = g.n_img * g.cin * g.hin * g.win * g.cout * g.taps // (g.sh * g.sw)
         # the whole team, as dgrad: no call starts or ends a thread

@@ -19,6 +19,19 @@ cdef inline uint16_t _all_ones_exponent(int dtype) noexcept nogil:
     return 0x7f80 if dtype == 1 else 0x7c00
 
 
+cdef inline bint _products_normal(int dy_exponent, int w_exponent) noexcept nogil:
+    """The least biased exponents of dy's and w's nonzero magnitudes sum to at least 142: every
+    product and partial sum is a multiple of 2^-126, so zero or normal, never -0.0."""
+    return dy_exponent + w_exponent >= 142
+
+
+cdef inline bint _flush_safe(int dy_exponent, int w_exponent) noexcept nogil:
+    """An instruction that flushes subnormals (DAZ on inputs, FTZ on results: the bf16 dot
+    product, the AMX tile unit) computes IEEE's bits: no product or sum can be subnormal, nor
+    any input (a subnormal dy against |w| >= 2^15 passes the sum alone)."""
+    return _products_normal(dy_exponent, w_exponent) and min(dy_exponent, w_exponent) >= 1
+
+
 cdef void _magnitudes(const uint16_t *x, int64_t n, int num_threads, uint16_t *least,
                       uint16_t *most) noexcept:
     """pypto_magnitudes over n values, in parallel chunks (the weight and dy can be large)."""
