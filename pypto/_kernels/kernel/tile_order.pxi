@@ -140,23 +140,12 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs) except -1:
     return 0
 
 
-cdef extern from *:
-    """
-    #ifndef PYPTO_TILE_ORDER_FORCE
-    #define PYPTO_TILE_ORDER_FORCE -1
-    #endif
-    """
-    int PYPTO_TILE_ORDER_FORCE
-
-
 cdef bint _channel_blocks_inside(const TileGeometry *g) noexcept nogil:
     """Whether work items take the 32-channel blocks innermost (items that follow each other
     read the same dy tiles and every block's weight) rather than outermost (they read one
     block's weight and all of dy). The order whose data a core's L2 keeps: one block's weight
     and all of dy, else all of the weight and one item's dy, else the one that reads less from
     L3."""
-    if PYPTO_TILE_ORDER_FORCE >= 0:
-        return PYPTO_TILE_ORDER_FORCE
     cdef double budget = 1 << 20
     cdef double block_weight = 2.0 * g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K * 2
     cdef double weight = block_weight * ((g.ch_tiles + 1) // 2)
