@@ -175,11 +175,20 @@ def _is_record(record):
     )
 
 
+# The child imports this very package, not whatever ``pypto`` its working folder holds (a
+# source checkout beside an installed wheel would otherwise answer for it).
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_CHILD_CODE = (
+    "import sys; sys.path.insert(0, {root!r}); "
+    "from pypto._kernels.amx import _child_main; sys.exit(_child_main())"
+)
+
+
 def _run_child():
     """The self-check's record from a child process, or a failed one saying how it ended."""
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "pypto._kernels.amx"],
+            [sys.executable, "-c", _CHILD_CODE.format(root=_PACKAGE_ROOT)],
             capture_output=True,
             text=True,
             timeout=CHILD_SECONDS,
@@ -270,7 +279,3 @@ def _child_main():
         return 3
     print(json.dumps(run_self_check(load_level("avx512_amx"))))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child_main())

@@ -242,8 +242,14 @@ def test_self_check_catches_a_wrong_tile_unit():
     assert all(not p["passed"] and "1 of" in p["detail"] for p in record["problems"])
 
 
-def test_self_check_passes_on_this_tile_unit(tile_unit_allowed):
-    """The real check, in its child process, on this host's tile unit."""
+def test_self_check_passes_on_this_tile_unit(tile_unit_allowed, tmp_path, monkeypatch):
+    """The real check, in its child process, on this host's tile unit; run from a folder
+    holding another ``pypto`` (a source checkout beside the installed wheel), which the child
+    must not import in place of the package that asked."""
+    shadow = tmp_path / "pypto"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ImportError('the shadowing pypto')\n")
+    monkeypatch.chdir(tmp_path)
     record = amx._run_child()
     assert record["passed"], record
     assert len(record["problems"]) == len(amx.SELF_CHECK_PROBLEMS)
@@ -374,6 +380,7 @@ def test_a_small_sigaltstack_gets_the_emulation_not_a_crash(tile_unit_allowed, t
         capture_output=True,
         text=True,
         timeout=120,
+        cwd=tmp_path,  # not the checkout's root, whose unbuilt pypto -c would import
     )
     assert done.returncode == 0, done.stderr
     assert "refused AMX tile data" in done.stdout and "emulated" in done.stdout
