@@ -14,39 +14,25 @@ PyptoError naming the file, the line (or case index) and the field.
 """
 
 import csv
-import hashlib
-import json
 import os
 
-from .._core.environ import getenv
 from .._core.fileio import parse_json, read_text, show
 from ..error import FeError, PyptoError
+from .schema import (
+    CaseFileError,
+    canonical,
+    case_id,
+    check_case_count,
+    dist_of,
+    dtype_of,
+    int_of,
+    ints_of,
+    value_range,
+)
 from .tiles import DEFAULT_LIMIT, legal_tilings
 
-__all__ = [
-    "read_cases",
-    "read_case_file",
-    "canonical",
-    "case_id",
-    "case_seed",
-    "CaseFileError",
-    "MAX_CASES_ENV",
-    "max_cases",
-    "DTYPES",
-    "FIELDS",
-]
+__all__ = ["read_cases", "read_case_file", "expand_all_tiles", "FIELDS"]
 
-# the dtype names a case file may give, and the name a case keeps
-DTYPES = {
-    "fp16": "fp16",
-    "float16": "fp16",
-    "bf16": "bf16",
-    "bfloat16": "bf16",
-    "fp32": "fp32",
-    "float32": "fp32",
-    "float": "fp32",
-}
-DISTS = ("uniform", "normal", "ints", "truncated_normal")
 # pypto's case-file fields: what each holds
 FIELDS = {
     "name": "a label for the case (not part of its id)",
@@ -75,177 +61,6 @@ FIELDS = {
     "seed": "an int >= 0 (default: derived from the case's id)",
 }
 _DIMS = ("N", "Cin", "H", "W", "Cout", "kh", "kw")
-_IDENTITY = (
-    "grad_output",
-    "weight",
-    "input_size",
-    "strides",
-    "paddings",
-    "dilations",
-    "groups",
-    "dtype",
-    "tiles",
-    "inputs",
-    "seed",
-)
-
-
-# how many cases one case file may expand to (msOpST's cross products, tiles "all"): checked
-# before the cases are built, so a few KB cannot ask for millions of them
-MAX_CASES_ENV = "PYPTO_SWEEP_MAX_CASES"
-DEFAULT_MAX_CASES = 100_000
-
-
-def max_cases():
-    """PYPTO_SWEEP_MAX_CASES (an int >= 1), else DEFAULT_MAX_CASES."""
-    text = getenv(MAX_CASES_ENV)
-    if text is None or not text.strip():
-        return DEFAULT_MAX_CASES
-    try:
-        limit = int(text.strip())
-    except ValueError:
-        limit = 0
-    if limit < 1:
-        raise FeError(ValueError(f"{MAX_CASES_ENV}={text!r}: expected an int >= 1"))
-    return limit
-
-
-def check_case_count(count, where):
-    """A CaseFileError when a case file would expand to more than :func:`max_cases` cases."""
-    limit = max_cases()
-    if count > limit:
-        raise CaseFileError(
-            where,
-            f"the case file expands to {count} cases or more, above the limit of {limit} "
-            f"(set {MAX_CASES_ENV} to raise it, or split the file)",
-        )
-
-
-class CaseFileError(FeError):
-    """A fault in a case file: the text names the file, the line (or case) and the field."""
-
-    def __init__(self, where, text):
-        super().__init__(ValueError(f"{where}: {text}"))
-
-
-# --- values ------------------------------------------------------------------------------------
-def _int(value, where, field):
-    if isinstance(value, str):
-        try:
-            value = int(value.strip())
-        except ValueError:
-            pass
-    if type(value) is not int:
-        raise CaseFileError(where, f"field '{field}' must be an int, but is {show(value)}")
-    return value
-
-
-def _ints(value, length, where, field):
-    """A list of ``length`` ints from a JSON list or a CSV cell ("1,16,5,32", "1x16x5x32",
-    "[1, 16, 5, 32]", "1 16 5 32")."""
-    if isinstance(value, str):
-        text = value.strip().strip("[]()")
-        parts = text.replace("x", ",").replace(" ", ",").split(",")
-        value = [p for p in parts if p != ""]
-    lengths = length if isinstance(length, tuple) else (length,)
-    if not isinstance(value, list) or len(value) not in lengths:
-        what = " or ".join(str(n) for n in lengths)
-        raise CaseFileError(where, f"field '{field}' must be {what} ints, but is {show(value)}")
-    return [_int(v, where, field) for v in value]
-
-
-def _number(value, where, field):
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            pass
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise CaseFileError(where, f"field '{field}' must hold numbers, but holds {show(value)}")
-    if abs(value) == float("inf"):
-        raise CaseFileError(where, f"field '{field}' must hold finite numbers, not {value}")
-    return value
-
-
-def value_range(value, where, field, ordered=True):
-    """[lo, hi] (two finite numbers, lo <= hi when ``ordered``; a normal distribution's
-    range is [mean, standard deviation]) from a list or "lo,hi"."""
-    if isinstance(value, str):
-        value = [p for p in value.strip().strip("[]()").replace(" ", ",").split(",") if p]
-    if not isinstance(value, list) or len(value) != 2:
-        raise CaseFileError(where, f"field '{field}' must be [lo, hi], but is {show(value)}")
-    lo, hi = (_number(v, where, field) for v in value)
-    if ordered and lo > hi:
-        raise CaseFileError(where, f"field '{field}' must have lo <= hi, but is {[lo, hi]}")
-    return [float(lo), float(hi)]  # 2 and 2.0 are one range (and one case id)
-
-
-def dtype_of(value, where, field):
-    if not isinstance(value, str) or value.strip().lower() not in DTYPES:
-        raise CaseFileError(
-            where,
-            f"field '{field}' must be fp16 or bf16 (float16, bfloat16; fp32 is read and refused "
-            f"by the op), but is {show(value)}",
-        )
-    return DTYPES[value.strip().lower()]
-
-
-def dist_of(value, where, field):
-    if not isinstance(value, str) or value.strip().lower() not in DISTS:
-        raise CaseFileError(
-            where, f"field '{field}' must be one of {', '.join(DISTS)}, but is {show(value)}"
-        )
-    return value.strip().lower()
-
-
-# --- the canonical case ------------------------------------------------------------------------
-def case_id(case):
-    """The first 16 hex digits of the sha256 of the case's identity (canonical JSON)."""
-    identity = {key: case[key] for key in _IDENTITY}
-    text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def case_seed(case):
-    """The case's seed, or one derived from its id (so every host draws the same inputs)."""
-    return case["seed"] if case["seed"] is not None else int(case["id"], 16) >> 1
-
-
-def canonical(
-    grad_output,
-    weight,
-    input_size=None,
-    strides=(1, 1),
-    paddings=(0, 0, 0, 0),
-    dilations=(1, 1),
-    groups=1,
-    dtype="fp16",
-    tiles="suggested",
-    inputs=None,
-    seed=None,
-    name=None,
-    source=None,
-):
-    """A canonical case dict (values already checked), with its id."""
-    default = {"dist": "uniform", "range": None}
-    case = {
-        "id": None,
-        "name": name,
-        "source": source,
-        "grad_output": list(grad_output),
-        "weight": list(weight),
-        "input_size": None if input_size is None else list(input_size),
-        "strides": list(strides),
-        "paddings": list(paddings),
-        "dilations": list(dilations),
-        "groups": groups,
-        "dtype": dtype,
-        "tiles": tiles,
-        "inputs": inputs or {"grad_output": dict(default), "weight": dict(default)},
-        "seed": seed,
-    }
-    case["id"] = case_id(case)
-    return case
 
 
 def expand_all_tiles(case, limit):
@@ -295,9 +110,9 @@ def _from_fields(fields, where):
         )
     given_dims = [key for key in _DIMS if key in fields]
     shapes = [key for key in ("grad_output", "weight", "input_size") if key in fields]
-    strides = _ints(fields.get("strides", [1, 1]), 2, where, "strides")
-    paddings = _ints(fields.get("paddings", [0, 0, 0, 0]), 4, where, "paddings")
-    dilations = _ints(fields.get("dilations", [1, 1]), 2, where, "dilations")
+    strides = ints_of(fields.get("strides", [1, 1]), 2, where, "strides")
+    paddings = ints_of(fields.get("paddings", [0, 0, 0, 0]), 4, where, "paddings")
+    dilations = ints_of(fields.get("dilations", [1, 1]), 2, where, "dilations")
     if given_dims:
         if shapes:
             raise CaseFileError(
@@ -308,7 +123,7 @@ def _from_fields(fields, where):
         missing = [key for key in _DIMS if key not in fields]
         if missing:
             raise CaseFileError(where, f"field '{missing[0]}' is missing (N,Cin,H,W,Cout,kh,kw)")
-        n, cin, h, w, cout, kh, kw = (_int(fields[key], where, key) for key in _DIMS)
+        n, cin, h, w, cout, kh, kw = (int_of(fields[key], where, key) for key in _DIMS)
         if min(strides) < 1:  # grad_output is derived by dividing by them
             raise CaseFileError(
                 where,
@@ -325,10 +140,12 @@ def _from_fields(fields, where):
                 raise CaseFileError(
                     where, f"field '{key}' is missing (or give N,Cin,H,W,Cout,kh,kw)"
                 )
-        grad_output = _ints(fields["grad_output"], 4, where, "grad_output")
-        weight = _ints(fields["weight"], 4, where, "weight")
+        grad_output = ints_of(fields["grad_output"], 4, where, "grad_output")
+        weight = ints_of(fields["weight"], 4, where, "weight")
         input_size = (
-            _ints(fields["input_size"], 4, where, "input_size") if "input_size" in fields else None
+            ints_of(fields["input_size"], 4, where, "input_size")
+            if "input_size" in fields
+            else None
         )
     tiles = fields.get("tiles", "suggested")
     if not isinstance(tiles, str) or tiles.strip().lower() not in ("suggested", "all"):
@@ -346,9 +163,9 @@ def _from_fields(fields, where):
         if "tiles" in fields:
             raise CaseFileError(where, "field 'tiles': give tiles or l1/l0, not both")
         tiles = {
-            "l1": _ints(fields["l1"], 3, where, "l1"),
-            "l0": _ints(fields["l0"], 3, where, "l0"),
-            "vec": _ints(fields.get("vec", [16, 16, 16, 16]), (4, 5), where, "vec"),
+            "l1": ints_of(fields["l1"], 3, where, "l1"),
+            "l0": ints_of(fields["l0"], 3, where, "l0"),
+            "vec": ints_of(fields.get("vec", [16, 16, 16, 16]), (4, 5), where, "vec"),
         }
     elif "vec" in fields:
         raise CaseFileError(where, "field 'vec' needs explicit l1 and l0 tiles")
@@ -356,7 +173,7 @@ def _from_fields(fields, where):
     if "tiles_limit" in fields:
         if tiles != "all":
             raise CaseFileError(where, "field 'tiles_limit' applies to tiles \"all\" only")
-        limit = _int(fields["tiles_limit"], where, "tiles_limit")
+        limit = int_of(fields["tiles_limit"], where, "tiles_limit")
         if not 1 <= limit <= 1000:
             raise CaseFileError(where, f"field 'tiles_limit' must be in [1, 1000], not {limit}")
     dist = dist_of(fields.get("dist", "uniform"), where, "dist")
@@ -365,7 +182,7 @@ def _from_fields(fields, where):
         drawn["range"] = value_range(fields["range"], where, "range", dist != "normal")
     seed = None
     if "seed" in fields:
-        seed = _int(fields["seed"], where, "seed")
+        seed = int_of(fields["seed"], where, "seed")
         if seed < 0:
             raise CaseFileError(where, f"field 'seed' must be an int >= 0, but is {seed}")
     name = fields.get("name")
@@ -378,7 +195,7 @@ def _from_fields(fields, where):
         strides,
         paddings,
         dilations,
-        _int(fields.get("groups", 1), where, "groups"),
+        int_of(fields.get("groups", 1), where, "groups"),
         dtype_of(fields.get("dtype", "fp16"), where, "dtype"),
         "suggested" if tiles == "all" else tiles,
         {"grad_output": dict(drawn), "weight": dict(drawn)},

@@ -23,7 +23,7 @@ CANN's default for the attribute is NHWC, so a case without it takes the tensors
 import math
 
 from .._core.fileio import parse_json, show
-from .cases import DTYPES, CaseFileError, canonical, check_case_count, dist_of, value_range
+from .schema import DTYPES, CaseFileError, canonical, check_case_count, dist_of, value_range
 
 __all__ = ["read_msopst", "OP"]
 

@@ -21,7 +21,7 @@ import time
 
 from .._core.fileio import read_json
 from ..error import ConvBpInputError, PyptoError, PyptoMemoryError
-from .cases import case_seed
+from .schema import case_seed
 
 __all__ = ["run_case", "judge_folder", "case_folder", "VOLATILE", "LEADING", "TRAILING"]
 
