@@ -271,7 +271,7 @@ def _decide(kernel):
 
 def _child_main():
     from . import features
-    from .dispatch import load_level
+    from .loading import load_level
 
     refused = features.request_amx_permission()
     if refused:

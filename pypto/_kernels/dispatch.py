@@ -1,17 +1,8 @@
-"""The CPU backend: choose the kernel build for this CPU, lay the data out, run it.
-
-One kernel module is built per ISA level (pypto/_kernels/levels.py). Like NumPy's CPU
-dispatch, nothing built above the baseline runs before the CPU has been checked: the feature
-table comes from ``features`` (baseline build), the built levels are found without
-importing them, and only the level chosen, one the CPU has every feature for, is imported, on
-first use. ``PYPTO_CPU_ISA`` names a level; one that this CPU or build lacks is a PyptoRtError,
-raised before that level's code is loaded.
+"""The CPU backend's op: the kernel build chosen for this CPU (``loading``), the thread count
+(fork, address-space limit, start probe), the data laid out for it, the call run.
 """
 
-import importlib
-import importlib.util
 import os
-import platform
 import resource
 import threading
 import time
@@ -26,9 +17,17 @@ from .._core.memory import address_space_room, check_host_memory, limit_set
 from .._core.nonfinite import non_finite_mask, with_real_taps_only
 from .._core.rules import check_host_arrays
 from .._dtypes import DataType, numpy_dtype
-from ..error import PyptoRtError
-from . import levels
 from .amx import cached_verdict, tile_unit_state, tile_unit_usable
+from .loading import (
+    BUILT_LEVELS,
+    CPU_FEATURES,
+    CPU_LEVELS,
+    ISA_LEVELS,
+    chosen_reason,
+    load_level,
+    loaded_kernel,
+)
+from .loading import chosen_kernel as _kernel
 
 __all__ = [
     "conv_backward_input_cpu",
@@ -40,102 +39,17 @@ __all__ = [
     "ISA_LEVELS",
 ]
 
-ISA_LEVELS = levels.LEVEL_NAMES
 _KERNEL_DTYPE = {DataType.DT_FP16: 0, DataType.DT_BF16: 1}
 _BF16 = _KERNEL_DTYPE[DataType.DT_BF16]
-
-
-def _import_features():
-    try:
-        from . import features
-    except ImportError:
-        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        raise ImportError(
-            f"pypto's CPU kernel is not built in {here}: this looks like the source tree, "
-            "imported because it is the current folder. Install with `pip install .` and run "
-            "from another folder (or use the `pypto` command), or build in place with "
-            "`pip install -e .`."
-        ) from None
-    return features.cpu_features()
-
-
-CPU_FEATURES = _import_features()
-# Built: the module file exists (find_spec locates it without running any of its code).
-BUILT_LEVELS = tuple(
-    level
-    for level in ISA_LEVELS
-    if importlib.util.find_spec(f"pypto._kernels.kernel.dgrad_{level}") is not None
-)
-CPU_LEVELS = tuple(
-    level for level in ISA_LEVELS if not levels.missing_features(level, CPU_FEATURES)
-)
-
-
-def _why_not(level):
-    """Why ``level`` cannot run here, or None when it can."""
-    if level not in BUILT_LEVELS:
-        return "not built in this installation"
-    missing = levels.missing_features(level, CPU_FEATURES)
-    if missing:
-        return f"the CPU (or OS) lacks {', '.join(missing)}"
-    return None
-
-
-def _choose(requested):
-    """(level, why it was chosen) for ``PYPTO_CPU_ISA``'s value (empty: the best that runs)."""
-    if not requested:
-        runs = [lv for lv in ISA_LEVELS if _why_not(lv) is None]
-        level = [lv for lv in runs if not levels.passed_over(lv, CPU_FEATURES)][-1]
-        here = [lv.name for lv in levels.levels_for(platform.machine())]
-        above = [lv for lv in here[here.index(level) + 1 :] if lv not in runs][:1]
-        return level, "the best level built and supported by this CPU" + "".join(
-            f"; {lv} runs but is passed over: {levels.passed_over(lv, CPU_FEATURES)} "
-            f"(PYPTO_CPU_ISA={lv} selects it)"
-            for lv in runs
-            if levels.passed_over(lv, CPU_FEATURES)
-        ) + (f"; {above[0]}: {_why_not(above[0])}" if above else "")
-    if requested not in ISA_LEVELS:
-        raise PyptoRtError(ValueError(f"PYPTO_CPU_ISA={requested!r}: expected one of {ISA_LEVELS}"))
-    why_not = _why_not(requested)
-    if why_not:
-        raise PyptoRtError(
-            RuntimeError(
-                f"PYPTO_CPU_ISA={requested!r} cannot be used here: {why_not}; levels built and "
-                f"supported by this CPU are {[lv for lv in ISA_LEVELS if _why_not(lv) is None]}"
-            )
-        )
-    return requested, f"PYPTO_CPU_ISA={requested}"
-
-
-def load_level(level):
-    """The kernel module of ``level``, imported only if this CPU runs it (PyptoRtError if not)."""
-    why_not = _why_not(level) if level in ISA_LEVELS else "unknown level"
-    if why_not:
-        raise PyptoRtError(RuntimeError(f"ISA level {level!r} cannot be loaded: {why_not}"))
-    return importlib.import_module(f"pypto._kernels.kernel.dgrad_{level}")
-
-
-# a fork waits for a thread probe or the kernel's import in another thread (an import holds
-# CPython's lock of the module, which no thread of the child would release)
-_lock = ForkSafeLock(held_across_fork=True)
-_chosen = None  # (module, reason), set on first use
-
-
-def _kernel():
-    global _chosen
-    if _chosen is None:
-        with _lock:
-            if _chosen is None:
-                level, reason = _choose(os.environ.get("PYPTO_CPU_ISA", "").strip().lower())
-                _chosen = (load_level(level), reason)
-    return _chosen[0]
 
 
 # --- threads ----------------------------------------------------------------------------------
 # libgomp ends the process when it cannot create a thread, and its thread pool does not survive
 # fork: a child that enters a parallel region of more than one thread after its parent's pool
 # served one waits forever. So a call never asks OpenMP for more threads than were just shown
-# to start, and a child forked after the kernel ran on several threads runs on one.
+# to start, and a child forked after the kernel ran on several threads runs on one. A fork
+# waits for a thread probe in another thread (its threads would not exist in the child).
+_lock = ForkSafeLock(held_across_fork=True)
 _most_threads_run = 1  # the most threads a call has run on in this process (libgomp keeps them)
 _forked_after_threads = False
 
@@ -271,7 +185,7 @@ def kernel_info():
     kernel = _kernel()
     return {
         "isa": kernel.ISA,
-        "reason": _chosen[1],
+        "reason": chosen_reason(),
         "mr": kernel.MR,
         "nr": kernel.NR,
         "openmp": kernel.openmp_enabled(),
@@ -328,8 +242,9 @@ def measure_peak_gflops(threads, kind="madd", seconds=0.3):
 def release_kernel_buffers():
     """Free the weight-panel and scratch buffers the CPU kernel keeps for its next call (none
     when no call has run)."""
-    if _chosen is not None:
-        _chosen[0].release_buffers()
+    kernel = loaded_kernel()
+    if kernel is not None:
+        kernel.release_buffers()
 
 
 def _is_kernel_ready(array, np_dtype):

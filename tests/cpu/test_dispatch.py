@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from pypto._kernels import dispatch as cpu
+from pypto._kernels import loading as cpu
 from pypto._kernels import levels as isa_levels
 from pypto._kernels.dispatch import BUILT_LEVELS, CPU_FEATURES, CPU_LEVELS, kernel_info
 from support.cpuinfo import cpuinfo_flags
@@ -85,7 +85,7 @@ def test_a_level_passed_over_is_not_the_default_but_can_be_forced(monkeypatch, a
     features = dict(everything, amx_bf16=amx != "none", os_amx=amx == "tiles")
     monkeypatch.setattr(cpu, "CPU_FEATURES", features)
     monkeypatch.setattr(cpu, "BUILT_LEVELS", isa_levels.LEVEL_NAMES)
-    level, why = cpu._choose("")
+    level, why = cpu.choose("")
     if amx == "none":
         assert (level, why) == (
             "avx512_bf16",
@@ -98,7 +98,7 @@ def test_a_level_passed_over_is_not_the_default_but_can_be_forced(monkeypatch, a
         assert "avx512_bf16 runs but is passed over" in why
         assert "PYPTO_CPU_ISA=avx512_bf16" in why
         assert ("os_amx" in why) == (amx == "bf16 only")
-    assert cpu._choose("avx512_bf16") == ("avx512_bf16", "PYPTO_CPU_ISA=avx512_bf16")
+    assert cpu.choose("avx512_bf16") == ("avx512_bf16", "PYPTO_CPU_ISA=avx512_bf16")
 
 
 def test_a_level_the_cpu_lacks_is_refused_before_its_code_loads():
@@ -108,7 +108,7 @@ def test_a_level_the_cpu_lacks_is_refused_before_its_code_loads():
     if not higher:
         pytest.skip("only the baseline level is built here")
     code = f"""
-import sys, pypto._kernels.dispatch as cpu
+import sys, pypto._kernels.loading as cpu
 from pypto.error import PyptoRtError
 cpu.CPU_FEATURES = {{}}
 for level in {higher!r}:
