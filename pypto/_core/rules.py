@@ -13,6 +13,10 @@ entry, at the places upstream checks them. The rules upstream lacks (the user's 
 them) keep the places they had; their ``source`` is ``PYPTO_ONLY``. Where pypto's text, kind or
 order still differs from upstream's, the entry's ``note`` says how and why; ``ERROR_KINDS_NOTE``
 covers the error codes of all of them. ``SOURCE`` and ``NOTES`` give the same per rule id.
+
+This module is a table (one entry per rule, its check beside it), which is why it is long: the
+order of the entries is the order of the checks, and reading it top to bottom is reading the
+specification's section 4.
 """
 
 from dataclasses import dataclass
