@@ -135,7 +135,9 @@ def conv_backward_input_npu(call, dy, w):
 
 
 # --- the choice -------------------------------------------------------------------------------
+#: The environment variable that chooses the backend when set_device was not called.
 DEVICE_ENV = "PYPTO_DEVICE"
+#: The backends set_device and PYPTO_DEVICE accept.
 DEVICES = ("auto", "cpu", "npu")
 _requested = None  # set_device's value; None follows the environment
 

@@ -4,9 +4,10 @@ Every error for bad use is a :class:`PyptoError`. Its text is upstream's
 ``"ErrCode: F00002, ValueError: <text>"``: the code is ``0xF00000 | ExternalError`` and the
 middle word is the kind of problem (TypeError, ValueError, RuntimeError).
 
-Validation errors (:class:`ConvBpInputError` and its two subclasses) also carry ``rule``, the
-constraint id of the specification (``"T1"`` ... ``"V1"``) that the call broke, and derive from
-the builtin ``TypeError`` / ``ValueError`` so plain ``except ValueError`` works as well.
+Validation errors (:class:`ConvBpInputError`'s subclasses :class:`ConvBpTypeError`,
+:class:`ConvBpValueError` and :class:`ConvBpRuntimeError`) also carry ``rule``, the constraint id
+of the specification (``"T1"`` ... ``"V1"``) that the call broke, and derive from the builtin
+``TypeError`` / ``ValueError`` / ``RuntimeError`` so plain ``except ValueError`` works as well.
 """
 
 import functools
@@ -27,7 +28,7 @@ __all__ = [
     "ERROR_CODES",
 ]
 
-# Upstream's ExternalError codes, as the low bits of 0xF00000.
+#: Upstream's ExternalError codes, as the low bits of 0xF00000: the code of each kind of error.
 ERROR_CODES = {
     "TypeError": 0xF00001,
     "ValueError": 0xF00002,
@@ -110,10 +111,16 @@ class ConvBpInputError(FeError):
 
 
 class ConvBpTypeError(ConvBpInputError, TypeError):
+    """Rule T1 (argument types) was broken: an argument of the wrong type; also a
+    ``TypeError``."""
+
     builtin = TypeError
 
 
 class ConvBpValueError(ConvBpInputError, ValueError):
+    """A rule about values was broken (a rank, dtype, size, range or tile); also a
+    ``ValueError``."""
+
     builtin = ValueError
 
 
