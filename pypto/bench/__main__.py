@@ -1,4 +1,4 @@
-"""``python -m pypto.bench``: the benchmark (pypto/bench/__init__.py)."""
+"""``python -m pypto.bench``: the benchmark (``main`` in pypto/bench/__init__.py)."""
 
 import sys
 

@@ -51,7 +51,7 @@ def test_the_header_says_where_torch_runs_bf16_on_amx(monkeypatch, features):
         assert "sum_order 'tile'" in note and "'pypto tile'" in note
         assert "not on this level" in bench._torch_note(dict(info, isa="avx512", amx=False))
     monkeypatch.setenv("PYPTO_CPU_ISA", "avx512")
-    monkeypatch.setattr(bench, "_cap_torch_to_level", lambda level: f"capped to {level}")
+    monkeypatch.setattr(bench.peers, "_cap_torch_to_level", lambda level: f"capped to {level}")
     assert bench._torch_note(info) == f"capped to {info['isa']}"
 
 
@@ -87,7 +87,7 @@ def test_the_peak_kept_is_the_higher_of_two_measurements(monkeypatch, capsys):
     from pypto import bench
 
     monkeypatch.setattr(
-        bench,
+        bench.timing,
         "measure_peaks",
         lambda threads: {
             1: {"fp32": 100.0, "bf16_dot": None},
