@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from ..error import FeError
 from ._convert import _four, _list, _pair
 from ._op import conv_backward_input  # noqa: F401 - registers torch.ops.pypto's, called below
-from ._plan import _run_plan
+from ._plan import _run_plan, _tensor_plan
 
 
 def conv2d_input(input_size, weight, grad_output, stride=1, padding=0, dilation=1, groups=1):
@@ -30,22 +30,7 @@ def conv2d_input(input_size, weight, grad_output, stride=1, padding=0, dilation=
     if not torch.compiler.is_compiling():  # compiled: the op's fake checks it when traced
         # the op's rules first: the operator's schema would refuse a str or a float with a
         # RuntimeError of its own, before the op could name the rule
-        for name, value in (("grad_output", grad_output), ("weight", weight)):
-            if not isinstance(value, torch.Tensor):
-                raise FeError(
-                    TypeError(f"{name} must be a torch.Tensor, but got {type(value).__name__}")
-                )
-        _run_plan(
-            list(grad_output.shape),
-            list(weight.shape),
-            input_size,
-            grad_output.dtype,
-            strides,
-            paddings,
-            dilations,
-            groups,
-            weight.dtype,
-        )
+        _tensor_plan(grad_output, input_size, weight, strides, paddings, dilations, groups)
     return torch.ops.pypto.conv_backward_input(
         grad_output, input_size, weight, strides, paddings, dilations, groups
     )

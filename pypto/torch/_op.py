@@ -8,32 +8,16 @@ import torch
 import torch.nn.functional as F
 
 from .._convbp import conv_backward_input as _pypto_dgrad
-from ..error import FeError
 from ..tensor import from_torch
 from ._convert import _from_array, _host, _list
-from ._plan import _run_plan, _scope_of
+from ._plan import _scope_of, _tensor_plan
 
 
 def _compute(grad_output, input_size, weight, strides, paddings, dilations, groups):
     """pypto's dgrad of torch tensors: validated first, then computed on the host; the result
     has grad_output's dtype and device."""
-    for name, value in (("grad_output", grad_output), ("weight", weight)):
-        if not isinstance(value, torch.Tensor):
-            raise FeError(
-                TypeError(f"{name} must be a torch.Tensor, but got {type(value).__name__}")
-            )
     input_size = _list(input_size)
-    plan = _run_plan(
-        list(grad_output.shape),
-        list(weight.shape),
-        input_size,
-        grad_output.dtype,
-        strides,
-        paddings,
-        dilations,
-        groups,
-        weight.dtype,
-    )
+    plan = _tensor_plan(grad_output, input_size, weight, strides, paddings, dilations, groups)
     dy, w = from_torch(_host(grad_output)), from_torch(_host(weight))
     with _scope_of(*plan):
         out = _pypto_dgrad(dy, input_size, w, dy.dtype, strides, paddings, dilations, groups=groups)
@@ -65,16 +49,14 @@ def _conv_backward_input_fake(
 ):
     shapes = (*grad_output.shape, *weight.shape, *input_size)
     if all(type(v) is int for v in shapes):  # symbolic sizes are checked when the op runs
-        _run_plan(
-            list(grad_output.shape),
-            list(weight.shape),
+        _tensor_plan(
+            grad_output,
             list(input_size),
-            grad_output.dtype,
+            weight,
             list(strides),
             list(paddings),
             list(dilations),
             groups,
-            weight.dtype,
         )
     return grad_output.new_empty(list(input_size))
 

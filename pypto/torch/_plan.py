@@ -10,7 +10,7 @@ from .._convbp import conv_backward_input as _pypto_dgrad
 from .._core import options as _config
 from .._core.options import get_vec_tile_shapes, options
 from .._core.suggest import suggest_convbp_input_tile_shapes
-from ..error import ConvBpInputError, PyptoError
+from ..error import ConvBpInputError, FeError, PyptoError
 from ..tensor import Tensor
 from ._convert import _datatype, _list, _tuple
 
@@ -126,6 +126,28 @@ def _validate(
         _list(paddings),
         _list(dilations),
         groups=groups,
+    )
+
+
+def _tensor_plan(grad_output, input_size, weight, strides, paddings, dilations, groups):
+    """``_run_plan`` of a call on torch tensors, by grad_output's and weight's shapes and
+    dtypes. Raises the op's FeError (TypeError) where either is not a torch.Tensor, else the op's
+    PyptoError as _run_plan does."""
+    for name, value in (("grad_output", grad_output), ("weight", weight)):
+        if not isinstance(value, torch.Tensor):
+            raise FeError(
+                TypeError(f"{name} must be a torch.Tensor, but got {type(value).__name__}")
+            )
+    return _run_plan(
+        list(grad_output.shape),
+        list(weight.shape),
+        input_size,
+        grad_output.dtype,
+        strides,
+        paddings,
+        dilations,
+        groups,
+        weight.dtype,
     )
 
 
