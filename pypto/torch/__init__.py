@@ -25,13 +25,16 @@ asymmetric padding, ...) raises the op's PyptoError, whose ``rule`` names the br
 before anything is computed. Under torch.compile the fake implementation runs the same rules
 when the graph is traced; dynamo wraps what it raises in its own TorchRuntimeError, whose text
 names the PyptoError.
-
-The package, one job a module: ``_convert`` (torch's dtypes, arguments and tensors as pypto's),
-``_plan`` (a call checked by the op's rules and the tiles it runs with; ``check_call``),
-``_op`` (the custom operator and its torch.library registrations), ``_functional``
-(``conv2d_input``, ``conv2d``), ``_layer`` (``Conv2d``), ``_crosscheck`` (the dispatch mode)
-and ``_report`` (its table as text, JSON or CSV).
 """
+
+# The modules, one job each (a comment, not the docstring: the API reference shows that):
+# _convert     torch's dtypes, int-or-pair arguments and tensors as pypto's
+# _plan        a call checked by the op's rules, the tiles it runs with; check_call
+# _op          the custom operator and all its torch.library registrations
+# _functional  conv2d_input, conv2d
+# _layer       Conv2d
+# _crosscheck  the crosscheck dispatch mode
+# _report      its rows as a failure message, a table, JSON or CSV
 
 try:  # first: a missing torch is named here, before a submodule needs it
     import torch  # noqa: F401
