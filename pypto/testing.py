@@ -12,28 +12,15 @@ and their thresholds are ``pypto._golden.accuracy.STANDARDS``; the localisation 
 ``pypto._golden.localise``. Every bad argument raises a PyptoError before anything is computed.
 """
 
-import math
-from dataclasses import asdict
-
-import numpy as np
-
-from ._core import options as _config
-from ._core.memory import check_host_memory
-from ._core.values import as_int
-from ._dtypes import DataType, dtype_name, from_numpy_dtype, numpy_dtype, parse_dtype_name
 from ._golden import accuracy as _accuracy
-from ._golden.case import (
-    comparison_bytes,
-    error_bound,
-    golden_bytes,
-    golden_dgrad,
-    make_case,
-    pypto_dgrad,
-)
-from ._golden.localise import PLOT_UNITS, Localisation
-from ._version import __version__
-from .error import FeError, argument_errors_are_pypto_errors
-from .pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
+from ._golden.arguments import compare_arguments
+from ._golden.judge import ALL, CompareResult, judge_case
+
+# the argument checks, by the names pypto.torch.crosscheck uses too
+from ._golden.judge import check_count as _count  # noqa: F401
+from ._golden.judge import check_standard as _check_standard
+from ._golden.judge import check_top as _top
+from .error import argument_errors_are_pypto_errors
 
 __all__ = [
     "compare",
@@ -47,196 +34,6 @@ __all__ = [
 
 STANDARDS = tuple(_accuracy.STANDARDS)
 DEFAULT_STANDARD = _accuracy.DEFAULT_STANDARD
-ALL = "all"  # every standard must pass
-
-
-class CompareResult:
-    """What :func:`compare` found: metrics, verdicts, localisation.
-
-    Attributes
-    ----------
-    case : the problem, dtype and tiles judged
-    metrics, reference_metrics : ``pypto._golden.accuracy.Metrics`` of the result and of pypto's own
-    verdicts : {standard id: ``pypto._golden.accuracy.Verdict``}, every standard
-    standard : the standard that decides ``passed`` ("all": every one)
-    passed : bool
-    localisation : ``pypto._golden.localise.Localisation``
-    golden, actual, reference : the float64 golden, the result, pypto's own result (arrays of
-        the result's own: copies of those given to :func:`compare`)
-    sum_order : the summation order of pypto's own result ("sequential" or "tile"; None when a
-        given reference's order was not said)
-    """
-
-    def __init__(
-        self,
-        case,
-        golden,
-        actual,
-        reference,
-        metrics,
-        reference_metrics,
-        verdicts,
-        standard,
-        localisation,
-        sum_order=None,
-    ):
-        self.case = case
-        self.sum_order = sum_order
-        self.golden, self.actual, self.reference = golden, actual, reference
-        self.metrics, self.reference_metrics = metrics, reference_metrics
-        self.verdicts = verdicts
-        self.standard = standard
-        self.localisation = localisation
-
-    @property
-    def passed(self):
-        if self.standard == ALL:
-            return all(v.passed for v in self.verdicts.values())
-        return self.verdicts[self.standard].passed
-
-    @property
-    def verdict(self):
-        """The deciding Verdict (None for "all")."""
-        return None if self.standard == ALL else self.verdicts[self.standard]
-
-    def __bool__(self):
-        return self.passed
-
-    def verdict_text(self):
-        lines = [
-            f"{self.case.describe()}",
-            f"  {self.case.describe_tiles()}",
-            f"  pypto's own result summed in order {self.sum_order or 'not stated'}",
-            f"metrics:  {self.metrics.summary()}",
-            f"pypto's:  {self.reference_metrics.summary()}",
-            f"ulp distance to the golden rounded to {self.case.dtype_name}: "
-            f"{self.metrics.histogram_text()}",
-            f"NaN/Inf: {self.metrics.nonfinite_equal} matching, "
-            f"{self.metrics.nonfinite_mismatch} mismatched",
-        ]
-        lines += [str(v) for v in self.verdicts.values()]
-        word = "PASS" if self.passed else "FAIL"
-        chosen = "every standard" if self.standard == ALL else self.standard
-        lines.append(f"verdict ({chosen}): {word}")
-        return "\n".join(lines)
-
-    def as_dict(self, top=10):
-        """The whole comparison as plain data (``pypto compare --json``): the case and tiles,
-        both sides' metrics, every verdict with its thresholds and source, the deciding
-        standard and the localisation (``top`` worst elements)."""
-        top = _top(top)
-        return {
-            "pypto_version": __version__,
-            "case": self.case.as_dict(),
-            "sum_order": self.sum_order,
-            "metrics": _accuracy.json_ready(asdict(self.metrics)),
-            "pypto_metrics": _accuracy.json_ready(asdict(self.reference_metrics)),
-            "verdicts": {sid: v.as_dict() for sid, v in self.verdicts.items()},
-            "standard": self.standard,
-            "passed": self.passed,
-            "localisation": self.localisation.as_dict(top),
-        }
-
-    def report(self, top=10):
-        """The verdicts, then where the errors are and the ``top`` worst elements."""
-        return self.verdict_text() + "\n" + self.localisation.format(_top(top))
-
-    def __str__(self):
-        return self.report()
-
-    def plot(self, path, units="ulp"):
-        """Heatmap of the error (see ``pypto._golden.localise.Localisation.plot``, which checks the
-        path before drawing); returns ``path``."""
-        if not isinstance(units, str):  # the membership test would compare an array elementwise
-            raise FeError(
-                TypeError(
-                    f"units must be one of {', '.join(PLOT_UNITS)}, but got {type(units).__name__}"
-                )
-            )
-        return self.localisation.plot(path, units)
-
-
-def _top(top):
-    """``top`` (how many worst elements to list) as an int >= 0."""
-    return _count(top, "top")
-
-
-def _count(value, name):
-    """``value`` as an int >= 0; a PyptoError naming the argument ``name`` otherwise."""
-    count = as_int(value)
-    if count is None or count < 0:
-        kind = TypeError if count is None else ValueError
-        raise FeError(kind(f"{name} must be an int >= 0, but got {value!r}"))
-    return count
-
-
-def _host_array(value, name):
-    """The NumPy array of an array, a pypto Tensor or a torch tensor (no copy where it can)."""
-    from .tensor import Tensor
-
-    if isinstance(value, Tensor):
-        if not value.has_data:
-            raise FeError(ValueError(f"{name} is a shape-only pypto.Tensor: pass data"))
-        value = value.numpy()
-    elif type(value).__module__.startswith("torch"):
-        from .tensor import from_torch
-
-        value = from_torch(value).numpy()
-    if not isinstance(value, np.ndarray):
-        raise FeError(
-            TypeError(
-                f"{name} must be a NumPy array (float16 or bfloat16), a pypto "
-                f"Tensor or a torch tensor, but got {type(value).__name__}"
-            )
-        )
-    return value
-
-
-def _array(value, name, dtype):
-    """A NumPy array of ``dtype`` (fp16/bf16) from an array, a pypto Tensor or a torch tensor;
-    uint16 arrays are taken as bf16 bit patterns when the dtype is bf16."""
-    value = _host_array(value, name)
-    found = from_numpy_dtype(value.dtype)
-    if dtype == DataType.DT_BF16 and value.dtype.kind == "u" and value.dtype.itemsize == 2:
-        value = np.ascontiguousarray(value).astype("=u2", copy=False).view(numpy_dtype(dtype))
-        found = dtype
-    if found != dtype:
-        want = "float16" if dtype == DataType.DT_FP16 else "bfloat16 (or uint16 bit patterns)"
-        raise FeError(
-            TypeError(
-                f"{name} holds {value.dtype} data; the case is {dtype_name(dtype)}: expected {want}"
-            )
-        )
-    return np.ascontiguousarray(value.astype(value.dtype.newbyteorder("="), copy=False))
-
-
-def _parse_dtype(dtype):
-    if not (dtype is None or isinstance(dtype, (str, DataType))):
-        # parse_dtype compares by ==, which an array or a tensor answers elementwise
-        raise FeError(
-            TypeError(
-                f"dtype must be 'fp16', 'bf16', pypto.DT_FP16 or pypto.DT_BF16, "
-                f"but got {type(dtype).__name__}"
-            )
-        )
-    return parse_dtype_name(dtype)
-
-
-def _infer_dtype(grad_output, dtype):
-    """``dtype``, or else that of ``grad_output`` (a NumPy array: a pypto or torch tensor's data,
-    so torch.float16 / torch.bfloat16 tell; uint16 and int16 bits do not)."""
-    if dtype is not None:
-        return dtype
-    found = from_numpy_dtype(grad_output.dtype)
-    if found in (DataType.DT_FP16, DataType.DT_BF16):
-        return found
-    raise FeError(
-        TypeError(
-            f"cannot tell fp16 from bf16 by grad_output's dtype ({found}): "
-            "pass float16 / bfloat16 arrays or tensors, or dtype='fp16' / "
-            "'bf16'"
-        )
-    )
 
 
 @argument_errors_are_pypto_errors
@@ -280,129 +77,20 @@ def compare(
     CompareResult
     """
     _check_standard(standard)
-    dtype = _parse_dtype(dtype)
-    dy = _host_array(grad_output, "grad_output")
-    dtype = _infer_dtype(dy, dtype)
-    dy = _array(dy, "grad_output", dtype)
-    w = _array(weight, "weight", dtype)
-    a = _array(actual, "actual", dtype)
-    case = make_case(
-        list(dy.shape),
-        list(w.shape),
+    case, dy, w, actual, golden, reference = compare_arguments(
+        actual,
+        grad_output,
+        weight,
         input_size,
-        dtype,
         strides,
         paddings,
         dilations,
-        _int_tiles(tiles),
-    )
-    if list(a.shape) != list(case.input_size):
-        raise FeError(
-            ValueError(
-                f"actual has shape {list(a.shape)}, but input_size is {list(case.input_size)}"
-            )
-        )
-    out_elements = math.prod(case.input_size)
-    if golden is not None:
-        try:
-            golden = np.asarray(golden)
-        except (TypeError, ValueError, OverflowError) as exc:  # ragged, or no numbers
-            raise FeError(
-                ValueError(f"golden must be a float array of shape {list(case.input_size)}: {exc}")
-            ) from None
-        if golden.shape != tuple(case.input_size) or golden.dtype.kind != "f":
-            raise FeError(
-                ValueError(
-                    f"golden must be a float array of shape "
-                    f"{list(case.input_size)}, but got {golden.dtype} "
-                    f"{list(golden.shape)}"
-                )
-            )
-        golden = golden.astype(np.float64)  # a copy: the result keeps it
-    if reference is not None:
-        reference = _array(reference, "reference (pypto's result)", dtype)
-        if list(reference.shape) != list(case.input_size):
-            raise FeError(
-                ValueError(
-                    f"reference has shape {list(reference.shape)}, but "
-                    f"input_size is {list(case.input_size)}"
-                )
-            )
-    # everything this call allocates, before any of it
-    check_host_memory(
-        comparison_bytes(case) + golden_bytes(case) * (1 if golden is not None else 2),
-        case.problem,
-        f"the float64 golden, its error bound and the comparison of {out_elements} elements",
-    )
-    # the result keeps actual, golden and reference: its own copies of what was given, so that
-    # the caller's arrays changing later (a torch gradient that the next backward adds into)
-    # never change what the result says was judged
-    a = a.copy()
-    if golden is None:
-        golden = golden_dgrad(case, dy, w)
-    if reference is None:
-        reference = pypto_dgrad(case, dy, w)
-        reference_sum_order = _config.get_sum_order(case.dtype)
-    else:
-        reference = reference.copy()
-    return _judge(case, dy, w, a, golden, reference, standard, reference_sum_order)
-
-
-def _int_tiles(tiles):
-    """``tiles`` with every value an int, as the op takes them (TS0: ints or NumPy integers;
-    the vec tile as its vec_tile_shapes option): make_case's int() would read 16.5 as 16, a
-    record holding a str reaches the rules, an inf is an OverflowError. Shapes that are no
-    (l1, l0[, vec]) are left to make_case, which says what it takes."""
-    if not isinstance(tiles, (list, tuple)) or len(tiles) not in (2, 3):
-        return tiles
-    checked = []
-    for name, info_type, tile in zip(
-        ("tiles[0] (L1)", "tiles[1] (L0)"), (ConvBpTileL1Info, ConvBpTileL0Info), tiles
-    ):
-        values = tile.as_tuple() if isinstance(tile, info_type) else tile
-        if isinstance(values, (list, tuple)):
-            ints = [as_int(v) for v in values]
-            if None in ints:
-                raise FeError(TypeError(f"{name} must hold ints (M, K, N), but got {tile!r}"))
-            tile = ints
-        checked.append(tile)
-    if len(tiles) == 3:  # None: make_case's default vec tile
-        checked.append(
-            None if tiles[2] is None else _config._normalize("vec_tile_shapes", tiles[2])
-        )  # the op's check
-    return tuple(checked)
-
-
-def _check_standard(standard):
-    # a str first: a list is unhashable, an array answers != elementwise
-    if not (isinstance(standard, str) and (standard == ALL or standard in _accuracy.STANDARDS)):
-        raise FeError(
-            ValueError(
-                f"standard must be one of {', '.join(STANDARDS)} or 'all', but got {standard!r}"
-            )
-        )
-
-
-def _judge(case, dy, w, actual, golden, reference, standard, sum_order=None):
-    errors = _accuracy.element_errors(actual, golden, case.dtype)
-    reference_errors = _accuracy.element_errors(reference, golden, case.dtype)
-    metrics = _accuracy.measure(errors, golden, case.dtype)
-    reference_metrics = _accuracy.measure(reference_errors, golden, case.dtype)
-    verdicts = _accuracy.judge(metrics, reference_metrics, case.dtype)
-    bound = error_bound(case, dy, w, golden)
-    localisation = Localisation(case, golden, actual, reference, errors, reference_errors, bound)
-    return CompareResult(
-        case,
+        dtype,
+        tiles,
         golden,
-        actual,
         reference,
-        metrics,
-        reference_metrics,
-        verdicts,
-        standard,
-        localisation,
-        sum_order,
     )
+    return judge_case(case, dy, w, actual, standard, golden, reference, reference_sum_order)
 
 
 @argument_errors_are_pypto_errors
@@ -477,7 +165,7 @@ def compare_msprobe(path, standard=DEFAULT_STANDARD):
     Raises a PyptoError for a dump without tensors (task "statistics"), a missing or unreadable
     tensor file, or a dump without any conv2d backward call.
     """
-    from ._golden.msprobe import judge_dump
+    from ._golden.msprobe import judge_dump  # the dump reader is loaded only when used
 
     _check_standard(standard)
     return judge_dump(path, standard)

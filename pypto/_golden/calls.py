@@ -1,11 +1,12 @@
 """Judged conv2d backward calls as table rows, and the table as JSON or CSV.
 
 ``pypto compare --msprobe`` (:mod:`pypto._golden.msprobe`) and ``pypto.torch.crosscheck``
-each judge a list of conv2d backward calls with ``pypto.testing.compare`` and keep one row (a
-dict) per call. A row is the tool's own leading keys (its identity and "status": msprobe dump,
-api, forward, parameters_from, status; crosscheck call, status, rule), then the keys of
-:data:`CALL_COLUMNS` with ``verdicts`` after ``passed`` and ``tiles`` last, then the tool's own
-trailing keys (crosscheck: seconds). :func:`new_row` makes one, status "skipped";
+each judge a list of conv2d backward calls as ``pypto.testing.compare`` does
+(:func:`pypto._golden.judge.judge_case`) and keep one row (a dict) per call. A row is the
+tool's own leading keys (its identity and "status": msprobe dump, api, forward,
+parameters_from, status; crosscheck call, status, rule), then the keys of :data:`CALL_COLUMNS`
+with ``verdicts`` after ``passed`` and ``tiles`` last, then the tool's own trailing keys
+(crosscheck: seconds). :func:`new_row` makes one, status "skipped";
 ``row.update(judged(result))`` fills in what a CompareResult found.
 
 A CSV table is the tool's leading columns, :data:`CALL_COLUMNS`, a verdict column ("pass",

@@ -47,6 +47,7 @@ from .._dtypes import DTYPE_NAMES, numpy_dtype
 from .._version import __version__
 from ..error import ConvBpInputError, FeError, PyptoMemoryError
 from . import calls as _calls
+from .judge import judge_case
 
 __all__ = ["MsprobeReport", "judge_dump", "find_dumps", "check_report_path", "CSV_COLUMNS"]
 
@@ -789,8 +790,6 @@ def judge_dump(path, standard):
     """:class:`MsprobeReport` of every conv2d backward call in the dump.json files at or below
     ``path``. Raises a PyptoError, before judging anything, for a dump without tensors, a
     missing tensor file or a dump without any conv2d backward call."""
-    from .. import testing
-
     dumps = find_dumps(path)
     path = os.fspath(path)
     root = path if os.path.isdir(path) else os.path.dirname(path)
@@ -835,18 +834,9 @@ def judge_dump(path, standard):
             )
             for name in ("grad_output", "weight", "grad_input")
         }
-        case = call.case
         try:
-            result = testing.compare(
-                arrays["grad_input"],
-                arrays["grad_output"],
-                arrays["weight"],
-                list(case.input_size),
-                case.strides,
-                case.paddings,
-                case.dilations,
-                dtype=call.dtype,
-                standard=standard,
+            result = judge_case(
+                call.case, arrays["grad_output"], arrays["weight"], arrays["grad_input"], standard
             )
         except PyptoMemoryError as exc:
             row["reason"] = f"too large for this host's memory: {exc}"

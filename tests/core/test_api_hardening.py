@@ -212,7 +212,9 @@ def test_assert_dgrad_close_checks_top_before_comparing(good, monkeypatch):
     def computed(*args):
         raise AssertionError("the comparison ran before the bad top was refused")
 
-    monkeypatch.setattr(T, "golden_dgrad", computed)
+    from pypto._golden import judge  # where compare's judgement computes the golden
+
+    monkeypatch.setattr(judge, "golden_dgrad", computed)
     with pytest.raises(pypto.PyptoError, match="top must be an int >= 0"):
         T.assert_dgrad_close(**failing, top=None)
 
