@@ -28,7 +28,7 @@ __all__ = [
     "ERROR_CODES",
 ]
 
-#: Upstream's ExternalError codes, as the low bits of 0xF00000: the code of each kind of error.
+#: Upstream's ExternalError codes (0xF00000 plus a low number), one for each kind of error.
 ERROR_CODES = {
     "TypeError": 0xF00001,
     "ValueError": 0xF00002,
