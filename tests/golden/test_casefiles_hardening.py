@@ -137,7 +137,7 @@ def test_golden_force_deletes_the_old_kernel_results(case):
 
 
 def test_an_interrupted_golden_leaves_no_manifest(case, monkeypatch):
-    from pypto._golden import files as _casefiles
+    from pypto._golden.files import write as _casefiles
 
     calls = []
 
