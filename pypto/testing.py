@@ -14,12 +14,7 @@ and their thresholds are ``pypto._golden.accuracy.STANDARDS``; the localisation 
 
 from ._golden import accuracy as _accuracy
 from ._golden.arguments import compare_arguments
-from ._golden.judge import ALL, CompareResult, judge_case
-
-# the argument checks, by the names pypto.torch.crosscheck uses too
-from ._golden.judge import check_count as _count  # noqa: F401
-from ._golden.judge import check_standard as _check_standard
-from ._golden.judge import check_top as _top
+from ._golden.judge import ALL, CompareResult, check_standard, check_top, judge_case
 from .error import argument_errors_are_pypto_errors
 
 __all__ = [
@@ -76,7 +71,7 @@ def compare(
     -------
     CompareResult
     """
-    _check_standard(standard)
+    check_standard(standard)
     case, dy, w, actual, golden, reference = compare_arguments(
         actual,
         grad_output,
@@ -112,7 +107,7 @@ def assert_dgrad_close(
 ):
     """:func:`compare`, raising AssertionError with the verdicts and the localisation when the
     chosen standard fails; returns the CompareResult when it passes."""
-    top = _top(top)  # before the comparison, not after it
+    top = check_top(top)  # before the comparison, not after it
     result = compare(
         actual,
         grad_output,
@@ -167,5 +162,5 @@ def compare_msprobe(path, standard=DEFAULT_STANDARD):
     """
     from ._golden.msprobe import judge_dump  # the dump reader is loaded only when used
 
-    _check_standard(standard)
+    check_standard(standard)
     return judge_dump(path, standard)

@@ -10,7 +10,7 @@ wide 6 x 64 shape ("no wide") and the pixel-vector kernels only ("pixel"), throu
 ``use_wide`` and ``use_chan_vec`` switches. Every shape gives the same bits, so only the time
 differs. Prints each layer's times and path, and each network's totals (each layer times its
 count). Choices that depend on the CPU (pypto_isa.h: PYPTO_CV_L0_BYTES, PYPTO_PIXEL_COLS) were
-made from this comparison (docs/performance.md); a 2-vCPU VM moves single runs by several
+made from this comparison (docs/performance-log.md); a 2-vCPU VM moves single runs by several
 percent, so repeat a layer that stands out.
 """
 

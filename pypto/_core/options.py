@@ -331,13 +331,13 @@ def _stepped_in_scope(generator, values):
 def set_convbp_input_tile_shapes(tile_l1_info, tile_l0_info):
     """Set the L1 and L0 tile shapes of conv_backward_input in the current scope.
 
+    Values are checked against the NPU's rules when the op runs (TS1-TS6), since the rules
+    depend on the shapes.
+
     Parameters
     ----------
     tile_l1_info : pypto.pypto_impl.ConvBpTileL1Info
     tile_l0_info : pypto.pypto_impl.ConvBpTileL0Info
-
-    Values are checked against the NPU's rules when the op runs (TS1-TS6), since the rules
-    depend on the shapes.
     """
     set_options(convbp_tile_shapes=(tile_l1_info, tile_l0_info))
 

@@ -54,16 +54,24 @@ class CompareResult:
 
     Attributes
     ----------
-    case : the problem, dtype and tiles judged
-    metrics, reference_metrics : ``pypto._golden.accuracy.Metrics`` of the result and of pypto's own
-    verdicts : {standard id: ``pypto._golden.accuracy.Verdict``}, every standard
-    standard : the standard that decides ``passed`` ("all": every one)
+    case : pypto._golden.case.Case
+        The problem, dtype and tiles judged.
+    metrics, reference_metrics : pypto._golden.accuracy.Metrics
+        The metrics of the result and of pypto's own.
+    verdicts : dict
+        {standard id: ``pypto._golden.accuracy.Verdict``}, every standard.
+    standard : str
+        The standard that decides ``passed`` ("all": every one).
     passed : bool
-    localisation : ``pypto._golden.localise.Localisation``
-    golden, actual, reference : the float64 golden, the result, pypto's own result (arrays of
-        the result's own: copies of those given to :func:`compare`)
-    sum_order : the summation order of pypto's own result ("sequential" or "tile"; None when a
-        given reference's order was not said)
+        Whether ``standard`` passes.
+    localisation : pypto._golden.localise.Localisation
+        Where the failing elements are.
+    golden, actual, reference : numpy.ndarray
+        The float64 golden, the result, pypto's own result (arrays of the result's own:
+        copies of those given to :func:`compare`).
+    sum_order : str or None
+        The summation order of pypto's own result ("sequential" or "tile"; None when a given
+        reference's order was not said).
     """
 
     def __init__(

@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .. import testing as _testing
 from .._core.options import get_convbp_input_tile_shapes, get_vec_tile_shapes, options
 from .._golden import calls as _calls
+from .._golden.judge import check_count, check_standard, check_top
 from ..error import FeError, PyptoError
 from ._convert import _dtype_name, _host, _without_data
 from ._plan import _run_plan, _scope_of
@@ -106,7 +107,7 @@ class crosscheck(TorchDispatchMode):
         super().__init__()
         if threads is not None:
             options(num_threads=threads)  # checks it, as the op's option: int in [1, 1024]
-        _testing._check_standard(standard)
+        check_standard(standard)
         if not (isinstance(on_fail, str) and on_fail in _ON_FAIL):
             raise FeError(
                 ValueError(f"on_fail must be one of {', '.join(_ON_FAIL)}, but got {on_fail!r}")
@@ -124,9 +125,9 @@ class crosscheck(TorchDispatchMode):
             if not os.path.isdir(folder):
                 raise FeError(ValueError(f"report: the folder {folder} does not exist"))
         self.standard, self.report, self.on_fail = standard, report, on_fail
-        self.top = _testing._top(top)
+        self.top = check_top(top)
         self.threads = threads
-        self.keep_failures = _testing._count(keep_failures, "keep_failures")
+        self.keep_failures = check_count(keep_failures, "keep_failures")
         self.rows = []
         self.failures = {}
         self._kept_failures = 0

@@ -138,14 +138,14 @@ enum { PYPTO_HAVE_CV_WIDE = PYPTO_HAVE_BF16_DOT, PYPTO_CVW_M = 6, PYPTO_CVW_N = 
  * passes avx512_bf16 over, levels.py), whose two FMA units a cycle wait on loads.
  * PYPTO_CV_L0_BYTES, the bytes of weight panel one channel-vector K-L0 block reads
  * (plan.pxi): 24 KiB there, an L1's worth (72 KiB chunks' loads from L2 held the multiply
- * back: tap layers about 7% faster, 1x1 layers 3-7%, docs/performance.md); 72 KiB elsewhere,
+ * back: tap layers about 7% faster, 1x1 layers 3-7%, docs/performance-log.md); 72 KiB elsewhere,
  * fastest on AMD Zen 4 (measured at its level, avx512_bf16; kept for avx2, not measured on
  * its own CPUs). PYPTO_HAVE_CV_WIDE_F32: the wide kernel with fp32 multiply-adds too (on
  * Zen 4 the fp32 wide shape gained nothing). PYPTO_PIXEL_COLS, PYPTO_PIXEL_K: stride-1
  * KhxKw tiles at least PYPTO_PIXEL_COLS wide whose K (Cout x Kh x Kw) is at least
  * PYPTO_PIXEL_K take the pixel-vector kernel instead of the channel-vector ones (0: never);
  * there the halo costs at most 3% and it ran the SD VAE decoder's 3x3 layers 3-13% faster at 1
- * and 2 threads (docs/performance.md). */
+ * and 2 threads (docs/performance-log.md). */
 #if defined(PYPTO_ISA_AVX512) && !defined(PYPTO_ISA_AVX512BF16)
 enum {
     PYPTO_CV_L0_BYTES = 24576,
