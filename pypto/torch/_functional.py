@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ..error import FeError
+from ._autocast import cast_for_autocast
 from ._convert import _four, _list, _pair
 from ._op import conv_backward_input  # noqa: F401 - registers torch.ops.pypto's, called below
 from ._plan import _run_plan, _tensor_plan
@@ -16,7 +17,8 @@ def conv2d_input(input_size, weight, grad_output, stride=1, padding=0, dilation=
     its input, [N, Cin, Hin, Win] = ``input_size``, with grad_output's dtype and device.
 
     stride, padding, dilation: an int or a pair (h, w), as torch takes them. Differentiable
-    (``pypto::conv_backward_input``'s autograd formula) and traceable by torch.compile.
+    (``pypto::conv_backward_input``'s autograd formula) and traceable by torch.compile. Under
+    ``torch.autocast`` fp32 tensors are cast to the autocast dtype first, as for the operator.
 
     Raises the op's PyptoError (``.rule``) for a call outside its domain: groups != 1, a dtype
     other than fp16 / bf16, tensors that are not 4-D, string padding, illegal sizes.
@@ -27,6 +29,8 @@ def conv2d_input(input_size, weight, grad_output, stride=1, padding=0, dilation=
         _pair(dilation, "dilation"),
     )
     input_size = _list(input_size)
+    if isinstance(grad_output, torch.Tensor):  # the op's autocast rule, before its checks
+        grad_output, weight = cast_for_autocast(grad_output.device.type, grad_output, weight)
     if not torch.compiler.is_compiling():  # compiled: the op's fake checks it when traced
         # the op's rules first: the operator's schema would refuse a str or a float with a
         # RuntimeError of its own, before the op could name the rule
@@ -109,11 +113,16 @@ def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     (grad_weight and grad_bias with torch's ``aten.convolution_backward``).
 
     When grad_input will be needed (grad mode on, x requires grad) the call is checked against
-    the op's domain before the forward runs: groups != 1, fp32, asymmetric padding (``"same"``
-    with an even kernel) and the like raise the op's PyptoError. Otherwise it is F.conv2d.
+    the op's domain before the forward runs: groups != 1, fp32 outside autocast, asymmetric
+    padding (``"same"`` with an even kernel) and the like raise the op's PyptoError. Otherwise
+    it is F.conv2d. Under ``torch.autocast`` it follows torch's policy for conv2d: x, w and b
+    are cast to the autocast dtype (bf16 or fp16), and fp32 parameters get fp32 gradients.
     """
     if not (torch.is_grad_enabled() and isinstance(x, torch.Tensor) and x.requires_grad):
         return F.conv2d(x, w, b, stride, padding, dilation, groups)
+    # torch.autocast: cast here, as aten.conv2d would, so that the backward sees what the
+    # forward saw; the casts' own backward lands fp32 gradients in fp32 parameters
+    x, w, b = cast_for_autocast(x.device.type, x, w, b)
     stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
     four = _resolve_padding(padding, w, stride, dilation)
     if not torch.compiler.is_compiling():  # compiled: the op's fake checks it when traced

@@ -1,6 +1,7 @@
 """The custom operator ``pypto::conv_backward_input`` and all its torch.library
-registrations: the CPU computation, the fake (shape) implementation for torch.compile and the
-autograd formula. Registered once, when this module is first imported (by ``pypto.torch``)."""
+registrations: the CPU computation, the fake (shape) implementation for torch.compile, the
+autograd formula and the autocast kernels (``_autocast``). Registered once, when this module is
+first imported (by ``pypto.torch``)."""
 
 from collections.abc import Sequence
 
@@ -9,6 +10,7 @@ import torch.nn.functional as F
 
 from .._convbp import conv_backward_input as _pypto_dgrad
 from ..tensor import from_torch
+from ._autocast import register_autocast_kernels
 from ._convert import _from_array, _host, _list
 from ._plan import _scope_of, _tensor_plan
 
@@ -87,3 +89,9 @@ def _op_backward(ctx, grad):
 
 
 conv_backward_input.register_autograd(_op_backward, setup_context=_op_setup_context)
+
+# kept for the life of the process: a Library's registrations end when it is collected
+_AUTOCAST_LIBRARY = torch.library.Library("pypto", "FRAGMENT")
+register_autocast_kernels(
+    _AUTOCAST_LIBRARY, "conv_backward_input", torch.ops.pypto.conv_backward_input.default
+)

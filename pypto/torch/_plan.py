@@ -10,6 +10,7 @@ from .._convbp import conv_backward_input as _pypto_dgrad
 from .._core import options as _config
 from .._core.options import get_vec_tile_shapes, options
 from .._core.suggest import suggest_convbp_input_tile_shapes
+from .._dtypes import DataType
 from ..error import ConvBpInputError, FeError, PyptoError
 from ..tensor import Tensor
 from ._convert import _datatype, _list, _tuple
@@ -44,16 +45,38 @@ def _tiles_set():
     return any(tile.tileL1Info.as_tuple()) or any(tile.tileL0Info.as_tuple())
 
 
+# what an fp32 call is told on top of the op's rule: the way in from PyTorch
+AUTOCAST_HINT = (
+    " (PyTorch: run an fp32 model under torch.autocast(device_type, dtype=torch.bfloat16 or "
+    "torch.float16), which casts each convolution's inputs for pypto as it does for nn.Conv2d; "
+    "or convert the model with .to(torch.bfloat16))"
+)
+
+
 def _run_plan(
     dy_shape, w_shape, input_size, dtype, strides, paddings, dilations, groups, w_dtype=None
 ):
     """(l1, l0, vec): the tiles this call runs with, after validating it by the op's rules on
     shape-only tensors (nothing is computed). l1, l0: the suggested tiles as tuples, or None
     where the caller's are set; vec: True where the caller set no vector tiles (VEC_TILE
-    serves). Raises the op's PyptoError. ``_scope_of(*plan)`` is the scope to run it in.
+    serves). Raises the op's PyptoError (an fp32 one names autocast as the way in). Run it in
+    the scope ``_scope_of(*plan)``.
 
     dtype: grad_output's DataType or torch dtype; w_dtype: the weight's, when it differs."""
     dtype, w_dtype = (_datatype(d) if isinstance(d, torch.dtype) else d for d in (dtype, w_dtype))
+    try:
+        return _checked_plan(
+            dy_shape, w_shape, input_size, dtype, strides, paddings, dilations, groups, w_dtype
+        )
+    except ConvBpInputError as broken:
+        if broken.rule in ("D1", "D2", "D3") and DataType.DT_FP32 in (dtype, w_dtype):
+            raise type(broken)(broken.rule, broken.msg + AUTOCAST_HINT) from None
+        raise
+
+
+def _checked_plan(
+    dy_shape, w_shape, input_size, dtype, strides, paddings, dilations, groups, w_dtype
+):
     if w_dtype is not None and w_dtype != dtype:  # the op's D1-D3 say which and why
         _validate(
             dy_shape, w_shape, input_size, dtype, strides, paddings, dilations, groups, w_dtype
