@@ -7,6 +7,7 @@ import os
 import sys
 import time
 import warnings
+import weakref
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -38,6 +39,7 @@ _ON_FAIL = ("warn", "raise", "ignore")
 
 
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default
+_CONV_FORWARD = torch.ops.aten.convolution.default
 _ARG_NAMES = [a.name for a in _CONV_BACKWARD._schema.arguments]
 
 
@@ -60,6 +62,77 @@ def _judging_threads(threads):
     blas = _BLAS[0].limit(limits=threads) if _BLAS[0] else contextlib.nullcontext()
     with options(num_threads=threads), blas:
         yield
+
+
+def _positive_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise FeError(ValueError(f"{name} must be an int >= 1, but got {value!r}"))
+    return value
+
+
+def _share(value):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise FeError(ValueError(f"budget must be a number in (0, 1] or None, but got {value!r}"))
+    return float(value)
+
+
+class _ModuleNames:
+    """Which module of ``model`` ran a convolution: forward hooks keep the innermost module
+    running; the mode sees the forward's weight tensor (a parameter, or autocast's copy of one)
+    and remembers it, by identity, for the backward. Without a forward in the mode, a weight
+    that is a parameter of the model is named after its module."""
+
+    def __init__(self, model):
+        self.model = model
+        self._owners = {}  # id(parameter) -> (parameter, module name)
+        self._seen = {}  # id(forward weight) -> (weakref, module name)
+        self._running = []  # names of the modules whose forward is running, innermost last
+        self._handles = []
+        if model is not None:
+            for name, module in model.named_modules():
+                for p in module.parameters(recurse=False):
+                    self._owners[id(p)] = (p, name)
+
+    def attach(self):
+        if self.model is None or self._handles:
+            return
+        for name, module in self.model.named_modules():
+            name = name or type(self.model).__name__  # the model itself
+            self._handles.append(module.register_forward_pre_hook(self._entering(name)))
+            self._handles.append(module.register_forward_hook(self._leaving))
+
+    def _entering(self, name):
+        def hook(module, args):
+            self._running.append(name)
+
+        return hook
+
+    def _leaving(self, module, args, output):
+        if self._running:
+            self._running.pop()
+
+    def detach(self):
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._running.clear()
+
+    def saw_forward(self, weight):
+        if self._running and isinstance(weight, torch.Tensor):
+            if len(self._seen) > 4096:  # a model's worth; the entries of past steps are dead
+                self._seen = {k: v for k, v in self._seen.items() if v[0]() is not None}
+            self._seen[id(weight)] = (weakref.ref(weight), self._running[-1])
+
+    def of(self, weight):
+        seen = self._seen.get(id(weight))
+        if seen is not None and seen[0]() is weight:
+            return seen[1]
+        owner = self._owners.get(id(weight))
+        if owner is not None and owner[0] is weight:
+            return owner[1] or type(self.model).__name__
+        return None
 
 
 class crosscheck(TorchDispatchMode):
@@ -93,6 +166,18 @@ class crosscheck(TorchDispatchMode):
     max ulp, failing tasks). 0 keeps no result.
 
     Calls whose tensors hold no data (the meta device, fake tensors) are listed as skipped.
+
+    every: judge one call in ``every`` (1: all): in backward pass s, the calls j (counted from
+    0 in that pass) with (j + s) % every == 0, so that ``every`` passes judge each layer once.
+    A pass starts when the mode is entered and when a convolution's forward runs after a
+    backward one. budget: at most
+    this share of the time spent inside the mode goes to judging (0.3: 30%; None: no limit); a
+    call is judged only while the judging so far is within it, counted over every ``with`` of
+    the mode. Calls left out are listed as skipped, with why.
+
+    model: the ``torch.nn.Module`` being trained, to name each call's module in its row
+    (``"layer3.1.conv2"``): the module whose forward ran the convolution (when the forward ran
+    inside the mode), else the one owning the weight; None where neither is known.
     """
 
     def __init__(
@@ -103,6 +188,9 @@ class crosscheck(TorchDispatchMode):
         top=5,
         threads=1,
         keep_failures=4,
+        every=1,
+        budget=None,
+        model=None,
     ):
         super().__init__()
         if threads is not None:
@@ -128,6 +216,19 @@ class crosscheck(TorchDispatchMode):
         self.top = check_top(top)
         self.threads = threads
         self.keep_failures = check_count(keep_failures, "keep_failures")
+        self.every = _positive_int(every, "every")
+        self.budget = _share(budget)
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise FeError(
+                TypeError(f"model must be a torch.nn.Module or None, not {type(model).__name__}")
+            )
+        self._names = _ModuleNames(model)
+        self._pass = -1  # the backward pass, as the mode sees them (every's phase)
+        self._pass_calls = 0  # convolution backward calls so far in this pass
+        self._backward_seen = False
+        self._inside = 0.0  # seconds spent inside the mode, over every with
+        self._entered = None
+        self._judging = 0.0  # seconds of judging, over every with
         self.rows = []
         self.failures = {}
         self._kept_failures = 0
@@ -135,18 +236,49 @@ class crosscheck(TorchDispatchMode):
 
     # --- the mode ---------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        out = func(*args, **kwargs) if kwargs else func(*args)
         if func is _CONV_BACKWARD:
-            self._judge(args, kwargs, out)
+            self._judge(args, kwargs or {}, out)
+        elif func is _CONV_FORWARD:
+            self._names.saw_forward(args[1])
+            if self._backward_seen:
+                self._next_pass()
         return out
+
+    def _next_pass(self):
+        self._pass += 1
+        self._pass_calls = 0
+        self._backward_seen = False
+
+    def __enter__(self):
+        self._next_pass()
+        self._names.attach()
+        self._entered = time.perf_counter()
+        return super().__enter__()
 
     def __exit__(self, exc_type, exc_value, traceback):
         try:
             return super().__exit__(exc_type, exc_value, traceback)
         finally:
+            self._names.detach()
+            self._inside += time.perf_counter() - self._entered
+            self._entered = None
             if self.report is not None:
                 self.write(self.report)
+
+    def _left_out(self, position):
+        """Why the call at ``position`` of this pass is not judged (sampling, the time budget),
+        or None."""
+        if (position + self._pass) % self.every:
+            return f"not sampled (every={self.every})"
+        if self.budget is not None:
+            inside = self._inside + time.perf_counter() - self._entered
+            if self._judging > self.budget * inside:
+                return (
+                    f"over the time budget ({self._judging:.3g} s of judging in "
+                    f"{inside:.3g} s, budget {self.budget:g})"
+                )
+        return None
 
     # --- one call ---------------------------------------------------------------------------
     def _judge(self, args, kwargs, out):
@@ -154,6 +286,9 @@ class crosscheck(TorchDispatchMode):
         a.update(kwargs)
         index = self._calls
         self._calls += 1
+        position = self._pass_calls  # in this backward pass: every's sampling
+        self._pass_calls += 1
+        self._backward_seen = True
         dy, x, w = a["grad_output"], a["input"], a["weight"]
         stride, padding, dilation = list(a["stride"]), list(a["padding"]), list(a["dilation"])
         groups, mask = a["groups"], list(a["output_mask"])
@@ -161,7 +296,7 @@ class crosscheck(TorchDispatchMode):
             [padding[0], padding[0], padding[1], padding[1]] if len(padding) == 2 else padding
         )
         row = _calls.new_row(
-            {"call": index, "status": "skipped", "rule": None},
+            {"call": index, "module": self._names.of(w), "status": "skipped", "rule": None},
             {"seconds": None},
             dtype=_dtype_name(dy.dtype),
             grad_output=list(dy.shape),
@@ -189,6 +324,10 @@ class crosscheck(TorchDispatchMode):
         empty = _without_data(out[0], dy, w)
         if empty is not None:
             row["reason"] = f"{empty}: no data to judge"
+            return
+        left_out = self._left_out(position)
+        if left_out is not None:
+            row["reason"] = left_out
             return
         start = time.perf_counter()
         try:
@@ -222,6 +361,8 @@ class crosscheck(TorchDispatchMode):
             row["rule"] = getattr(exc, "rule", None)
             row["reason"] = str(exc)
             return
+        finally:
+            self._judging += time.perf_counter() - start
         row["seconds"] = round(time.perf_counter() - start, 6)
         row.update(_calls.judged(result))
         if result.passed:
