@@ -84,9 +84,9 @@ def handle(args):
     from pypto import testing
     from pypto._golden.files import (
         check_path,
-        read_array,
         read_case,
         read_inputs,
+        read_result,
         resolve_actual,
         stale_warning,
     )
@@ -130,7 +130,7 @@ def handle(args):
             )
         )
     path = resolve_actual(args.dir, args.actual)
-    actual = read_array(path, case.dtype_name, case.input_size, case)
+    actual = read_result(args.dir, case, path, manifest)  # in the layout the manifest gives
     dy, w, golden, reference = read_inputs(args.dir, case, manifest)
     stale = stale_warning(args.dir, path, manifest)
     if stale is not None:

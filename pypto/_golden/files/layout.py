@@ -6,9 +6,22 @@ from ..._core.fileio import (
 )
 from ...error import FeError
 
-__all__ = ["FORMAT", "MANIFEST", "FILES", "ACTUAL", "BIN_DTYPES", "check_path", "case_error"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_LAID_OUT",
+    "MANIFEST",
+    "FILES",
+    "ACTUAL",
+    "BIN_DTYPES",
+    "ROLES",
+    "check_path",
+    "case_error",
+]
 
 FORMAT = "pypto-golden/1"
+# a case with a file in a layout other than NCHW (its entry's "layout"): a reader that knows
+# only FORMAT must refuse it, not read NHWC data as NCHW
+FORMAT_LAID_OUT = "pypto-golden/2"
 MANIFEST = "manifest.json"
 # name: (path without extension, what it holds)
 FILES = {
@@ -21,6 +34,14 @@ FILES = {
     "pypto": ("output/pypto", "pypto's own dx: fp32 accumulation, one round-to-nearest-even"),
 }
 ACTUAL = ("output/output", "dx from the kernel under test: write it here")
+# the tensor each file holds (whose layout it is written in): dy, w, or dx
+ROLES = {
+    "grad_output": "grad_output",
+    "weight": "weight",
+    "golden": "grad_input",
+    "pypto": "grad_input",
+    "actual": "grad_input",
+}
 BIN_DTYPES = {"fp16": "<f2", "bf16": "<u2", "float64": "<f8"}
 
 

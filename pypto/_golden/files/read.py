@@ -18,13 +18,15 @@ from ..._core.fileio import (
 from ..._core.options import SUM_ORDERS
 from ..._dtypes import DTYPE_NAMES
 from ..case import check_golden, make_case
-from .layout import ACTUAL, BIN_DTYPES, FILES, FORMAT, MANIFEST, case_error
+from .dims import LAYOUTS, NCHW, array_from, shape_in
+from .layout import ACTUAL, BIN_DTYPES, FILES, FORMAT, FORMAT_LAID_OUT, MANIFEST, case_error
 
 __all__ = [
     "read_case",
     "read_inputs",
     "read_array",
     "read_result",
+    "result_layout",
     "resolve_actual",
     "stale_warning",
 ]
@@ -66,6 +68,7 @@ _ENTRY_KEYS = {
     "npy": (None, "a file name"),
     "npy_also_read": (None, "a file name"),
     "dtype": (lambda v: isinstance(v, str), "a string"),
+    "layout": (lambda v: v in LAYOUTS, "one of " + ", ".join(LAYOUTS)),
     "shape": (
         lambda v: isinstance(v, list) and all(type(x) is int and x >= 0 for x in v),
         "a list of ints >= 0",
@@ -89,9 +92,12 @@ _TOP_KEYS = {
 def _check_manifest(manifest, path):
     """Type-check every field ``pypto golden`` writes (a missing optional one is fine): one
     PyptoError naming the field, never a TypeError deep inside compare."""
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    if not isinstance(manifest, dict) or manifest.get("format") not in (FORMAT, FORMAT_LAID_OUT):
         found = manifest.get("format") if isinstance(manifest, dict) else None
-        raise case_error(f"{path}: format {show(found)}, expected {FORMAT!r}")
+        raise case_error(
+            f"{path}: format {show(found)}, expected {FORMAT!r} (or {FORMAT_LAID_OUT!r}: "
+            f"files in other layouts)"
+        )
     dtype = manifest.get("dtype")
     if not isinstance(dtype, str) or dtype not in DTYPE_NAMES:
         raise case_error(f"{path}: 'dtype' must be 'fp16' or 'bf16', but is {show(dtype)}")
@@ -251,15 +257,15 @@ def read_inputs(directory, case, manifest):
             entry = {}
         relative = entry.get("bin", FILES[name][0] + ".bin")
         dtype_name = "float64" if name == "golden" else case.dtype_name
-        arrays.append(
-            read_array(
-                os.path.join(directory, relative),
-                dtype_name,
-                shapes[name],
-                case,
-                entry.get("bin_sha256"),
-            )
+        layout = entry.get("layout", NCHW)  # a manifest written before layouts: NCHW
+        data = read_array(
+            os.path.join(directory, relative),
+            dtype_name,
+            shape_in(shapes[name], layout),
+            case,
+            entry.get("bin_sha256"),
         )
+        arrays.append(array_from(data, layout))
     dy, w, golden, _ = arrays
     golden_entry = files.get("golden") if isinstance(files.get("golden"), dict) else {}
     # a NaN (or edited) golden would pass a NaN result: check it against the inputs
@@ -311,6 +317,25 @@ def resolve_actual(directory, path):
     return inside if os.path.exists(inside) else path
 
 
-def read_result(directory, case, path):
-    """The kernel's dx from ``path`` (.bin or .npy), checked against the case's dtype/shape."""
-    return read_array(resolve_actual(directory, path), case.dtype_name, case.input_size, case)
+def result_layout(manifest):
+    """The layout the kernel writes dx in: the manifest's "actual" entry's, else the golden's
+    (NCHW in a manifest written before layouts)."""
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    for name in ("actual", "golden"):
+        entry = files.get(name) if isinstance(files, dict) else None
+        if isinstance(entry, dict) and entry.get("layout") in LAYOUTS:
+            return entry["layout"]
+    return NCHW
+
+
+def read_result(directory, case, path, manifest=None):
+    """The kernel's dx from ``path`` (.bin or .npy), checked against the case's dtype/shape,
+    in NCHW: read in the layout ``manifest`` gives it (:func:`result_layout`; NCHW without)."""
+    layout = result_layout(manifest)
+    data = read_array(
+        resolve_actual(directory, path),
+        case.dtype_name,
+        shape_in(case.input_size, layout),
+        case,
+    )
+    return array_from(data, layout)

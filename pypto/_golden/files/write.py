@@ -13,18 +13,31 @@ from ..._core.fileio import (
 )
 from ..._core.options import get_sum_order
 from ..._version import __version__
-from .layout import ACTUAL, BIN_DTYPES, FILES, FORMAT, MANIFEST, case_error, check_path
+from .dims import NCHW, array_in, check_layout, shape_in
+from .layout import (
+    ACTUAL,
+    BIN_DTYPES,
+    FILES,
+    FORMAT,
+    FORMAT_LAID_OUT,
+    MANIFEST,
+    ROLES,
+    case_error,
+    check_path,
+)
 
 __all__ = ["write_case", "check_case_folder"]
 
 
-def _file_entry(stem, dtype_name, shape, note):
+def _file_entry(stem, dtype_name, shape, note, layout):
+    """A file's manifest entry; ``shape`` is NCHW, the entry's shape is ``layout``'s."""
     itemsize = np.dtype(BIN_DTYPES[dtype_name]).itemsize
     return {
         "bin": stem + ".bin",
         "npy": stem + ".npy",
         "dtype": dtype_name,
-        "shape": list(shape),
+        "layout": layout,
+        "shape": shape_in(shape, layout),
         "bytes": math.prod(shape) * itemsize,
         "note": note,
     }
@@ -98,11 +111,18 @@ def _remove_stale(directory, keep):
     return removed
 
 
-def write_case(directory, case, dy, w, golden, reference, seed, dist, replace=False):
+def write_case(directory, case, dy, w, golden, reference, seed, dist, replace=False, layouts=None):
     """Write a case's inputs, golden, pypto's result and manifest: (manifest, the old files of
     output/ that were deleted). ``replace``: the folder may hold a case (see
-    :func:`check_case_folder`); its old kernel results are deleted."""
+    :func:`check_case_folder`); its old kernel results are deleted. ``layouts``: the layout
+    (``dims.LAYOUTS``) of "grad_output", "weight" and "grad_input" (dx: the golden, pypto's
+    result and the kernel's), each NCHW when not given; the arrays are NCHW and are written
+    transposed, and each file's entry records its layout."""
     check_case_folder(directory, replace)
+    layouts = {
+        role: check_layout((layouts or {}).get(role, NCHW), f"the layout of {role}")
+        for role in ("grad_output", "weight", "grad_input")
+    }
     dt = case.dtype_name
     shapes = {
         "grad_output": case.grad_output_shape,
@@ -112,14 +132,16 @@ def write_case(directory, case, dy, w, golden, reference, seed, dist, replace=Fa
     }
     dtypes = {"grad_output": dt, "weight": dt, "golden": "float64", "pypto": dt}
     files = {
-        name: _file_entry(stem, dtypes[name], shapes[name], note)
+        name: _file_entry(stem, dtypes[name], shapes[name], note, layouts[ROLES[name]])
         for name, (stem, note) in FILES.items()
     }
-    files["actual"] = _file_entry(ACTUAL[0], dt, case.input_size, ACTUAL[1])
+    files["actual"] = _file_entry(
+        ACTUAL[0], dt, case.input_size, ACTUAL[1], layouts[ROLES["actual"]]
+    )
     del files["actual"]["npy"]
     files["actual"]["npy_also_read"] = ACTUAL[0] + ".npy"
     manifest = {
-        "format": FORMAT,
+        "format": FORMAT if set(layouts.values()) == {NCHW} else FORMAT_LAID_OUT,
         "pypto_version": __version__,
         "op": "conv_backward_input",
         **case.as_dict(),
@@ -141,7 +163,8 @@ def write_case(directory, case, dy, w, golden, reference, seed, dist, replace=Fa
             ("golden", golden),
             ("pypto", reference),
         ):
-            files[name].update(_write(directory, FILES[name][0], array, dtypes[name]))
+            laid_out = array_in(array, layouts[ROLES[name]])
+            files[name].update(_write(directory, FILES[name][0], laid_out, dtypes[name]))
         # last, and whole or not at all: a manifest only ever describes files that are there
         with atomic_writer(os.path.join(directory, MANIFEST)) as f:
             f.write(_json_text(manifest))
