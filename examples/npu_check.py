@@ -25,7 +25,7 @@ import numpy as np
 import pypto
 import pypto.device as device
 from pypto import pypto_impl
-from pypto._cli import EXAMPLES
+from pypto._cli.run import EXAMPLES
 from pypto._core.rules import validate_conv_backward_input
 from pypto._dtypes import numpy_dtype
 from pypto._kernels.dispatch import conv_backward_input_cpu

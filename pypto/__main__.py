@@ -1,4 +1,4 @@
-"""``python -m pypto``: the command line (pypto/_cli.py)."""
+"""``python -m pypto``: the command line (pypto/_cli/)."""
 
 import sys
 

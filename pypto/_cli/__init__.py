@@ -31,7 +31,6 @@ import pypto
 
 from . import compare, golden, info, run, selfcheck, sweep, tiles
 from .args import add_dtype, common_parser
-from .run import EXAMPLES  # noqa: F401  (examples/npu_check.py runs them on the NPU)
 
 # the order of `pypto --help`
 COMMANDS = (run, tiles, info, selfcheck, golden, compare, sweep)
