@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._dtypes import DataType, dtype_name
+from .grid import GoldenGrid, golden_grid, grid_round, ordinal, to_float64, ulp_at, ulp_distance
 
 __all__ = [
     "STANDARDS",
@@ -49,12 +50,14 @@ __all__ = [
     "grid_round",
     "ulp_at",
     "ulp_distance",
+    "GoldenGrid",
+    "golden_grid",
+    "element_errors",
+    "ElementErrors",
     "json_ready",
 ]
 
 EPS = 1e-7  # the relative error's guard against a zero golden
-# (explicit mantissa bits, exponent of the smallest normal, exponent of the largest finite)
-_GRID = {DataType.DT_FP16: (10, -14, 15), DataType.DT_BF16: (7, -126, 127)}
 ULP_BINS = (
     (0, 0, "0"),
     (1, 1, "1"),
@@ -64,56 +67,6 @@ ULP_BINS = (
     (17, 256, "17-256"),
     (257, None, ">256"),
 )
-
-
-# --- the fp16 / bf16 grids ---------------------------------------------------------------------
-def _binade(a, dtype):
-    """floor(log2 |a|) for finite a, never below the smallest normal's exponent."""
-    _, emin, emax = _GRID[dtype]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        _, e = np.frexp(a)
-    return np.clip(e.astype(np.int64) - 1, emin, emax)
-
-
-def ulp_at(values, dtype):
-    """Spacing of the output dtype's grid at each float64 value (inf where not finite)."""
-    mantissa, _, _ = _GRID[dtype]
-    v = np.asarray(values, dtype=np.float64)
-    finite = np.isfinite(v)
-    spacing = np.ldexp(1.0, _binade(np.where(finite, v, 0.0), dtype) - mantissa)
-    return np.where(finite, spacing, np.inf)
-
-
-def grid_round(values, dtype):
-    """float64 -> the nearest fp16/bf16 value (ties to even, one rounding), as float64.
-
-    Exact: x / ulp is exact, ``np.rint`` rounds half to even and the product is exact. Values at
-    or past the overflow threshold (max + ulp/2) become Inf; NaN and Inf stay.
-    """
-    mantissa, _, emax = _GRID[dtype]
-    x = np.asarray(values, dtype=np.float64)
-    finite = np.isfinite(x)
-    xf = np.where(finite, x, 0.0)
-    q = np.ldexp(1.0, _binade(xf, dtype) - mantissa)
-    r = np.rint(xf / q) * q
-    largest = (2.0 - 2.0**-mantissa) * 2.0**emax
-    r = np.where(np.abs(r) > largest, np.copysign(np.inf, xf), r)
-    r = np.where(r == 0, np.copysign(0.0, xf), r)
-    return np.where(finite, r, x)
-
-
-def _ordinal(bits):
-    """Position of each 16-bit float pattern on the number line (-0 and +0 both 0)."""
-    b = bits.astype(np.int32)
-    return np.where(b & 0x8000, -(b & 0x7FFF), b)
-
-
-def ulp_distance(actual, golden64, dtype, np_dtype):
-    """How many representable values lie between ``actual`` and the golden rounded once."""
-    rounded = grid_round(golden64, dtype).astype(np_dtype)  # exact: values are on the grid
-    return np.abs(
-        _ordinal(np.ascontiguousarray(actual).view(np.uint16)) - _ordinal(rounded.view(np.uint16))
-    )
 
 
 # --- element errors and the metrics ------------------------------------------------------------
@@ -129,23 +82,39 @@ class ElementErrors:
     mismatch: np.ndarray  # non-finite on either side, and not equal
 
 
-def element_errors(actual, golden, dtype):
-    """:class:`ElementErrors` of ``actual`` (fp16/bf16 array) against ``golden`` (float64)."""
-    a = actual.astype(np.float64)
-    g = golden
-    rounded = grid_round(g, dtype)
-    finite = np.isfinite(a) & np.isfinite(rounded)
-    same_nonfinite = ~finite & ((np.isnan(a) & np.isnan(rounded)) | (a == rounded))
-    mismatch = ~finite & ~same_nonfinite
+def element_errors(actual, golden, dtype, grid=None):
+    """:class:`ElementErrors` of ``actual`` (fp16/bf16 array) against ``golden`` (float64);
+    ``grid``: its :class:`GoldenGrid`, when the caller judges more than one result."""
+    if grid is None:
+        grid = golden_grid(golden, dtype)
+    a = to_float64(actual)
+    finite = np.isfinite(a)
+    finite &= grid.rounded_finite
     with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(a - g)
-    err = np.where(finite, diff, np.where(mismatch, np.inf, 0.0))
-    rel = err / (np.abs(np.where(np.isfinite(g), g, 0.0)) + EPS)
-    ulp = err / ulp_at(np.where(np.isfinite(g), g, 0.0), dtype)
-    distance = np.where(
-        finite, ulp_distance(actual, np.where(finite, g, 0.0), dtype, actual.dtype), -1
-    )
+        err = np.subtract(a, grid.value, out=a)
+        np.abs(err, out=err)
+    distance = ordinal(np.ascontiguousarray(actual).view(np.uint16))
+    np.subtract(distance, grid.ordinal, out=distance)
+    np.abs(distance, out=distance)
+    if finite.all():
+        mismatch = np.zeros(finite.shape, dtype=bool)
+    else:
+        a = to_float64(actual)
+        rounded = grid.rounded
+        same_nonfinite = ~finite & ((np.isnan(a) & np.isnan(rounded)) | (a == rounded))
+        mismatch = ~finite & ~same_nonfinite
+        err = np.where(finite, err, np.where(mismatch, np.inf, 0.0))
+        distance = np.where(finite, distance, -1)
+    rel = err / _shared(grid, "relative_denominator", lambda: grid.magnitude + EPS)
+    ulp = err / grid.ulp
     return ElementErrors(err, rel, ulp, distance, finite, mismatch)
+
+
+def _shared(grid, key, make):
+    """``grid.shared[key]``, made by ``make()`` the first time."""
+    if key not in grid.shared:
+        grid.shared[key] = make()
+    return grid.shared[key]
 
 
 @dataclass
@@ -184,30 +153,46 @@ class Metrics:
 
 
 def _stats(mask, errors, diff):
-    count = int(mask.sum())
-    if count == 0:
+    """(MARE, MERE, RMSE) over ``mask`` (None: every element)."""
+    rel = errors.rel if mask is None else errors.rel[mask]
+    if rel.size == 0:
         return 0.0, 0.0, 0.0
-    rel = errors.rel[mask]
-    return float(rel.max()), float(rel.mean()), float(np.sqrt(np.mean(diff[mask] ** 2)))
+    diff = diff if mask is None else diff[mask]
+    return float(rel.max()), float(rel.mean()), float(np.sqrt(np.mean(diff**2)))
 
 
-def measure(errors, golden, dtype):
-    """:class:`Metrics` from :func:`element_errors`' result."""
+# distance in representable values -> its ULP_BINS bin (distances past the last bound share it)
+_LAST_BOUND = ULP_BINS[-2][1] + 1
+_BIN_OF = np.array(
+    [
+        next(i for i, (lo, hi, _) in enumerate(ULP_BINS) if d >= lo and (hi is None or d <= hi))
+        for d in range(_LAST_BOUND + 1)
+    ],
+    dtype=np.intp,
+)
+
+
+def measure(errors, golden, dtype, grid=None):
+    """:class:`Metrics` from :func:`element_errors`' result (``grid``: the golden's
+    :class:`GoldenGrid`, when the caller has it)."""
+    if grid is None:
+        grid = golden_grid(golden, dtype)
     fin = errors.finite
+    every = bool(fin.all())
     total = errors.abs.size
-    diff = np.where(fin, errors.abs, 0.0)
-    mare, mere, rmse = _stats(fin, errors, diff)
-    dist = errors.distance[fin]
-    histogram = {}
-    for lo, hi, label in ULP_BINS:
-        histogram[label] = int(
-            np.count_nonzero((dist >= lo) & ((dist <= hi) if hi is not None else True))
-        )
+    diff = errors.abs if every else np.where(fin, errors.abs, 0.0)
+    mare, mere, rmse = _stats(None if every else fin, errors, diff)
+    dist = errors.distance if every else errors.distance[fin]
+    counts = np.bincount(
+        _BIN_OF[np.minimum(dist, _LAST_BOUND)].reshape(-1), minlength=len(ULP_BINS)
+    )
+    histogram = {label: int(n) for (_, _, label), n in zip(ULP_BINS, counts)}
     tol = SINGLE_2026_07[dtype][0]
-    g_abs = np.abs(np.where(np.isfinite(golden), golden, 0.0))
-    small_limit = DUAL_SMALL[dtype]
-    small = fin & (g_abs < small_limit)
-    large = fin & ~small
+    limit = _shared(grid, ("single-2026-07", dtype), lambda: tol + tol * grid.magnitude)
+    small = _shared(grid, ("small", dtype), lambda: grid.magnitude < DUAL_SMALL[dtype])
+    if not every:
+        small = fin & small
+    large = ~small if every else fin & ~small
     l_mare, l_mere, l_rmse = _stats(large, errors, diff)
     return Metrics(
         elements=total,
@@ -218,12 +203,13 @@ def measure(errors, golden, dtype):
         mere=mere,
         rmse=rmse,
         max_abs=float(diff.max()) if total else 0.0,
-        max_ulp=float(np.where(fin, errors.ulp, 0.0).max()) if total else 0.0,
+        max_ulp=float((errors.ulp if every else np.where(fin, errors.ulp, 0.0)).max())
+        if total
+        else 0.0,
         ulp_histogram=histogram,
         share_rel_below_1e3=float(np.count_nonzero(errors.rel < 1e-3)) / max(total, 1),
         share_rel_below_1e2=float(np.count_nonzero(errors.rel < 1e-2)) / max(total, 1),
-        share_within_2026_07=float(np.count_nonzero(errors.abs <= tol + tol * g_abs))
-        / max(total, 1),
+        share_within_2026_07=float(np.count_nonzero(errors.abs <= limit)) / max(total, 1),
         large={"mare": l_mare, "mere": l_mere, "rmse": l_rmse},
         small_values=int(small.sum()),
         small_errors=int(np.count_nonzero(small & (errors.abs > DUAL_SMALL_ERROR))),

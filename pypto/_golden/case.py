@@ -233,24 +233,29 @@ def golden_dgrad(case, dy, w):
     return _dgrad64(case, dy, w, "the float64 golden (GEMM + col2im)")
 
 
-def error_bound(case, dy, w, golden, rounding_ulps=1.0):
+def error_bound(case, dy, w, golden, rounding_ulps=1.0, grid=None):
     """Per element, what any fp32-accumulating kernel with one final rounding may be off by:
-    ``rounding_ulps`` ulps of the output dtype at the golden plus K * 2^-24 * sum|dy * w|
-    (recursive fp32 summation in any order, Higham eq. 4.4). One ulp (the default) covers any
-    rounding mode and the binade above; half an ulp is round-to-nearest's own bound. A result
-    outside it is wrong, not merely imprecise. The one definition of the bound in pypto."""
-    from .accuracy import ulp_at
+    ``rounding_ulps`` ulps of the output dtype at the golden plus (1 + 2^-p) K 2^-24 sum|dy w|
+    (recursive fp32 summation in any order, Higham eq. 4.4; 2^-p = half the dtype's relative
+    spacing, the final rounding's share of the accumulation error, which matters where the sum
+    cancels to far below its terms). One ulp (the default) covers any rounding mode and the
+    binade above; half an ulp is round-to-nearest's own bound. At a golden of 0 the ulp is the
+    dtype's subnormal spacing. A result outside it is wrong, not merely imprecise. The one
+    definition of the bound in pypto. ``grid``: the golden's GoldenGrid, when the caller has
+    it."""
+    from .grid import MANTISSA_BITS, golden_grid
 
+    if grid is None:
+        grid = golden_grid(golden, case.dtype)
     magnitude = _dgrad64(
         case,
         np.abs(dy.astype(np.float32)),
         np.abs(w.astype(np.float32)),
         "the float64 error bound (GEMM + col2im of |dy|, |w|)",
     )
+    accumulation = case.k_terms * U32 * (1.0 + 2.0 ** -(MANTISSA_BITS[case.dtype] + 1))
     with np.errstate(invalid="ignore"):
-        return magnitude * (case.k_terms * U32) + rounding_ulps * ulp_at(
-            np.where(np.isfinite(golden), golden, 0.0), case.dtype
-        )
+        return magnitude * accumulation + rounding_ulps * grid.ulp
 
 
 def pypto_dgrad(case, dy, w):

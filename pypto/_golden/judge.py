@@ -192,12 +192,13 @@ def judge_case(
         reference_sum_order = _config.get_sum_order(case.dtype)
     else:
         reference = reference.copy()
-    errors = _accuracy.element_errors(actual, golden, case.dtype)
-    reference_errors = _accuracy.element_errors(reference, golden, case.dtype)
-    metrics = _accuracy.measure(errors, golden, case.dtype)
-    reference_metrics = _accuracy.measure(reference_errors, golden, case.dtype)
+    grid = _accuracy.golden_grid(golden, case.dtype)  # shared by both results and the bound
+    errors = _accuracy.element_errors(actual, golden, case.dtype, grid)
+    reference_errors = _accuracy.element_errors(reference, golden, case.dtype, grid)
+    metrics = _accuracy.measure(errors, golden, case.dtype, grid)
+    reference_metrics = _accuracy.measure(reference_errors, golden, case.dtype, grid)
     verdicts = _accuracy.judge(metrics, reference_metrics, case.dtype)
-    bound = error_bound(case, dy, w, golden)
+    bound = error_bound(case, dy, w, golden, grid=grid)
     localisation = Localisation(case, golden, actual, reference, errors, reference_errors, bound)
     return CompareResult(
         case,
