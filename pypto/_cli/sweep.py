@@ -9,6 +9,7 @@ import time
 
 import pypto
 from pypto._golden.accuracy import DEFAULT_STANDARD, STANDARDS
+from pypto._sweep.unit import KEEP
 from pypto.error import FeError
 
 from .args import positive, seconds
@@ -119,6 +120,13 @@ def add_parser(commands, common):
         help="also write the rows as a table: .csv, or .xlsx (needs openpyxl)",
     )
     parser.add_argument(
+        "--keep",
+        choices=KEEP,
+        metavar="WHAT",
+        help="which golden case folders to write: all (default: what a kernel runs on), "
+        "failed (only those of rows that do not pass), rows (none: only the result rows)",
+    )
+    parser.add_argument(
         "--standard",
         choices=STANDARDS,
         default=DEFAULT_STANDARD,
@@ -152,6 +160,7 @@ def handle(args):
             ("--resume", args.resume),
             ("--timeout", args.timeout),
             ("--scheduler", args.scheduler),
+            ("--keep", args.keep),
         ):
             if given:
                 raise FeError(
@@ -237,7 +246,7 @@ def _run_cases(args):
 
         import_distributed()  # before any work: a clear error when Dask is missing
     cases, dropped, seen = [], 0, set()
-    for path in args.cases:  # every file read whole before any case runs
+    for path in args.cases:  # every file read before any case runs
         found, duplicates = read_case_file(path)
         dropped += duplicates
         for case in found:
@@ -266,6 +275,8 @@ def _run_cases(args):
         f"{', '.join(args.cases)}{where} into {args.out}, {runner} x {threads} thread(s)"
         + (f"; {dropped} duplicate cases dropped" if dropped else "")
     )
+    _warn_unreadable(cases)
+    earlier = table.run_seconds(found)  # a resumed folder's time so far
     start = time.perf_counter()
     try:
         rows, ran = run_sweep(
@@ -279,6 +290,7 @@ def _run_cases(args):
             progress=args.progress or sys.stderr.isatty(),
             scheduler=args.scheduler,
             standard=args.standard,
+            keep=args.keep or "all",
         )
     except KeyboardInterrupt:
         print(
@@ -287,13 +299,33 @@ def _run_cases(args):
             file=sys.stderr,
         )
         return None
+    skipped = len(rows) - ran
     print(
-        f"ran {ran} cases ({len(rows) - ran} skipped: a row was already in "
-        f"{table.results_path(args.out, args.shard)})"
+        f"ran {ran} cases"
+        + (
+            f" ({skipped} skipped: a row was already in {table.results_path(args.out, args.shard)})"
+            if skipped
+            else ""
+        )
     )
-    print(table.summary_text(table.summary(rows, time.perf_counter() - start)))
+    # seconds: this run's and those of the runs a --resume continues
+    print(table.summary_text(table.summary(rows, earlier + time.perf_counter() - start)))
     print(f"rows: {table.results_path(args.out, args.shard)}")
     return rows
+
+
+def _warn_unreadable(cases):
+    """One line on stderr when the case files hold cases pypto cannot read: they run nothing
+    and become refused rows (rule "unreadable"); the first one's reason."""
+    from pypto._sweep.schema import UNREADABLE
+
+    unread = [case for case in cases if case.get("unreadable") is not None]
+    if unread:
+        print(
+            f"warning: {len(unread)} cases cannot be read and become refused rows (rule "
+            f"{UNREADABLE}); the first: {unread[0]['unreadable']}",
+            file=sys.stderr,
+        )
 
 
 def _local_workers(scheduler):

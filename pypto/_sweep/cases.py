@@ -9,8 +9,12 @@ Every case becomes one canonical dict (:func:`canonical`), the unit of work's in
 
 The id is the first 16 hex digits of the sha256 of the canonical JSON of everything but id,
 name and source: the same case read from any file, in any order, on any host, has the same
-id, folder, seed and shard. A file with a fault is refused whole, before any case runs: one
-PyptoError naming the file, the line (or case index) and the field.
+id, folder, seed and shard. A case pypto cannot read (a field's value, a format, a dtype)
+becomes an unreadable case (``schema.unreadable``): a refused row naming the file, the line
+(or case index) and the field, while the file's other cases run. A file that is no case file
+(unreadable, another extension, a line that is not JSON, a CSV header with an unknown column,
+more cases than ``PYPTO_SWEEP_MAX_CASES``) is refused whole, before any case runs: one
+PyptoError naming the file, the line and the field.
 """
 
 import csv
@@ -19,6 +23,7 @@ import os
 from .._core.fileio import parse_json, read_text, show
 from ..error import FeError, PyptoError
 from .schema import (
+    CaseCountError,
     CaseFileError,
     canonical,
     case_id,
@@ -27,6 +32,7 @@ from .schema import (
     dtype_of,
     int_of,
     ints_of,
+    unreadable,
     value_range,
 )
 from .tiles import DEFAULT_LIMIT, legal_tilings
@@ -206,16 +212,27 @@ def _from_fields(fields, where):
     return expand_all_tiles(case, limit) if tiles == "all" else [case]
 
 
+def _line_cases(fields, where):
+    """The cases of one line (a JSON value, or a CSV row's cells): an unreadable case when
+    pypto cannot read it."""
+    try:
+        if not isinstance(fields, dict):
+            raise CaseFileError(where, f"a line must be a JSON object, not {type(fields).__name__}")
+        return _from_fields(fields, where)
+    except CaseCountError:
+        raise
+    except CaseFileError as exc:
+        name = fields.get("name") if isinstance(fields, dict) else None
+        return [unreadable(fields, exc, name, where)]
+
+
 def _read_jsonl(path, text):
     cases = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         where = f"{path}:{number}"
-        fields = parse_json(line, where)
-        if not isinstance(fields, dict):
-            raise CaseFileError(where, f"a line must be a JSON object, not {type(fields).__name__}")
-        cases += _from_fields(fields, where)
+        cases += _line_cases(parse_json(line, where), where)  # not JSON: not a case file
         check_case_count(len(cases), where)
     return cases
 
@@ -239,9 +256,11 @@ def _read_csv(path, text):
             continue
         where = f"{path}:{number}"
         if len(row) > len(header):
-            raise CaseFileError(where, f"{len(row)} cells, but the header has {len(header)}")
-        fields = {key: cell for key, cell in zip(header, row) if cell.strip() != ""}
-        cases += _from_fields(fields, where)
+            error = CaseFileError(where, f"{len(row)} cells, but the header has {len(header)}")
+            cases.append(unreadable(row, error, None, where))
+        else:
+            fields = {key: cell for key, cell in zip(header, row) if cell.strip() != ""}
+            cases += _line_cases(fields, where)
         check_case_count(len(cases), where)
     return cases
 

@@ -37,7 +37,7 @@ def _local_cluster(distributed, workers):
     )
 
 
-def run_on_cluster(todo, out_dir, scheduler, threads, standard, emit):
+def run_on_cluster(todo, out_dir, scheduler, threads, standard, keep, emit):
     """Run ``todo`` on the cluster of ``scheduler`` ("tcp://HOST:PORT", "local:N" or a
     Client) and ``emit`` each row as it finishes."""
     distributed = import_distributed()
@@ -64,6 +64,7 @@ def run_on_cluster(todo, out_dir, scheduler, threads, standard, emit):
             out_dir=out_dir,
             threads=threads,
             standard=standard,
+            keep=keep,
             key=[f"pypto-sweep-{token}-{case['id']}" for case in todo],
             pure=False,
         )

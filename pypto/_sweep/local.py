@@ -5,13 +5,22 @@ Worker processes are started with the ``spawn`` method, never ``fork`` (the Open
 pool does not survive a fork, README "Numbers and processes"). Each runs one case at a time;
 a case that runs over ``timeout`` seconds is killed with its worker, recorded as a "timeout"
 row, and a fresh worker takes the next case. A worker that dies in a case (a crash) gets the
-case once more in a fresh worker, then the case is an "error" row.
+case once more in a fresh worker, then the case is an "error" row. A worker whose parent dies
+(``kill -9`` of the sweep) exits at once, silently; the parent's Ctrl-C is the parent's to
+handle (the workers ignore SIGINT and stop when told, or are killed).
+
+Every row gets the run's "started" (a UTC time) and "elapsed" (seconds since then when the row
+was written), so that the time of a folder's runs adds up after a ``--resume``.
 """
 
 import collections
+import datetime
 import multiprocessing
 import multiprocessing.connection
+import os
+import signal
 import sys
+import threading
 import time
 
 from ..error import FeError
@@ -70,25 +79,46 @@ class Progress:
 
 
 # --- worker processes --------------------------------------------------------------------------
-def _worker(conn, out_dir, threads, standard):
-    """A worker's loop: (index, case) in, (index, row) out, until None."""
+def _exit_with_parent():
+    """End this process, silently, as soon as its parent dies: a thread waits on the parent's
+    sentinel (readable when the parent is gone), so even a case that runs for minutes does not
+    outlive a killed sweep, nor print a BrokenPipeError when it ends."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch():
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(0)
+
+    threading.Thread(target=watch, name="pypto-sweep-parent-watch", daemon=True).start()
+
+
+def _worker(conn, out_dir, threads, standard, keep):
+    """A worker's loop: (index, case) in, (index, row) out, until None or the parent dies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group: the parent's
+    _exit_with_parent()
     while True:
         try:
             task = conn.recv()
-        except (EOFError, KeyboardInterrupt):
+        except (EOFError, OSError):
             return
         if task is None:
             return
         index, case = task
-        conn.send((index, run_case(case, out_dir, threads=threads, standard=standard)))
+        row = run_case(case, out_dir, threads=threads, standard=standard, keep=keep)
+        try:
+            conn.send((index, row))
+        except OSError:  # BrokenPipeError: the parent is gone
+            return
 
 
 class _Pool:
     """``jobs`` spawned worker processes that can be killed one by one."""
 
-    def __init__(self, jobs, out_dir, threads, standard):
+    def __init__(self, jobs, out_dir, threads, standard, keep):
         self.context = multiprocessing.get_context("spawn")
-        self.args = (out_dir, threads, standard)
+        self.args = (out_dir, threads, standard, keep)
         self.workers = [self._start() for _ in range(jobs)]
 
     def _start(self):
@@ -122,8 +152,8 @@ class _Pool:
             self.kill(worker)
 
 
-def _run_in_processes(todo, out_dir, jobs, threads, timeout, standard, emit):
-    pool = _Pool(jobs, out_dir, threads, standard)
+def _run_in_processes(todo, out_dir, jobs, threads, timeout, standard, keep, emit):
+    pool = _Pool(jobs, out_dir, threads, standard, keep)
     queue = collections.deque(enumerate(todo))
     deaths = collections.Counter()
     try:
@@ -189,12 +219,14 @@ def run_sweep(
     progress=False,
     scheduler=None,
     standard=None,
+    keep="all",
 ):
     """Run the cases (canonical dicts, see ``read_cases``) of shard ``(index, count)`` (None:
     all), append each row to the results file as it finishes, and return ``(rows, ran)``:
     every row of the selected cases (those found with ``resume``, then the new ones) and how
     many cases ran now. ``scheduler``: a Dask scheduler address, "local:N", or a
-    ``distributed.Client``: the cases run there (``cluster.py``)."""
+    ``distributed.Client``: the cases run there (``cluster.py``). ``keep``: which golden
+    folders are written (``run_case``)."""
     from .._golden.calls import json_row
 
     selected = select_shard(cases, shard)
@@ -214,10 +246,12 @@ def run_sweep(
         threads = default_threads(jobs if scheduler is None else 1)
     rows = list(done.values())
     meter = Progress(len(todo), progress)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
+    clock = time.monotonic()
     with ResultsFile(path) as results:
 
         def emit(row):
-            row = json_row(row)
+            row = json_row(dict(row, started=started, elapsed=round(time.monotonic() - clock, 6)))
             results.append(row)
             rows.append(row)
             meter.step()
@@ -226,12 +260,12 @@ def run_sweep(
             if scheduler is not None:
                 from .cluster import run_on_cluster
 
-                run_on_cluster(todo, out_dir, scheduler, threads, standard, emit)
+                run_on_cluster(todo, out_dir, scheduler, threads, standard, keep, emit)
             elif jobs == 1 and timeout is None:
                 for case in todo:
-                    emit(run_case(case, out_dir, threads=threads, standard=standard))
+                    emit(run_case(case, out_dir, threads=threads, standard=standard, keep=keep))
             else:
-                _run_in_processes(todo, out_dir, jobs, threads, timeout, standard, emit)
+                _run_in_processes(todo, out_dir, jobs, threads, timeout, standard, keep, emit)
         finally:
             meter.close()
     return rows, len(todo)

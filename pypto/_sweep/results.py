@@ -17,7 +17,7 @@ import os
 from .._core.fileio import atomic_writer, parse_json, read_text, show
 from .._golden.calls import CALL_COLUMNS
 from ..error import FeError
-from .unit import LEADING, TRAILING, VOLATILE
+from .unit import ADDED, LEADING, TRAILING, VOLATILE
 
 __all__ = [
     "results_path",
@@ -26,6 +26,7 @@ __all__ = [
     "merge",
     "summary",
     "summary_text",
+    "run_seconds",
     "write_table",
     "identity",
     "check_row",
@@ -58,6 +59,8 @@ def read_rows(path):
         if number == len(lines):  # no newline after it: the torn line of an interrupted write
             continue
         row = parse_json(line, f"{path}:{number}: not a result row")
+        if isinstance(row, dict):  # a row of an older pypto: what its missing keys meant
+            row = {**ADDED, **row}
         check_row(row, f"{path}:{number}")
         rows.append(row)
     return rows
@@ -180,6 +183,16 @@ def identity(row):
     return {key: value for key, value in row.items() if key not in VOLATILE}
 
 
+def run_seconds(rows):
+    """The wall time of the sweep runs that wrote ``rows``: per run (its "started"), the
+    "elapsed" of its last row, added up (rows without them count nothing)."""
+    runs = {}
+    for row in rows:
+        if row.get("started") is not None and row.get("elapsed") is not None:
+            runs[row["started"]] = max(runs.get(row["started"], 0.0), row["elapsed"])
+    return sum(runs.values())
+
+
 def summary(rows, seconds=None):
     counts = {"cases": len(rows)}
     for status in STATUSES:
@@ -239,20 +252,38 @@ def check_table_path(path):
         raise FeError(OSError(f"cannot write the table {path}: {folder} is not a writable folder"))
 
 
+# the table's own columns after the leading ones: the tile set of each row, so that the rows of
+# a case's "all" tile sets differ visibly (the row holds them in "tiles")
+TILE_COLUMNS = ("l1", "l0", "vec")
+
+
+def _table_row(row):
+    """A row with its tiles in TILE_COLUMNS and its lists of ints as a case file writes them
+    ("16x144x16", "8x64x56x56": read back by a case file, and no spreadsheet's number)."""
+    from .._golden.calls import shape_text
+
+    tiles = row.get("tiles") or {}
+    table = {key: shape_text(tiles[key]) if tiles.get(key) else None for key in TILE_COLUMNS}
+    size = row.get("input_size")
+    return {**row, **table, "input_size": shape_text(size) if size else size}
+
+
 def write_table(path, rows):
-    """The rows as a table: ``_golden/calls``'s CSV (its columns, verdicts in words), or the
-    same cells in an xlsx sheet."""
+    """The rows as a table: ``_golden/calls``'s CSV (its columns, verdicts in words) with the
+    tiles after the leading columns, or the same cells in an xlsx sheet."""
     from .._golden.calls import csv_lines, write_csv
 
+    rows = [_table_row(row) for row in rows]
+    leading = (*LEADING, *TILE_COLUMNS)
     if os.path.splitext(path)[1].lower() != ".xlsx":
-        write_csv(path, rows, LEADING, TRAILING)
+        write_csv(path, rows, leading, TRAILING)
         return
     import openpyxl
 
     book = openpyxl.Workbook()
     sheet = book.active
     sheet.title = "sweep"
-    for line in csv_lines(rows, LEADING, TRAILING):  # the CSV's cells, as its text
+    for line in csv_lines(rows, leading, TRAILING):  # the CSV's cells, as its text
         sheet.append([str(cell) for cell in line])
     try:
         with atomic_writer(path, "wb") as f:

@@ -16,7 +16,11 @@ __all__ = [
     "canonical",
     "case_id",
     "case_seed",
+    "format_text",
+    "unreadable",
+    "UNREADABLE",
     "CaseFileError",
+    "CaseCountError",
     "check_case_count",
     "MAX_CASES_ENV",
     "max_cases",
@@ -77,10 +81,10 @@ def max_cases():
 
 
 def check_case_count(count, where):
-    """A CaseFileError when a case file would expand to more than :func:`max_cases` cases."""
+    """A CaseCountError when a case file would expand to more than :func:`max_cases` cases."""
     limit = max_cases()
     if count > limit:
-        raise CaseFileError(
+        raise CaseCountError(
             where,
             f"the case file expands to {count} cases or more, above the limit of {limit} "
             f"(set {MAX_CASES_ENV} to raise it, or split the file)",
@@ -92,6 +96,10 @@ class CaseFileError(FeError):
 
     def __init__(self, where, text):
         super().__init__(ValueError(f"{where}: {text}"))
+
+
+class CaseCountError(CaseFileError):
+    """A case file that expands to too many cases: refused whole, never a row per case."""
 
 
 # --- values ------------------------------------------------------------------------------------
@@ -165,16 +173,57 @@ def dist_of(value, where, field):
 
 
 # --- the canonical case ------------------------------------------------------------------------
-def case_id(case):
-    """The first 16 hex digits of the sha256 of the case's identity (canonical JSON)."""
-    identity = {key: case[key] for key in _IDENTITY}
+def _digest(identity):
     text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def case_id(case):
+    """The first 16 hex digits of the sha256 of the case's identity (canonical JSON). The
+    layouts count only when a tensor is not NCHW, so NCHW cases keep the ids they always had."""
+    identity = {key: case[key] for key in _IDENTITY}
+    if case.get("layouts"):
+        identity["layouts"] = case["layouts"]
+    return _digest(identity)
+
+
 def case_seed(case):
-    """The case's seed, or one derived from its id (so every host draws the same inputs)."""
-    return case["seed"] if case["seed"] is not None else int(case["id"], 16) >> 1
+    """The case's seed, or one derived from its problem (so every host draws the same inputs):
+    the id of the case with the suggested tiles and NCHW tensors, so that every tile set and
+    layout of one problem gets the same data (a suggested-tiles NCHW case: its own id)."""
+    if case.get("unreadable") is not None:
+        return None
+    if case["seed"] is not None:
+        return case["seed"]
+    return int(case_id(dict(case, tiles="suggested", layouts=None)), 16) >> 1
+
+
+def format_text(case):
+    """The layouts of a case in a row's "format": "NCHW", "NHWC" (dy, w and dx alike), or the
+    data's then the filter's, "NHWC/HWCN"; None for a case that could not be read."""
+    if case.get("unreadable") is not None:
+        return None
+    layouts = case.get("layouts") or {}
+    data, weight = layouts.get("grad_input", "NCHW"), layouts.get("weight", "NCHW")
+    return data if weight == data else f"{data}/{weight}"
+
+
+# the rule of a refused row whose case the case file does not let pypto read
+UNREADABLE = "unreadable"
+
+
+def unreadable(raw, error, name=None, source=None):
+    """The case of a line (or msOpST case or sub-case) pypto cannot read: it runs nothing and
+    becomes a refused row (rule UNREADABLE) with ``error``'s text, so one bad case never stops
+    a file. Its id is a digest of ``raw`` (what the file holds for it, JSON-ready)."""
+    case = {key: None for key in ("id", *_IDENTITY, "layouts")}
+    case.update(
+        name=None if name is None else str(name),
+        source=source,
+        unreadable=str(error),
+        id=_digest({"unreadable": raw}),
+    )
+    return case
 
 
 def canonical(
@@ -191,8 +240,11 @@ def canonical(
     seed=None,
     name=None,
     source=None,
+    layouts=None,
 ):
-    """A canonical case dict (values already checked), with its id."""
+    """A canonical case dict (values already checked), with its id. ``layouts``: the layout
+    of "grad_output", "weight" and "grad_input" when one is not NCHW (the files are written
+    so); the shapes are NCHW whatever the layouts."""
     default = {"dist": "uniform", "range": None}
     case = {
         "id": None,
@@ -209,6 +261,7 @@ def canonical(
         "tiles": tiles,
         "inputs": inputs or {"grad_output": dict(default), "weight": dict(default)},
         "seed": seed,
+        "layouts": dict(layouts) if layouts and set(layouts.values()) != {"NCHW"} else None,
     }
     case["id"] = case_id(case)
     return case

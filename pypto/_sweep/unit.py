@@ -7,10 +7,13 @@ pypto's version, apart from the fields in :data:`VOLATILE` (time, host, process)
 folder already holds the case and a kernel's output (``output/output.bin`` or ``.npy``), that
 output is judged instead, as ``pypto compare`` judges it (:func:`judge_folder`).
 
-A case the op refuses is a row with the rule (status "refused"); any other fault is a row with
-the error (status "error"); nothing is raised. A row is a judged-call row of
-``_golden/calls.py`` (the keys ``pypto compare --msprobe`` and ``crosscheck`` write) with the
-sweep's own leading keys (case_id, name, source, status) and trailing ones.
+A case the op refuses is a row with the rule (status "refused"), and so is a case the case file
+did not let pypto read (rule "unreadable"); any other fault is a row with the error (status
+"error"); nothing is raised. ``keep`` decides which golden folders are written: "all", only
+those of the cases whose row is not a pass ("failed"), or none ("rows"). A row is a
+judged-call row of ``_golden/calls.py`` (the keys ``pypto compare --msprobe`` and
+``crosscheck`` write) with the sweep's own leading keys (case_id, name, source, status, rule,
+format) and trailing ones.
 """
 
 import json
@@ -21,11 +24,20 @@ import time
 
 from .._core.fileio import read_json
 from ..error import ConvBpInputError, PyptoError, PyptoMemoryError
-from .schema import case_seed
+from .schema import UNREADABLE, case_seed, format_text
 
-__all__ = ["run_case", "judge_folder", "case_folder", "VOLATILE", "LEADING", "TRAILING"]
+__all__ = [
+    "run_case",
+    "judge_folder",
+    "case_folder",
+    "VOLATILE",
+    "LEADING",
+    "TRAILING",
+    "KEEP",
+    "ADDED",
+]
 
-LEADING = ("case_id", "name", "source", "status", "rule")
+LEADING = ("case_id", "name", "source", "status", "rule", "format")
 TRAILING = (
     "judged",
     "pypto_max_ulp",
@@ -38,9 +50,16 @@ TRAILING = (
     "seconds",
     "host",
     "pid",
+    "started",
+    "elapsed",
 )
-# what may differ between two runs of the same case (time and place)
-VOLATILE = ("seconds", "host", "pid")
+# what may differ between two runs of the same case (time and place; the sweep's run: when it
+# started, how long it had run when the row was written)
+VOLATILE = ("seconds", "host", "pid", "started", "elapsed")
+# keys rows written before them lack, and the value such a row means
+ADDED = {"format": "NCHW", "started": None, "elapsed": None}
+# which golden case folders a sweep writes: every one, those of rows that are not a pass, none
+KEEP = ("all", "failed", "rows")
 FAULT_ENV = "PYPTO_SWEEP_TEST_FAULT"  # tests only: docs/sweep.md and CONTRIBUTING.md
 
 
@@ -49,7 +68,9 @@ def case_folder(out_dir, case):
 
 
 def _dist_text(case):
-    """The inputs' distributions as the manifest's "dist" (a string)."""
+    """The inputs' distributions as the manifest's "dist" (a string); None when unread."""
+    if case["inputs"] is None:
+        return None
     parts = []
     for role in ("grad_output", "weight"):
         spec = case["inputs"][role]
@@ -68,6 +89,7 @@ def _empty_row(case):
             "source": case.get("source"),
             "status": "error",
             "rule": None,
+            "format": format_text(case),
         },
         {
             "judged": None,
@@ -81,6 +103,8 @@ def _empty_row(case):
             "seconds": None,
             "host": socket.gethostname(),
             "pid": os.getpid(),
+            "started": None,
+            "elapsed": None,
         },
         dtype=case["dtype"],
         grad_output=case["grad_output"],
@@ -197,12 +221,11 @@ def judge_folder(folder, standard=None, row=None):
     manifest, sha256 digests, the golden against the inputs): the row's judged fields."""
     from .._golden.accuracy import DEFAULT_STANDARD
     from .._golden.calls import judged
-    from .._golden.files import read_array, read_case, read_inputs
+    from .._golden.files import read_case, read_inputs, read_result
     from ..testing import compare
 
     made, manifest = read_case(folder)
-    path = _output_path(folder)
-    actual = read_array(path, made.dtype_name, made.input_size, made)
+    actual = read_result(folder, made, _output_path(folder), manifest)
     dy, w, golden, reference = read_inputs(folder, made, manifest)
     result = compare(
         actual,
@@ -242,8 +265,9 @@ def judge_folder(folder, standard=None, row=None):
     return made, fields
 
 
-def _golden(case, folder, row):
-    """Write the golden case and check pypto's own result against the proven bound."""
+def _golden(case, folder, row, keep):
+    """Check pypto's own result against the proven bound; write the golden case as ``keep``
+    says (in the case's layouts)."""
     from .._core.memory import check_host_memory
     from .._golden.case import draw_inputs, golden_dgrad, pypto_dgrad
     from .._golden.files import write_case
@@ -277,8 +301,20 @@ def _golden(case, folder, row):
         golden=golden,
         reference=reference,
     )
-    write_case(folder, made, dy, w, golden, reference, seed, _dist_text(case), replace=True)
     outside = int(own.localisation.outside_count)
+    if keep == "all" or (keep == "failed" and outside != 0):
+        write_case(
+            folder,
+            made,
+            dy,
+            w,
+            golden,
+            reference,
+            seed,
+            _dist_text(case),
+            replace=True,
+            layouts=case.get("layouts"),
+        )
     # no kernel output yet: the row judges pypto's own result, by the proven bound (exact)
     row.update(
         status="pass" if outside == 0 else "fail",
@@ -305,17 +341,23 @@ def _holds_this_case(folder, case):
     )
 
 
-def run_case(case, out_dir, *, threads=None, standard=None):
+def run_case(case, out_dir, *, threads=None, standard=None, keep="all"):
     """Run one case (a canonical dict from a case file, see ``pypto.sweep.read_cases``):
     write its golden folder under ``out_dir/cases/<id>`` (or judge the kernel output already
     there) and return its row. Never raises for a fault of the case: a refused case is a row
     with the rule, another fault a row with the error. ``threads``: pypto's CPU threads for
-    this call (default: pypto's setting)."""
+    this call (default: pypto's setting). ``keep``: which folders are written (:data:`KEEP`:
+    "all"; "failed", only a case whose row is not a pass; "rows", none)."""
     from .. import options
     from .._golden.calls import json_row
 
+    if keep not in KEEP:
+        raise ValueError(f"keep must be one of {', '.join(KEEP)}, not {keep!r}")
     start = time.perf_counter()
     row = _empty_row(case)
+    if case.get("unreadable") is not None:  # nothing to run: the case file said why
+        row.update(status="refused", rule=UNREADABLE, reason=case["unreadable"], seconds=0.0)
+        return json_row(row)
     try:
         _fault(case)
         folder = case_folder(out_dir, case)
@@ -323,7 +365,7 @@ def run_case(case, out_dir, *, threads=None, standard=None):
             if _holds_this_case(folder, case):
                 judge_folder(folder, standard, row)
             else:
-                _golden(case, folder, row)
+                _golden(case, folder, row, keep)
     except ConvBpInputError as exc:
         row.update(status="refused", rule=exc.rule, reason=str(exc))
     except PyptoMemoryError as exc:

@@ -60,3 +60,49 @@ def write_jsonl(path, cases):
         for case in cases:
             f.write(json.dumps(case) + "\n")
     return str(path)
+
+
+def nhwc_msopst_case(
+    name="dx_nhwc", n=2, cin=16, hw=(7, 9), cout=32, k=3, stride=2, pad=1, dtype="bfloat16"
+):
+    """One msOpST Conv2DBackpropInput case as CANN writes it by default: out_backprop, y and
+    input_size in NHWC, the filter in HWCN, 4-value strides in NHWC order."""
+    h, w = hw
+    hout, wout = ((v + 2 * pad - k) // stride + 1 for v in hw)
+    return {
+        "case_name": name,
+        "op": "Conv2DBackpropInput",
+        "input_desc": [
+            {
+                "name": "input_size",
+                "format": "ND",
+                "type": "int32",
+                "shape": [4],
+                "value": [n, h, w, cin],
+            },
+            {
+                "name": "filter",
+                "format": "HWCN",
+                "type": dtype,
+                "shape": [k, k, cin, cout],
+                "data_distribute": "uniform",
+                "value_range": [-1.0, 1.0],
+            },
+            {
+                "name": "out_backprop",
+                "format": "NHWC",
+                "type": dtype,
+                "shape": [n, hout, wout, cout],
+                "data_distribute": "normal",
+                "value_range": [0.0, 1.0],
+            },
+        ],
+        "output_desc": [{"name": "y", "format": "NHWC", "type": dtype, "shape": [n, h, w, cin]}],
+        "attr": [
+            {"name": "strides", "type": "list_int", "value": [1, stride, stride, 1]},
+            {"name": "pads", "type": "list_int", "value": [pad] * 4},
+            {"name": "dilations", "type": "list_int", "value": [1, 1, 1, 1]},
+            {"name": "groups", "type": "int", "value": 1},
+            {"name": "data_format", "type": "str", "value": "NHWC"},
+        ],
+    }

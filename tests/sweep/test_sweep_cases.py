@@ -1,5 +1,7 @@
-"""Sweep case files: pypto's JSONL and CSV, msOpST JSON, "all" legal tiles, and bad files
-refused whole (one ``error:`` line naming the file, line and field; exit code 2; nothing run).
+"""Sweep case files: pypto's JSONL and CSV, msOpST JSON, "all" legal tiles; a case pypto
+cannot read is a refused row (rule "unreadable") naming the file, line and field, while the
+file's other cases run; a file that is no case file is refused whole (one ``error:`` line;
+exit code 2; nothing run).
 """
 
 import json
@@ -12,7 +14,8 @@ from pypto._core.tiling import Tiling
 from pypto._dtypes import DTYPE_NAMES
 from pypto._sweep.cases import read_case_file
 from pypto.error import PyptoError
-from pypto.sweep import read_cases
+from pypto.sweep import read_cases, run_case
+from support.sweep_cases import nhwc_msopst_case
 
 
 def _jsonl(tmp_path, *lines, name="cases.jsonl"):
@@ -121,22 +124,28 @@ def test_all_tiles_expands_to_legal_distinct_tiles(tmp_path):
     assert cases[5]["tiles"] == "suggested"
 
 
-BAD_FILES = [
+def _sweep_beside_a_good_file(tmp_path, name, text):
+    """``pypto sweep good.jsonl NAME`` (NAME holding ``text``): (exit code, NAME, --out)."""
+    good = _jsonl(
+        tmp_path, {"grad_output": [1, 16, 5, 8], "weight": [16, 16, 3, 3]}, name="good.jsonl"
+    )
+    bad = tmp_path / name
+    bad.write_text(text)
+    out = tmp_path / "out"
+    return cli.main(["sweep", good, str(bad), "--out", str(out)]), bad, out
+
+
+# the cases pypto cannot read: a refused row each, naming the line and the field
+UNREADABLE_LINES = [
     (
         "cases.jsonl",
-        '{"grad_output": [1,16,5,8], "weight": [16,16,3,3]}\n'
         '{"grad_output": [1,16,5,8], "weight": [16,16,3,3], "strides": [1,"a"]}\n',
-        ["cases.jsonl:2", "field 'strides'"],
+        ["cases.jsonl:1", "field 'strides'"],
     ),
     (
         "cases.jsonl",
         '{"grad_output": [1,16,5,8], "weight": [16,16,3]}\n',
         ["cases.jsonl:1", "field 'weight'", "4 ints"],
-    ),
-    (
-        "cases.jsonl",
-        '{"grad_output": [1,16,5,8], "weight": [16,16,3,3]}\n{"grad_output": \n',
-        ["cases.jsonl:2", "not JSON"],
     ),
     (
         "cases.jsonl",
@@ -158,14 +167,18 @@ BAD_FILES = [
         '{"grad_output": [1,16,5,8], "weight": [16,16,3,3], "range": [3, 1]}\n',
         ["cases.jsonl:1", "field 'range'", "lo <= hi"],
     ),
+    ("cases.jsonl", "[1, 2]\n", ["cases.jsonl:1", "a line must be a JSON object, not list"]),
     (
         "cases.csv",
-        'grad_output,weight,dist\n"1,16,5,8","16,16,3,3",uniform\n"1,16,5,8","16,16,3,3",gauss\n',
-        ["cases.csv:3", "field 'dist'"],
+        'grad_output,weight,dist\n"1,16,5,8","16,16,3,3",gauss\n',
+        ["cases.csv:2", "field 'dist'"],
     ),
-    ("cases.csv", "grad_output,wieght\n", ["cases.csv:1", "unknown column 'wieght'"]),
-    ("cases.txt", "", ["cases.txt", ".jsonl or .csv"]),
-    # issue 42 #9: grad_output cannot be derived with a stride of 0; JSON nested too deep
+    (
+        "cases.csv",
+        "grad_output,weight\n1,16,5,8,16,16,3,3\n",
+        ["cases.csv:2", "8 cells, but the header has 2"],
+    ),
+    # issue 42 #9: grad_output cannot be derived with a stride of 0
     (
         "cases.jsonl",
         '{"N": 1, "Cin": 8, "H": 6, "W": 6, "Cout": 8, "kh": 3, "kw": 3, "strides": [1, 0]}\n',
@@ -176,12 +189,47 @@ BAD_FILES = [
         'N,Cin,H,W,Cout,kh,kw,strides\n1,8,6,6,8,3,3,"0,2"\n',
         ["cases.csv:2", "field 'strides' [0, 2]"],
     ),
+]
+
+
+@pytest.mark.parametrize("name, text, fragments", UNREADABLE_LINES)
+def test_a_case_pypto_cannot_read_is_a_refused_row_and_the_others_run(
+    tmp_path, capsys, name, text, fragments
+):
+    """Issue 45 #6: one bad case never stops a sweep."""
+    code, bad, out = _sweep_beside_a_good_file(tmp_path, name, text)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err  # a refused row is expected, as the op's refusals are
+    assert "warning: 1 cases cannot be read and become refused rows" in captured.err
+    assert "refused by rule: unreadable 1" in captured.out
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [row["status"] for row in rows] == ["pass", "refused"]
+    refused = rows[1]
+    assert refused["rule"] == "unreadable" and refused["source"].startswith(str(bad))
+    for fragment in fragments:
+        assert fragment in refused["reason"]
+    assert refused["grad_output"] is None and refused["seed"] is None
+    # nothing was run for it: only the good case has a folder
+    assert [p.name for p in (out / "cases").iterdir()] == [rows[0]["case_id"]]
+
+
+# files that are no case files: refused whole, before any case runs
+BAD_FILES = [
+    (
+        "cases.jsonl",
+        '{"grad_output": [1,16,5,8], "weight": [16,16,3,3]}\n{"grad_output": \n',
+        ["cases.jsonl:2", "not JSON"],
+    ),
+    ("cases.csv", "grad_output,wieght\n", ["cases.csv:1", "unknown column 'wieght'"]),
+    ("cases.txt", "", ["cases.txt", ".jsonl or .csv"]),
     (
         "cases.jsonl",
         '{"name": ' + "[" * 50_000 + "]" * 50_000 + "}\n",
         ["cases.jsonl:1", "too deep"],
     ),
     ("cases.json", "[" * 50_000 + "]" * 50_000, ["cases.json", "JSON nested too deep"]),
+    ("cases.json", '{"op": ', ["cases.json", "not JSON"]),
+    ("cases.json", "3", ["cases.json", "a JSON list of case objects"]),
 ]
 
 
@@ -189,14 +237,7 @@ BAD_FILES = [
 def test_bad_case_file_is_one_error_line_before_any_case_runs(
     tmp_path, capsys, name, text, fragments
 ):
-    good = _jsonl(
-        tmp_path, {"grad_output": [1, 16, 5, 8], "weight": [16, 16, 3, 3]}, name="good.jsonl"
-    )
-    bad = tmp_path / name
-    bad.write_text(text)
-    out = tmp_path / "out"
-    # the good file first: it must not run either
-    code = cli.main(["sweep", good, str(bad), "--out", str(out)])
+    code, _, out = _sweep_beside_a_good_file(tmp_path, name, text)  # the good one first
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("error: "), err
@@ -294,10 +335,14 @@ def test_msopst_case_file_is_read_as_msopst_combines_it(tmp_path):
     "edit, fragments",
     [
         (
-            lambda c: c["input_desc"][1].update(format="NHWC"),
-            ["case 0 (dx_3x3) sub-case 0 input 'filter'", "NCHW only"],
+            lambda c: c["input_desc"][1].update(format="FRACTAL_Z"),
+            ["case 0 (dx_3x3) sub-case 0 input 'filter'", "field 'format' is 'FRACTAL_Z'"],
         ),
-        (lambda c: c["attr"][4].update(value="NHWC"), ["attr 'data_format'", "NCHW only"]),
+        (
+            lambda c: c["attr"][4].update(value="NHWC"),
+            ["out_backprop is NCHW but data_format is NHWC"],
+        ),
+        (lambda c: c["attr"][4].update(value="HWCN"), ["attr 'data_format'", "NCHW or NHWC"]),
         (
             lambda c: c["input_desc"][2].update(type="int8"),
             ["input 'out_backprop'", "float16 or bfloat16"],
@@ -315,17 +360,54 @@ def test_msopst_case_file_is_read_as_msopst_combines_it(tmp_path):
             lambda c: c["input_desc"][1].update(data_distribute="beta"),
             ["input 'filter'", "field 'data_distribute'"],
         ),
+        (
+            lambda c: c["attr"][0].update(value=[1, 2, 2, 2]),
+            ["attr 'strides' [1, 2, 2, 2]: N and C must be 1 (NCHW order)"],
+        ),
+        (
+            lambda c: c["input_desc"][1].update(ori_format=["NCHW"], ori_shape=[[16, 3, 3, 16]]),
+            ["field 'ori_shape' [16, 3, 3, 16] (NCHW) is not field 'shape'"],
+        ),
     ],
 )
-def test_msopst_faults_name_the_case_and_field(tmp_path, edit, fragments):
+def test_msopst_faults_are_refused_rows_naming_the_case_and_field(tmp_path, edit, fragments):
+    """A case or sub-case pypto cannot read is an unreadable case (a refused row); the file's
+    other cases are read as ever."""
     case = json.loads(json.dumps(MSOPST[0]))
     edit(case)
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps([case]))
-    with pytest.raises(PyptoError) as info:
-        read_cases(str(path))
+    path.write_text(json.dumps([case, MSOPST[1]]))
+    cases = read_cases(str(path))
+    unread = [c for c in cases if c.get("unreadable") is not None]
+    assert unread
     for fragment in fragments:
-        assert fragment in str(info.value)
+        assert fragment in unread[0]["unreadable"], unread[0]["unreadable"]
+    assert cases[-1]["name"].startswith("dx_1x1_") and cases[-1].get("unreadable") is None
+    for case in unread:  # each refused with its reason, nothing run
+        row = run_case(case, str(tmp_path / "out"))
+        assert row["status"] == "refused" and row["rule"] == "unreadable"
+        assert row["reason"] == case["unreadable"] and row["format"] is None
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_new_users_msopst_file_with_an_nhwc_case_runs_every_case(tmp_path, capsys):
+    """Issue 45 D4.1: an NHWC case (HWCN filter) beside NCHW ones made the whole file fail
+    (exit 2); now every case runs, the NHWC one in its own format."""
+    nhwc = nhwc_msopst_case(n=1, hw=(4, 4), k=1, stride=1, pad=0, dtype="float16")
+    path = tmp_path / "conv2d_backprop_input.json"
+    path.write_text(json.dumps([MSOPST[0], nhwc, MSOPST[1]]))
+    out = tmp_path / "out"
+    assert cli.main(["sweep", str(path), "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [(r["name"], r["status"], r["format"]) for r in rows] == [
+        ("dx_3x3_sub_case_000_NCHW_float16", "pass", "NCHW"),
+        ("dx_3x3_sub_case_001_NCHW_bfloat16", "pass", "NCHW"),
+        ("dx_nhwc_case_002_NHWC_float16", "pass", "NHWC/HWCN"),
+        ("dx_1x1_sub_case_003_NCHW_float16", "pass", "NCHW"),
+    ]
+    # the row's shapes are NCHW, whatever the files' layout
+    assert rows[2]["grad_output"] == [1, 32, 4, 4] and rows[2]["weight"] == [32, 16, 1, 1]
+    assert rows[2]["grad_input"] == [1, 16, 4, 4]
 
 
 def _crossed_msopst(values):

@@ -10,7 +10,7 @@ import pytest
 from pypto import __main__ as cli
 from pypto._sweep.results import identity, read_rows
 from pypto.sweep import read_cases
-from support.sweep_cases import generated_cases, write_jsonl
+from support.sweep_cases import generated_cases, nhwc_msopst_case, write_jsonl
 
 distributed = pytest.importorskip("distributed", reason="dask/distributed not installed")
 
@@ -77,3 +77,28 @@ def test_local_n_starts_its_own_cluster(tmp_path):
     out = tmp_path / "out"
     assert cli.main(["sweep", path, "--out", str(out), "--scheduler", "local:2"]) == 0
     assert len(read_rows(str(out / "results.jsonl"))) >= 8
+
+
+def test_a_dask_run_keeps_what_it_is_told_with_every_kind_of_case(tmp_path, cluster):
+    """--keep, an unreadable case and an NHWC msOpST case on the cluster: the rows of a local
+    run, and no case folder with --keep rows."""
+    local, _ = cluster
+    path = write_jsonl(tmp_path / "cases.jsonl", generated_cases(12, seed=4))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"grad_output": [1, 16, 5, 8], "weight": [16, 16, 3], "name": "bad"}\n')
+    nhwc = tmp_path / "nhwc.json"
+    nhwc.write_text(
+        json.dumps([nhwc_msopst_case(n=1, hw=(5, 6), cout=16, stride=1, dtype="float16")])
+    )
+    files = [path, str(bad), str(nhwc)]
+    here, there = tmp_path / "here", tmp_path / "there"
+    assert cli.main(["sweep", *files, "--out", str(here), "--jobs", "2"]) == 0
+    args = ["--scheduler", local.scheduler_address, "--keep", "rows"]
+    assert cli.main(["sweep", *files, "--out", str(there), *args]) == 0
+    rows = {r["case_id"]: identity(r) for r in read_rows(str(here / "results.jsonl"))}
+    assert {r["case_id"]: identity(r) for r in read_rows(str(there / "results.jsonl"))} == rows
+    by_name = {row["name"]: row for row in rows.values()}
+    assert by_name["bad"]["status"] == "refused" and by_name["bad"]["rule"] == "unreadable"
+    assert by_name["dx_nhwc_case_000_NHWC_float16"]["format"] == "NHWC/HWCN"
+    assert by_name["dx_nhwc_case_000_NHWC_float16"]["status"] == "pass"
+    assert (here / "cases").is_dir() and not (there / "cases").exists()

@@ -93,6 +93,67 @@ def test_an_interrupted_sweep_resumes_without_recomputing(tmp_path, cases_file, 
     assert "torn" not in results.read_text()
 
 
+def _children(pid):
+    """The processes whose parent is ``pid`` (read from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _running(pid):
+    """Whether ``pid`` still runs (a zombie nobody reaped has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds the workers in /proc")
+def test_workers_exit_quietly_when_the_sweep_is_killed(tmp_path, cases_file):
+    """Issue 45 F4.2: after kill -9 of the sweep, its workers exit within seconds (even one in
+    the middle of a long case) and print nothing (no BrokenPipeError traceback)."""
+    # a worker hangs in case-42 (one case: no "all" tiles), the other goes on past it
+    fault = {"case": "case-42", "action": "sleep", "seconds": 600}
+    stderr = tmp_path / "stderr.txt"
+    with open(stderr, "w") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pypto", "sweep", cases_file, "--out", "out", "--jobs", "2"],
+            env=dict(os.environ, PYPTO_SWEEP_TEST_FAULT=json.dumps(fault)),
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + limit(60)
+        rows = workers = []
+        while (len(rows) < 60 or len(workers) < 2) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            rows = read_rows(str(tmp_path / "out" / "results.jsonl"))
+            workers = _children(process.pid)
+        assert len(rows) >= 60 and len(workers) >= 2, (len(rows), workers)
+        assert "case-42" not in {row["name"] for row in rows}
+        os.kill(process.pid, signal.SIGKILL)  # the sweep only: its workers are left
+        process.wait()
+        deadline = time.monotonic() + limit(5)
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in workers if _running(pid)]
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # whatever is left of the group
+    text = stderr.read_text()
+    assert "Traceback" not in text and "Error" not in text, text
+
+
 def test_a_case_over_the_timeout_is_killed_and_the_sweep_goes_on(tmp_path, monkeypatch):
     cases = generated_cases(6)
     path = write_jsonl(tmp_path / "few.jsonl", cases)
