@@ -322,11 +322,12 @@ def draw_inputs(case, dist, seed, value_ranges=None):
             raise FeError(
                 ValueError(f"dist must be one of {', '.join(DISTRIBUTIONS)}, but got {name!r}")
             )
-    for value_range in ranges:
+    for name, value_range in zip(dists, ranges):
         if value_range is not None and (
             len(value_range) != 2
             or not all(math.isfinite(float(v)) for v in value_range)
-            or float(value_range[0]) > float(value_range[1])
+            # a normal's range is [mean, standard deviation]: no order
+            or (name != "normal" and float(value_range[0]) > float(value_range[1]))
         ):
             raise FeError(
                 ValueError(f"a value range must be [lo, hi], lo <= hi, but got {value_range!r}")
