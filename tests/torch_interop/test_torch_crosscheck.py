@@ -25,6 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import pypto  # noqa: E402
 import pypto.torch as pt  # noqa: E402
+from pypto.bench.crosscheck import resnet18  # noqa: E402
 
 CONV_BACKWARD = torch.ops.aten.convolution_backward.default
 
@@ -100,39 +101,8 @@ class CorruptGradInput(TorchDispatchMode):
 
 
 def resnet18_like(width=64, classes=10):
-    """ResNet-18's layout (7x7/2 stem, max pool, 4 stages of 2 basic blocks, 1x1/2 downsample
-    convs, global pool, fc), built by hand: torchvision is not needed."""
-
-    class Block(nn.Module):
-        def __init__(self, cin, cout, stride):
-            super().__init__()
-            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(cout)
-            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(cout)
-            self.down = None
-            if stride != 1 or cin != cout:
-                self.down = nn.Sequential(
-                    nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
-                )
-
-        def forward(self, x):
-            y = torch.relu(self.bn1(self.conv1(x)))
-            y = self.bn2(self.conv2(y))
-            return torch.relu(y + (x if self.down is None else self.down(x)))
-
-    layers = [
-        nn.Conv2d(3, width, 7, 2, 3, bias=False),
-        nn.BatchNorm2d(width),
-        nn.ReLU(),
-        nn.MaxPool2d(3, 2, 1),
-    ]
-    cin = width
-    for i, cout in enumerate((width, 2 * width, 4 * width, 8 * width)):
-        layers += [Block(cin, cout, 1 if i == 0 else 2), Block(cout, cout, 1)]
-        cin = cout
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
-    return nn.Sequential(*layers)
+    """ResNet-18's layout (pypto.bench.crosscheck builds it, as torchvision lays it out)."""
+    return resnet18(torch, classes=classes, width=width)
 
 
 # --- the small CNN --------------------------------------------------------------------------------

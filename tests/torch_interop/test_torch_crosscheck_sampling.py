@@ -57,7 +57,7 @@ def test_every_judges_each_layer_once_in_every_passes(every, entries):
             assert r["status"] == "skipped" and r["reason"] == f"not sampled (every={every})"
             assert r["max_ulp"] is None and r["call"] not in xc.failures
     modules = [r["module"] for r in xc.rows if r["call"] in judged]
-    assert sorted(modules) == sorted(_conv_names(model) - {"0"})  # each once
+    assert sorted(modules) == sorted(_conv_names(model) - {"conv1"})  # each once
 
 
 def test_a_budget_of_the_whole_time_judges_everything_and_a_tiny_one_almost_nothing():
