@@ -322,7 +322,7 @@ def _warn_unreadable(cases):
     unread = [case for case in cases if case.get("unreadable") is not None]
     if unread:
         print(
-            f"warning: {len(unread)} cases cannot be read and become refused rows (rule "
+            f"warning: {len(unread)} of the cases cannot be read: refused rows (rule "
             f"{UNREADABLE}); the first: {unread[0]['unreadable']}",
             file=sys.stderr,
         )

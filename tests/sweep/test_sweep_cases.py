@@ -200,7 +200,7 @@ def test_a_case_pypto_cannot_read_is_a_refused_row_and_the_others_run(
     code, bad, out = _sweep_beside_a_good_file(tmp_path, name, text)
     captured = capsys.readouterr()
     assert code == 0, captured.err  # a refused row is expected, as the op's refusals are
-    assert "warning: 1 cases cannot be read and become refused rows" in captured.err
+    assert "warning: 1 of the cases cannot be read: refused rows (rule unreadable)" in captured.err
     assert "refused by rule: unreadable 1" in captured.out
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [row["status"] for row in rows] == ["pass", "refused"]
