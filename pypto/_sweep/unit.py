@@ -222,36 +222,12 @@ def judge_folder(folder, standard=None, row=None):
     from .._golden.accuracy import DEFAULT_STANDARD
     from .._golden.calls import judged
     from .._golden.files import read_case, read_inputs, read_result
-    from ..testing import compare
 
     made, manifest = read_case(folder)
     actual = read_result(folder, made, _output_path(folder), manifest)
     dy, w, golden, reference = read_inputs(folder, made, manifest)
-    result = compare(
-        actual,
-        dy,
-        w,
-        list(made.input_size),
-        made.strides,
-        made.paddings,
-        made.dilations,
-        tiles=(made.l1, made.l0, made.vec),
-        standard=standard or DEFAULT_STANDARD,
-        golden=golden,
-        reference=reference,
-    )
-    own = compare(
-        reference,
-        dy,
-        w,
-        list(made.input_size),
-        made.strides,
-        made.paddings,
-        made.dilations,
-        tiles=(made.l1, made.l0, made.vec),
-        golden=golden,
-        reference=reference,
-    )
+    result = _judge(made, dy, w, actual, golden, reference, standard or DEFAULT_STANDARD)
+    own = _judge(made, dy, w, reference, golden, reference)
     fields = judged(result)
     fields.update(
         standard=standard or DEFAULT_STANDARD,
@@ -265,13 +241,21 @@ def judge_folder(folder, standard=None, row=None):
     return made, fields
 
 
+def _judge(made, dy, w, actual, golden, reference, standard=None):
+    """``pypto.testing.compare``'s judgement of ``actual`` against the golden, on the Case the
+    folder or the case file made (its tiles: the localisation's task grid)."""
+    from .._golden.accuracy import DEFAULT_STANDARD
+    from .._golden.judge import judge_case
+
+    return judge_case(made, dy, w, actual, standard or DEFAULT_STANDARD, golden, reference)
+
+
 def _golden(case, folder, row, keep):
     """Check pypto's own result against the proven bound; write the golden case as ``keep``
     says (in the case's layouts)."""
     from .._core.memory import check_host_memory
     from .._golden.case import draw_inputs, golden_dgrad, pypto_dgrad
     from .._golden.files import write_case
-    from ..testing import compare
 
     made = _make(case)
     _fill_case(row, made)
@@ -289,18 +273,7 @@ def _golden(case, folder, row, keep):
     )
     golden = golden_dgrad(made, dy, w)
     reference = pypto_dgrad(made, dy, w)
-    own = compare(
-        reference,
-        dy,
-        w,
-        list(made.input_size),
-        made.strides,
-        made.paddings,
-        made.dilations,
-        tiles=(made.l1, made.l0, made.vec),
-        golden=golden,
-        reference=reference,
-    )
+    own = _judge(made, dy, w, reference, golden, reference)
     outside = int(own.localisation.outside_count)
     if keep == "all" or (keep == "failed" and outside != 0):
         write_case(
@@ -348,7 +321,7 @@ def run_case(case, out_dir, *, threads=None, standard=None, keep="all"):
     with the rule, another fault a row with the error. ``threads``: pypto's CPU threads for
     this call (default: pypto's setting). ``keep``: which folders are written (:data:`KEEP`:
     "all"; "failed", only a case whose row is not a pass; "rows", none)."""
-    from .. import options
+    from .._core.options import options
     from .._golden.calls import json_row
 
     if keep not in KEEP:
