@@ -299,7 +299,9 @@ def judge_sweep(out_dir, standard=None):
             continue
         start = time.perf_counter()
         row = dict(known.get(name) or _unknown_row(name))
+        # a judgement is no sweep run: no started, no elapsed
         row.update(host=socket.gethostname(), pid=os.getpid(), rule=None, reason=None)
+        row.update(started=None, elapsed=None)
         try:
             judge_folder(folder, standard, row)
         except PyptoError as exc:
