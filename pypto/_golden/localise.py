@@ -1,11 +1,16 @@
-"""Where a dgrad result is wrong, in the terms of the NPU kernel: image, channel block, M tile.
+"""Where a dgrad result is wrong, in the terms of the NPU kernel: image, channel block, M tile,
+and inside a failing task the 16-channel blocks and row bands that hold the errors.
 
 The NPU launch plan cuts dx of one image into tasks (``pypto/_core/tiling.py``, ``task_grid``):
 tileNL1 input channels (at most Cin rounded up to 16) by tileML1 pixels of whole image rows
 (``tileML1 // Win`` rows when tileML1 >= Win, else one row; taller when one image would need
 more than 65535 tasks). A fault in one task's tiling, halo or tail shows as errors confined to
 one (image, channel block, M tile) box; this module counts them per image, per block, per tile
-and per task, lists the worst elements, and draws them.
+and per task, lists the worst elements, and names the *regions* inside each failing task: its
+runs of 16-channel blocks (C0, the channels of one fractal of the NC1HWC0 layout the kernel
+moves) that hold elements outside the bound, each with its bands of consecutive rows that do.
+A task with more than MAX_REGIONS of them is named by one box around them all. The picture is
+``pypto._golden.heatmap``.
 
 An element is *outside the bound* when it is off the golden by more than any fp32-accumulating
 kernel with one final rounding can be: one ulp of the output dtype plus K * 2^-24 * sum|dy * w|
@@ -13,21 +18,65 @@ kernel with one final rounding can be: one ulp of the output dtype plus K * 2^-2
 summation order, has no element outside it.
 """
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from .._core.fileio import atomic_writer
-from .._core.tiling import ceil_div, task_grid
-from ..error import FeError
+from .._core.tiling import C0, task_grid
 from .accuracy import json_ready
+from .heatmap import PLOT_UNITS, check_plot_path, draw, plotting_available
 
-__all__ = ["Localisation", "task_grid", "PLOT_UNITS", "check_plot_path", "plotting_available"]
+__all__ = [
+    "Localisation",
+    "Region",
+    "task_grid",
+    "PLOT_UNITS",
+    "check_plot_path",
+    "plotting_available",
+]
 
 MAX_ROWS = 16  # rows per table section before only the worst are shown
-MAX_PANELS = 8  # channel blocks drawn
-PLOT_UNITS = ("ulp", "relative", "bound")
+MAX_REGIONS = 4  # regions named in one task before one box around them replaces them
+
+
+def _span(word, lo, hi):
+    return f"{word}s {lo}-{hi}" if hi > lo else f"{word} {lo}"
+
+
+def _runs(flags):
+    """[(first, last)] of the runs of True in a 1-D bool array."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], flags.astype(np.int8), [0]))))
+    return [(int(a), int(b) - 1) for a, b in zip(edges[::2], edges[1::2])]
+
+
+@dataclass(frozen=True)
+class Region:
+    """Elements outside the bound inside one failing task: a run of 16-channel blocks by a band
+    of consecutive rows, every column (channels and rows as (first, last), inclusive)."""
+
+    image: int
+    channels: tuple
+    rows: tuple
+    outside: int
+    elements: int
+    max_ulp: float
+    channel_block: int  # the task's
+    m_tile: int
+
+    @property
+    def where(self):
+        return f"image {self.image}, {_span('channel', *self.channels)}, {_span('row', *self.rows)}"
+
+    def as_dict(self):
+        return {
+            "image": self.image,
+            "channels": list(self.channels),
+            "rows": list(self.rows),
+            "outside": self.outside,
+            "elements": self.elements,
+            "max_ulp": json_ready(self.max_ulp),
+            "where": self.where,
+        }
 
 
 @dataclass
@@ -70,12 +119,13 @@ class Localisation:
                 errors.mismatch, np.inf, np.where(bound > 0, errors.abs / bound, 0.0)
             )
         self._over = np.nan_to_num(self._over, nan=0.0, posinf=np.inf)
+        self._regions = None  # regions(), computed when first asked for
         outside = self._over > 1.0
         self.outside = outside
         self.outside_count = int(outside.sum())
         c_starts = np.arange(0, p.cin, self.channels_per_block)
         h_starts = np.arange(0, p.hin, self.rows_per_tile)
-        self._c_starts, self._h_starts = c_starts, h_starts
+        self.channel_starts = c_starts
         # per task (image, channel block, M tile)
         self.task_outside = _reduce(outside.astype(np.int64), np.add, c_starts, h_starts)
         self.task_max_ulp = _reduce(errors.ulp, np.maximum, c_starts, h_starts)
@@ -89,6 +139,16 @@ class Localisation:
             * tile_rows[None, None, :]
             * p.win
         )
+
+    @property
+    def errors(self):
+        """The result's ``accuracy.ElementErrors``."""
+        return self._errors
+
+    @property
+    def over_bound(self):
+        """|a - g| / bound per element (inf at a NaN/Inf mismatch); > 1 is outside."""
+        return self._over
 
     # --- names of the boxes ------------------------------------------------------------------
     def block_channels(self, b):
@@ -155,6 +215,60 @@ class Localisation:
             for n, b, m in found
         ]
         return sorted(tasks, key=lambda t: (-t[3], -t[5], t[:3]))
+
+    def task_regions(self, n, b, m):
+        """The :class:`Region` list of the task (image ``n``, channel block ``b``, M tile
+        ``m``): each run of its 16-channel blocks holding elements outside the bound, by each
+        band of consecutive rows holding some in that run; one box around them all when there
+        are more than MAX_REGIONS. [] for a task within the bound."""
+        c_lo, c_hi = self.block_channels(b)
+        r_lo, r_hi = self.tile_rows(m)
+        box = self.outside[n, c_lo : c_hi + 1, r_lo : r_hi + 1]
+        if not box.any():
+            return []
+        per_channel = box.any(axis=(1, 2))
+        # C0 blocks are aligned to channel 0, as task blocks are (tileNL1 is a multiple of 16)
+        blocks = np.logical_or.reduceat(per_channel, np.arange(0, per_channel.size, C0))
+        spans = []  # (first channel, last channel, first row, last row), task-relative
+        for first, last in _runs(blocks):
+            lo, hi = first * C0, min((last + 1) * C0, per_channel.size) - 1
+            rows = box[lo : hi + 1].any(axis=(0, 2))
+            spans += [(lo, hi, top, bottom) for top, bottom in _runs(rows)]
+        if len(spans) > MAX_REGIONS:
+            spans = [
+                (
+                    min(s[0] for s in spans),
+                    max(s[1] for s in spans),
+                    min(s[2] for s in spans),
+                    max(s[3] for s in spans),
+                )
+            ]
+        regions = []
+        for lo, hi, top, bottom in spans:
+            c = slice(c_lo + lo, c_lo + hi + 1)
+            h = slice(r_lo + top, r_lo + bottom + 1)
+            regions.append(
+                Region(
+                    n,
+                    (c_lo + lo, c_lo + hi),
+                    (r_lo + top, r_lo + bottom),
+                    int(self.outside[n, c, h].sum()),
+                    (hi - lo + 1) * (bottom - top + 1) * self.case.problem.win,
+                    float(self._errors.ulp[n, c, h].max()),
+                    b,
+                    m,
+                )
+            )
+        return regions
+
+    def regions(self):
+        """Every failing task's regions (:meth:`task_regions`), the tasks in
+        :meth:`failing_tasks` order."""
+        if self._regions is None:
+            self._regions = [
+                r for task in self.failing_tasks() for r in self.task_regions(*task[:3])
+            ]
+        return self._regions
 
     def worst(self, k=10):
         """The ``k`` elements farthest outside (or nearest to) the bound, as WorstElement."""
@@ -240,6 +354,11 @@ class Localisation:
                     f"    image {n}, {self.block_name(b)}, {self.tile_name(m)}: "
                     f"{outside} of {elements} outside, max {max_ulp:.3g} ulp"
                 )
+                lines += [
+                    f"      region {r.where}: {r.outside} of {r.elements} outside, max "
+                    f"{r.max_ulp:.3g} ulp"
+                    for r in self.task_regions(n, b, m)
+                ]
         else:
             lines.append(f"  every one of the {total_tasks} tasks is within the bound")
         worst = self.worst(top)
@@ -262,8 +381,9 @@ class Localisation:
         return self.format()
 
     def as_dict(self, top=10):
-        """JSON-ready: the task grid, the boxes' counts, the failing tasks and the worst
-        elements (``top`` of them); box rows as in :meth:`format`, every one of them."""
+        """JSON-ready: the task grid, the boxes' counts, the failing tasks with their regions
+        and the worst elements (``top`` of them); box rows as in :meth:`format`, every one of
+        them."""
         keys = ("where", "elements", "outside", "max_ulp", "pypto_max_ulp", "max_abs_error")
 
         def rows(section):
@@ -298,201 +418,13 @@ class Localisation:
                     "outside": o,
                     "elements": e,
                     "max_ulp": json_ready(u),
+                    "regions": [r.as_dict() for r in self.task_regions(n, b, m)],
                 }
                 for n, b, m, o, e, u in self.failing_tasks()
             ],
             "worst": [json_ready(vars(e)) for e in self.worst(top)],
         }
 
-    # --- the picture ---------------------------------------------------------------------------
     def plot(self, path, units="ulp"):
-        """Save a heatmap of the error over (H, W), one panel per channel block (the worst
-        MAX_PANELS when there are more), max over the images and the block's channels, with the
-        M tile boundaries drawn and the tiles holding elements outside the bound framed in red.
-
-        ``units``: "ulp" (|a - g| / ulp of the output dtype at g), "relative"
-        (|a - g| / (|g| + 1e-7)) or "bound" (|a - g| / the bound). Needs matplotlib.
-        """
-        if units not in PLOT_UNITS:
-            raise FeError(
-                ValueError(f"units must be one of {', '.join(PLOT_UNITS)}, but got {units!r}")
-            )
-        figure_type, canvas_type, colors, patches = _matplotlib()
-        path, fmt = check_plot_path(path)
-        p = self.case.problem
-        values = {"ulp": self._errors.ulp, "relative": self._errors.rel, "bound": self._over}[units]
-        floor = {"ulp": 0.25, "relative": 1e-5, "bound": 1e-2}[units]
-        label = {
-            "ulp": f"|actual - golden| in ulps of {self.case.dtype_name}",
-            "relative": "|actual - golden| / (|golden| + 1e-7)",
-            "bound": "|actual - golden| / bound (> 1: outside)",
-        }[units]
-        # per block: max over the images and the block's channels, (blocks, H, W)
-        per_block = np.maximum.reduceat(values.max(axis=0), self._c_starts, axis=0)
-        mismatch = np.add.reduceat(self._errors.mismatch.sum(axis=0), self._c_starts, axis=0) > 0
-        outside_tiles = self.task_outside.sum(axis=0) > 0  # (blocks, tiles)
-        order = sorted(
-            range(self.channel_blocks), key=lambda b: (-int(self.task_outside[:, b].sum()), b)
-        )[:MAX_PANELS]
-        order.sort()
-        finite = per_block[np.isfinite(per_block)]
-        vmax = max(float(finite.max()) if finite.size else floor, floor * 16)
-        shown = np.clip(np.where(np.isfinite(per_block), per_block, vmax), floor, vmax)
-
-        cols = min(len(order), 4)
-        rows = ceil_div(len(order), cols)
-        aspect = p.hin / p.win
-        panel_w = 3.6
-        panel_h = min(max(panel_w * aspect, 1.6), 6.0)
-        fig = figure_type(
-            figsize=(max(panel_w * cols + 1.4, 7.5), panel_h * rows + 1.4),
-            dpi=80,
-            layout="constrained",
-        )
-        canvas_type(fig)
-        axes = fig.subplots(rows, cols, squeeze=False)
-        norm = colors.LogNorm(vmin=floor, vmax=vmax)
-        image = None
-        for slot, ax in enumerate(axes.ravel()):
-            if slot >= len(order):
-                ax.set_visible(False)
-                continue
-            b = order[slot]
-            image = ax.imshow(
-                shown[b], cmap="inferno", norm=norm, interpolation="nearest", aspect="auto"
-            )
-            out = int(self.task_outside[:, b].sum())
-            title = f"{self.block_name(b)}: {out} outside"
-            if out:
-                images = [int(n) for n in np.nonzero(self.task_outside[:, b].sum(axis=1))[0]]
-                title += (
-                    f" (image{'s' if len(images) > 1 else ''} "
-                    + ", ".join(str(n) for n in images[:3])
-                    + (", ..." if len(images) > 3 else "")
-                    + ")"
-                )
-            ax.set_title(title, fontsize=9, color="red" if out else "black")
-            if self.m_tiles <= 64:
-                for m in range(1, self.m_tiles):
-                    ax.axhline(m * self.rows_per_tile - 0.5, color="#7fdbff", lw=0.8, alpha=0.9)
-            for m in range(self.m_tiles):
-                if outside_tiles[b, m]:
-                    lo, hi = self.tile_rows(m)
-                    ax.add_patch(
-                        patches.Rectangle(
-                            (-0.5, lo - 0.5),
-                            p.win,
-                            hi - lo + 1,
-                            fill=False,
-                            edgecolor="#ff2020",
-                            lw=3,
-                            linestyle="--",
-                        )
-                    )
-            ys, xs = np.nonzero(mismatch[b])
-            if ys.size:
-                ax.plot(xs, ys, "x", color="#00ff66", ms=6, mew=1.5)
-            if self.m_tiles <= 12:
-                centres = [
-                    (self.tile_rows(m)[0] + self.tile_rows(m)[1]) / 2 for m in range(self.m_tiles)
-                ]
-                ax.set_yticks(centres)
-                ax.set_yticklabels([f"M{m}" for m in range(self.m_tiles)], fontsize=8)
-                ax.set_ylabel(f"M tile ({self.rows_per_tile} row(s) each)", fontsize=8)
-            else:
-                ax.tick_params(labelsize=8)
-                ax.set_ylabel("h", fontsize=8)
-            ax.tick_params(axis="x", labelsize=8)
-            ax.set_xlabel("w", fontsize=8)
-        more = (
-            f"; the {len(order)} worst of {self.channel_blocks} channel blocks"
-            if self.channel_blocks > len(order)
-            else ""
-        )
-        lines = (
-            "M tile boundaries (blue lines)"
-            if self.m_tiles <= 64
-            else f"{self.m_tiles} M tiles (lines omitted)"
-        )
-        fig.suptitle(
-            f"dgrad {self.case.dtype_name} {list(self.case.input_size)}: "
-            f"{self.outside_count} elements outside the bound{more}\n"
-            f"max over images and the block's channels; {lines};\n"
-            f"red frame: tile with elements outside the bound, x: NaN/Inf mismatch",
-            fontsize=9,
-        )
-        bar = fig.colorbar(image, ax=axes, shrink=0.9, aspect=30)
-        bar.set_label(label, fontsize=8)
-        bar.ax.tick_params(labelsize=8)
-        try:
-            with atomic_writer(path, "wb") as f:  # a failed plot leaves the old file
-                fig.savefig(f, format=fmt)
-        except (OSError, ValueError, RuntimeError) as exc:  # ValueError: a format it refuses
-            raise FeError(ValueError(f"cannot write the plot to {path}: {exc}")) from None
-        return path
-
-
-def _matplotlib():
-    """matplotlib's Figure, the Agg canvas, colors and patches, imported on first use only."""
-    try:
-        from matplotlib import colors, patches
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise FeError(
-            RuntimeError(
-                "plotting needs matplotlib, which is not installed: "
-                "pip install matplotlib (or pip install 'pypto[plot]')"
-            )
-        ) from None
-    return Figure, FigureCanvasAgg, colors, patches
-
-
-def check_plot_path(path):
-    """(path, format) for savefig, or a PyptoError before anything is drawn: an empty path, a
-    folder, a missing or read-only folder, or an extension matplotlib cannot write. A name
-    without an extension is a PNG written under that very name (matplotlib would add .png)."""
-    try:
-        path = os.fspath(path)
-    except TypeError:
-        raise FeError(
-            TypeError(f"the plot path must be a str or os.PathLike, but got {path!r}")
-        ) from None
-    if not isinstance(path, str) or not path.strip() or "\0" in path:
-        raise FeError(ValueError(f"the plot path is {path!r}: give a file name such as dx.png"))
-    if os.path.isdir(path) or path.endswith(("/", os.sep)):
-        raise FeError(
-            ValueError(
-                f"cannot write the plot to {path}: it is a folder; give a file "
-                f"name such as {os.path.join(path, 'dx.png')}"
-            )
-        )
-    _matplotlib()  # its clear error when matplotlib is missing
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    extension = os.path.splitext(path)[1]
-    fmt = extension[1:].lower() if extension else "png"
-    supported = FigureCanvasBase.get_supported_filetypes()
-    if fmt not in supported:
-        raise FeError(
-            ValueError(
-                f"cannot write the plot to {path}: matplotlib cannot write "
-                f"'{extension}' files (it writes "
-                f"{', '.join('.' + f for f in sorted(supported))})"
-            )
-        )
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise FeError(
-            OSError(f"cannot write the plot to {path}: {folder} is not a writable folder")
-        )
-    return path, fmt
-
-
-def plotting_available():
-    """None when matplotlib can be imported, else the PyptoError plot() would raise."""
-    try:
-        _matplotlib()
-    except FeError as exc:
-        return exc
-    return None
+        """Save the heatmap of the error (``pypto._golden.heatmap.draw``); return ``path``."""
+        return draw(self, path, units)
