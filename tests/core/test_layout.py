@@ -1,5 +1,6 @@
-"""The tree's shape, read from the source with ``ast`` (nothing is imported): no import cycle
-between pypto's modules, and no module longer than a reader can hold unless it is a table.
+"""The tree's shape, read from the source with ``ast`` (nothing is imported): each layer imports
+only what README's Layout table lets it, no import cycle between pypto's modules, and no module
+longer than a reader can hold unless it is a table.
 
 Imports inside functions count: a cycle hidden behind a lazy import is still two modules that
 cannot be understood (or moved) one without the other.
@@ -95,6 +96,68 @@ def cycles(graph):
                 if len(component) > 1:
                     found.append(sorted(component))
     return found
+
+
+# README's Layout table, "may import": layer -> the layers it may import. A layer is a folder
+# (pypto._core) or a top-level module; "*" is anything.
+PUBLIC = {"pypto", "pypto.tensor", "pypto.error", "pypto.config", "pypto.pypto_impl"}
+PUBLIC |= {"pypto.frontend", "pypto.testing", "pypto.sweep", "pypto.device", "pypto.torch"}
+MAY_IMPORT = {
+    "pypto._dtypes": {"pypto.error"},
+    "pypto._version": set(),
+    "pypto.pypto_impl": {"pypto._dtypes"},
+    "pypto.error": set(),
+    "pypto._core": {"pypto._dtypes", "pypto.error", "pypto.tensor", "pypto.pypto_impl"},
+    "pypto.tensor": {"pypto._core", "pypto._dtypes", "pypto.error"},
+    "pypto.config": {"pypto.pypto_impl", "pypto._core", "pypto.error"},
+    "pypto.frontend": {"pypto._core", "pypto.error", "pypto.tensor"},
+    "pypto._convbp": {"pypto._core", "pypto.device", "pypto._kernels", "pypto.error"}
+    | {"pypto.tensor"},
+    "pypto._kernels": {"pypto._core", "pypto._dtypes", "pypto.error", "pypto._version"},
+    "pypto._kernels.kernel": set(),
+    "pypto._npu": {"pypto._core", "pypto._dtypes", "pypto.error", "pypto.tensor"}
+    | {"pypto.pypto_impl", "pypto._version", "pypto._npu.kernel"},
+    "pypto._npu.kernel": set(),
+    "pypto.device": {"pypto._core", "pypto._npu", "pypto._kernels", "pypto.error"},
+    "pypto._golden": {"pypto._core", "pypto._dtypes", "pypto.error", "pypto.tensor"}
+    | {"pypto.pypto_impl", "pypto._version", "pypto._convbp", "pypto._kernels"},
+    "pypto.testing": {"pypto._golden", "pypto.error"},
+    "pypto._sweep": {"pypto._core", "pypto._dtypes", "pypto._golden", "pypto.error"}
+    | {"pypto.tensor", "pypto._version"},
+    "pypto.sweep": {"pypto._sweep"},
+    "pypto.torch": PUBLIC
+    | {"pypto._core", "pypto._dtypes", "pypto._golden", "pypto._convbp", "pypto._version"},
+    "pypto": PUBLIC | {"pypto._core", "pypto._dtypes", "pypto._convbp", "pypto._version"},
+    "pypto._cli": "*",
+    "pypto.bench": "*",
+    "pypto.__main__": "*",
+}
+
+
+def layer_of(module):
+    """The layer of a module: its folder under pypto/ (two levels for the kernels' folders), or
+    the top-level module itself."""
+    parts = module.split(".")
+    if len(parts) > 2 and parts[2] == "kernel" and parts[1] in ("_kernels", "_npu"):
+        return ".".join(parts[:3])
+    if len(parts) > 1 and ".".join(parts[:2]) in MAY_IMPORT:
+        return ".".join(parts[:2])
+    return module
+
+
+def test_each_layer_imports_only_what_the_layout_table_allows():
+    found = []
+    for module, targets in import_graph().items():
+        layer = layer_of(module)
+        allowed = MAY_IMPORT.get(layer)
+        assert allowed is not None, f"{module}: layer {layer} is missing from MAY_IMPORT"
+        if allowed == "*":
+            continue
+        for target in sorted(targets):
+            other = layer_of(target)
+            if other != layer and other not in allowed:
+                found.append(f"{module} imports {target}")
+    assert not found, "imports the Layout table does not allow:\n" + "\n".join(found)
 
 
 def test_the_graph_reader_sees_the_imports_it_must():
