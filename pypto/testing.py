@@ -133,7 +133,7 @@ def assert_dgrad_close(
 
 
 @argument_errors_are_pypto_errors
-def compare_msprobe(path, standard=DEFAULT_STANDARD):
+def compare_msprobe(path, standard=DEFAULT_STANDARD, api=None):
     """Judge every conv2d backward call of an msprobe dump (``pypto compare --msprobe``).
 
     >>> report = pypto.testing.compare_msprobe("dump/step0", standard="dual-L0")
@@ -147,20 +147,26 @@ def compare_msprobe(path, standard=DEFAULT_STANDARD):
         dump.json (a step or rank folder) or any folder above it (every dump.json below is
         read), or a dump.json
     standard : one of ``STANDARDS`` or "all": what decides each call's verdict
+    api : None (every call), or the calls whose api name (``Functional.conv2d.1.backward``)
+        or msprobe's name of their grad_input (``...backward.output.0``) is this or matches
+        it as a shell glob (``"*conv2d.1*"``)
 
     Returns
     -------
     ``pypto._golden.msprobe.MsprobeReport``: ``rows`` (one JSON-ready dict per call: api,
     shapes, dtype, conv parameters, status "pass" / "fail" / "skipped" and the reason, every
     standard's verdict with its numbers, max ulp, elements outside the fp32-accumulation bound,
-    failing tasks), ``passed``, ``judged`` / ``failed`` / ``skipped`` counts, ``as_dict()``,
-    ``write_json(path)``, ``write_csv(path)``. Each call is judged as :func:`compare` judges
-    a result: grad_input against the float64 golden of the dumped grad_output and weight.
+    failing tasks and their regions, msprobe's accuracy columns against the golden),
+    ``passed``, ``judged`` / ``failed`` / ``skipped`` counts, ``same`` (Module entries of a
+    mix dump judged once, as their Functional call), ``result`` (the CompareResult when one
+    call was chosen: ``result.plot(path)``), ``as_dict()``, ``write_json(path)``,
+    ``write_csv(path)``. Each call is judged as :func:`compare` judges a result: grad_input
+    against the float64 golden of the dumped grad_output and weight.
 
     Raises a PyptoError for a dump without tensors (task "statistics"), a missing or unreadable
-    tensor file, or a dump without any conv2d backward call.
+    tensor file, a dump without any conv2d backward call, or none that ``api`` names.
     """
     from ._golden.msprobe import judge_dump  # the dump reader is loaded only when used
 
     check_standard(standard)
-    return judge_dump(path, standard)
+    return judge_dump(path, standard, api)

@@ -1,7 +1,8 @@
-"""``compare``: a kernel's result judged against a golden case (``DIR``) or every conv2d
-backward call of an msprobe dump (``--msprobe``) by CANN's accuracy standards."""
+"""``compare``: a kernel's result judged against a golden case (``DIR``) or the conv2d backward
+calls of an msprobe dump (``--msprobe``; ``--api`` chooses calls, and one chosen call gets a
+golden case's report, heatmap and, with ``--extract``, a golden case folder) by CANN's accuracy
+standards."""
 
-import os
 import sys
 
 import pypto
@@ -12,6 +13,9 @@ from pypto.error import FeError
 from .args import add_dtype, natural
 
 NAME = "compare"
+DEFAULT_TOP = 10  # worst elements listed
+# the options of --msprobe alone: option -> its attribute
+_MSPROBE_ONLY = {"--api": "api", "--extract": "extract", "--out": "out", "--force": "force"}
 
 
 def add_parser(commands, common):
@@ -32,12 +36,34 @@ def add_parser(commands, common):
         help="judge every conv2d backward call of an msprobe dump (task "
         "tensor; a step or rank folder holding dump.json, or any folder "
         "above it): one line per call, then a summary; exit 1 when a "
-        "judged call fails (--top and --plot-units do not apply)",
+        "judged call fails",
+    )
+    parser.add_argument(
+        "--api",
+        metavar="NAME",
+        help="with --msprobe: only the calls whose api name (Functional.conv2d.1.backward) "
+        "or grad_input name (...backward.output.0) is NAME or matches it as a glob "
+        "('*conv2d.1*'); one call chosen: its whole report, --top and --plot",
+    )
+    parser.add_argument(
+        "--extract",
+        metavar="NAME",
+        help="with --msprobe and --out: write the one call NAME (as --api) as a golden case "
+        "folder, the dumped grad_input as output/output.bin, for `pypto compare DIR`",
+    )
+    parser.add_argument(
+        "--out", metavar="DIR", help="with --extract: the golden case folder to write"
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="with --extract: replace a case already in --out (deleting its old results)",
     )
     parser.add_argument(
         "--csv",
         metavar="PATH",
-        help="with --msprobe: also write the table as CSV, one row per call",
+        help="with --msprobe: also write the table, one row per call: CSV, or .xlsx "
+        "(needs openpyxl)",
     )
     parser.add_argument(
         "--actual",
@@ -70,9 +96,9 @@ def add_parser(commands, common):
     parser.add_argument(
         "--top",
         type=natural,
-        default=10,
+        default=None,
         metavar="K",
-        help="how many worst elements to list (default 10)",
+        help="how many worst elements to list (default 10; with --msprobe: of the one call chosen)",
     )
     add_dtype(parser, help="must match the manifest's")
 
@@ -96,6 +122,9 @@ def handle(args):
         return _handle_msprobe(args)
     if args.csv is not None:
         raise FeError(ValueError("--csv writes the --msprobe table; for a golden case use --json"))
+    for option, value in _MSPROBE_ONLY.items():
+        if getattr(args, value) not in (None, False):
+            raise FeError(ValueError(f"{option} applies to --msprobe DUMP_DIR, not to a case"))
     if args.dir is None:
         raise FeError(
             ValueError(
@@ -112,15 +141,8 @@ def handle(args):
             raise missing
         check_plot_path(args.plot)  # so must a format matplotlib cannot write
     if args.json is not None:  # before any work, like the plot
-        folder = os.path.dirname(os.path.abspath(args.json))
-        if os.path.isdir(args.json):
-            raise FeError(OSError(f"cannot write the JSON report {args.json}: it is a folder"))
-        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-            raise FeError(
-                OSError(
-                    f"cannot write the JSON report {args.json}: {folder} is not a writable folder"
-                )
-            )
+        _calls.check_report_path(args.json, "JSON")
+    top = DEFAULT_TOP if args.top is None else args.top
     case, manifest = read_case(args.dir)
     if args.dtype_given and args.dtype != case.dtype_name:
         raise FeError(
@@ -152,9 +174,9 @@ def handle(args):
     )
     # the report and the JSON first: a plot that fails must not take the verdict with it
     print(f"pypto {pypto.__version__}: {path} against the golden in {args.dir}")
-    print(result.report(args.top))
+    print(result.report(top))
     if args.json is not None:
-        report = result.as_dict(args.top)
+        report = result.as_dict(top)
         report.update(actual=str(path), case_dir=str(args.dir))
         _calls.write_json(args.json, report)
         print(f"JSON report: {args.json}")
@@ -166,17 +188,63 @@ def handle(args):
 
 
 def _handle_msprobe(args):
-    """``compare --msprobe DUMP_DIR``: every conv2d backward call of an msprobe dump, one line
-    each, then the summary; exit 0 when no judged call fails, 1 when one does."""
-    from pypto import testing
+    """``compare --msprobe DUMP_DIR``: the conv2d backward calls of an msprobe dump (those
+    --api or --extract names), one line each, then the summary; one call chosen: its whole
+    report, the heatmap, the golden case folder. Exit 0 when no judged call fails, 1 when one
+    does; every option is checked, and the dump.json files read, before any tensor is."""
+    from pypto._golden import msprobe
+    from pypto._golden.files import check_case_folder
+
+    _check_msprobe_options(args)
+    pattern = args.extract if args.extract is not None else args.api
+    dumps, calls = msprobe.read_calls(args.msprobe, pattern)
+    drill = args.plot is not None or args.top is not None or args.extract is not None
+    chosen = msprobe.chosen_calls(calls)
+    if drill:
+        _check_one_call(args, chosen)
+    if args.extract is not None:
+        check_case_folder(args.out, args.force)
+    report = msprobe.judge_calls(args.msprobe, dumps, calls, args.standard)
+    top = DEFAULT_TOP if args.top is None else args.top
+    print(
+        f"pypto {pypto.__version__}: conv2d backward calls in the msprobe dump "
+        f"{args.msprobe} ({len(report.dumps)} dump.json)"
+    )
+    print(report.text())
+    if report.judged == 0:
+        print("warning: no call was judged (every one is skipped, reasons above)", file=sys.stderr)
+    if report.result is not None and (drill or args.api is not None):
+        print(report.chosen_text(top))
+    if args.json is not None:
+        report.write_json(args.json, top)
+        print(f"JSON report: {args.json}")
+    if args.csv is not None:
+        report.write_csv(args.csv)
+        print(f"CSV table: {args.csv}")
+    if drill and report.result is None:  # judging found it too large: the row says why
+        raise FeError(ValueError(f"{chosen[0].api} was not judged: {report.rows[0]['reason']}"))
+    if args.extract is not None:
+        _, removed, actual = msprobe.extract_call(chosen[0], report.result, args.out, args.force)
+        print(f"golden case: {args.out} ({chosen[0].api}; the dumped grad_input is {actual})")
+        if removed:
+            print(f"  removed the old case's {', '.join(removed)} (--force)")
+        print(f"next: pypto compare {args.out} --plot {args.out}/dx.png --top 5")
+    if args.plot is not None:
+        sys.stdout.flush()
+        report.result.plot(args.plot, args.plot_units)
+        print(f"plot: {args.plot}")
+    return 0 if report.passed else 1
+
+
+def _check_msprobe_options(args):
+    """Every --msprobe option checked before any work: one PyptoError (an error: line)."""
     from pypto._golden.files import check_path
-    from pypto._golden.msprobe import check_report_path
+    from pypto._golden.localise import check_plot_path, plotting_available
 
     check_path(args.msprobe, "the msprobe dump DUMP_DIR", folder=True)
     for option, given in (
         ("DIR", args.dir is not None),
         ("--actual", args.actual is not None),
-        ("--plot", args.plot is not None),
         ("--dtype", args.dtype_given),
     ):
         if given:
@@ -186,22 +254,47 @@ def _handle_msprobe(args):
                     f"(which reads every tensor from the dump)"
                 )
             )
-    for option, value, what in (("--json", args.json, "JSON"), ("--csv", args.csv, "CSV")):
-        if value is not None:  # before any work
-            check_path(value, option)
-            check_report_path(value, what)
-    report = testing.compare_msprobe(args.msprobe, standard=args.standard)
-    print(
-        f"pypto {pypto.__version__}: conv2d backward calls in the msprobe dump "
-        f"{args.msprobe} ({len(report.dumps)} dump.json)"
-    )
-    print(report.text())
-    if report.judged == 0:
-        print("warning: no call was judged (every one is skipped, reasons above)", file=sys.stderr)
+    if args.api is not None and args.extract is not None:
+        raise FeError(ValueError("give --api or --extract, not both (--extract NAME chooses too)"))
+    if (args.out is not None or args.force) and args.extract is None:
+        raise FeError(ValueError("--out and --force go with --extract NAME"))
+    if args.extract is not None and args.out is None:
+        raise FeError(ValueError("--extract NAME needs --out DIR, the golden case folder"))
+    for option in ("api", "extract"):
+        value = getattr(args, option)
+        if value is not None and not value.strip():
+            raise FeError(ValueError(f"--{option} is empty: give a call's name or a glob"))
     if args.json is not None:
-        report.write_json(args.json)
-        print(f"JSON report: {args.json}")
+        check_path(args.json, "--json")
+        _calls.check_report_path(args.json, "JSON")
     if args.csv is not None:
-        report.write_csv(args.csv)
-        print(f"CSV table: {args.csv}")
-    return 0 if report.passed else 1
+        check_path(args.csv, "--csv")
+        _calls.check_table_path(args.csv, "CSV")
+    if args.plot is not None:
+        check_path(args.plot, "--plot")
+        missing = plotting_available()
+        if missing is not None:
+            raise missing
+        check_plot_path(args.plot)
+
+
+def _check_one_call(args, chosen):
+    """--plot, --top and --extract are about one call: a PyptoError unless exactly one is
+    chosen and it is not skipped."""
+    option = next(
+        name
+        for name, value in (("--extract", args.extract), ("--plot", args.plot), ("--top", args.top))
+        if value is not None
+    )
+    if len(chosen) != 1:
+        shown = ", ".join(f"{c.label}/{c.api}" for c in chosen[:6])
+        more = f" and {len(chosen) - 6} more" if len(chosen) > 6 else ""
+        raise FeError(
+            ValueError(
+                f"{option} is about one call, but {len(chosen)} are chosen ({shown}{more}): "
+                f"pick one with --api NAME (and, for a dump of several steps or ranks, give "
+                f"that step's folder)"
+            )
+        )
+    if chosen[0].skip is not None:
+        raise FeError(ValueError(f"{option}: {chosen[0].api} is skipped: {chosen[0].skip}"))

@@ -9,33 +9,44 @@ with ``verdicts`` after ``passed`` and ``tiles`` last, then the tool's own trail
 (crosscheck: seconds). :func:`new_row` makes one, status "skipped";
 ``row.update(judged(result))`` fills in what a CompareResult found.
 
-A CSV table is the tool's leading columns, :data:`CALL_COLUMNS`, a verdict column ("pass",
-"FAIL" or empty) and a detail column per standard, then the tool's trailing columns. What the
-two tools' tables differ in, and their tests pin, is a parameter of :func:`write_csv`: the
-name of a standard's verdict column and how a list of ints (strides, paddings, dilations) is
-written.
+A CSV table is the tool's leading columns, :data:`CALL_COLUMNS`, msprobe's accuracy columns
+(:data:`METRIC_COLUMNS`, :mod:`pypto._golden.msprobe_metrics`: against the float64 golden), a
+verdict column ("pass", "FAIL" or empty) and a detail column per standard, then the tool's
+trailing columns; :func:`write_table` writes the same cells as .xlsx. What the tools' tables
+differ in, and their tests pin, is a parameter of :func:`write_csv`: the name of a standard's
+verdict column and how a list of ints (strides, paddings, dilations) is written. A row written
+before a column existed (a sweep's results file) has an empty cell there.
 """
 
 import csv
 import json
+import math
+import os
 
 from .._core.fileio import atomic_writer
 from ..error import FeError
 from .accuracy import STANDARDS, json_ready
+from .msprobe_metrics import COLUMNS as METRIC_COLUMNS
+from .msprobe_metrics import msprobe_metrics
 
 __all__ = [
     "CALL_COLUMNS",
+    "METRIC_COLUMNS",
     "new_row",
     "judged",
     "json_row",
     "counts",
     "failing_standards",
     "number",
+    "regions_text",
     "shape_text",
     "bracketed",
     "spaced",
     "csv_columns",
     "write_csv",
+    "write_table",
+    "check_report_path",
+    "check_table_path",
     "write_json",
 ]
 
@@ -59,7 +70,13 @@ CALL_COLUMNS = (
 )
 _AFTER_PASSED = CALL_COLUMNS.index("passed") + 1
 # a row's keys between the tool's leading and trailing ones: the CSV's, verdicts and tiles
-_ROW_KEYS = (*CALL_COLUMNS[:_AFTER_PASSED], "verdicts", *CALL_COLUMNS[_AFTER_PASSED:], "tiles")
+_ROW_KEYS = (
+    *CALL_COLUMNS[:_AFTER_PASSED],
+    "verdicts",
+    *CALL_COLUMNS[_AFTER_PASSED:],
+    *METRIC_COLUMNS,
+    "tiles",
+)
 
 
 # --- rows --------------------------------------------------------------------------------------
@@ -78,7 +95,8 @@ def new_row(leading, trailing=None, **known):
 
 
 def _task(loc, n, b, m, outside, elements, max_ulp):
-    """A failing task (image, channel block, M tile) of the localisation, as a row's entry."""
+    """A failing task (image, channel block, M tile) of the localisation, as a row's entry,
+    with its regions (16-channel blocks by row bands: ``Localisation.task_regions``)."""
     return {
         "image": n,
         "channel_block": b,
@@ -89,15 +107,17 @@ def _task(loc, n, b, m, outside, elements, max_ulp):
         "elements": elements,
         "max_ulp": max_ulp,
         "where": f"image {n}, {loc.block_name(b)}, {loc.tile_name(m)}",
+        "regions": [r.as_dict() for r in loc.task_regions(n, b, m)],
     }
 
 
 def judged(result):
     """What a call's ``pypto.testing.CompareResult`` gives its row (``row.update(...)``):
     status, passed, every standard's verdict with its numbers, max ulp, elements outside the
-    fp32-accumulation bound, the element count, the failing tasks (most outside first) and the
-    tiles (``l1``, ``l0``, ``vec`` and the task ``grid`` of the localisation). Floats as they
-    are: :func:`json_row` makes them JSON-ready."""
+    fp32-accumulation bound, the element count, the failing tasks (most outside first, each
+    with its regions), msprobe's columns against the golden and the tiles (``l1``, ``l0``,
+    ``vec`` and the task ``grid`` of the localisation). Floats as they are: :func:`json_row`
+    makes them JSON-ready."""
     loc = result.localisation
     return {
         "status": "pass" if result.passed else "fail",
@@ -107,6 +127,7 @@ def judged(result):
         "outside_bound": loc.outside_count,
         "elements": int(result.golden.size),
         "failing_tasks": [_task(loc, *task) for task in loc.failing_tasks()],
+        **msprobe_metrics(result.actual, result.golden),
         "tiles": {
             "l1": list(result.case.l1),
             "l0": list(result.case.l0),
@@ -171,7 +192,7 @@ _INT_LISTS = ("strides", "paddings", "dilations")
 
 
 def _cell(row, column, int_list):
-    value = row[column]
+    value = row.get(column)  # None in a row written before the column existed
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -183,10 +204,37 @@ def _cell(row, column, int_list):
     if column == "failing_tasks":
         return "; ".join(
             f"{t['where']}: {t['outside']} of {t['elements']} outside, max "
-            f"{number(t['max_ulp'])} ulp"
+            f"{number(t['max_ulp'])} ulp{_regions_text(t)}"
             for t in value
         )
     return value
+
+
+def regions_text(row, shown=3):
+    """ "image 1, channels 16-31, rows 8-11 (1534 of 1536 outside); ..." of the regions of a
+    row's failing tasks, the first ``shown`` of them, and how many more."""
+    regions = [r for t in row["failing_tasks"] for r in t.get("regions", ())]
+    text = "; ".join(
+        f"{r['where']} ({r['outside']} of {r['elements']} outside)" for r in regions[:shown]
+    )
+    more = len(regions) - shown
+    return text + (f"; and {more} more" if more > 0 else "")
+
+
+def _regions_text(task):
+    """ " (regions: channels 16-31 rows 8-11 1534/1536, ...)" of a failing task's entry."""
+    regions = task.get("regions")  # none in a row written before regions existed
+    if not regions:
+        return ""
+    return (
+        " (regions: "
+        + ", ".join(
+            f"channels {r['channels'][0]}-{r['channels'][1]} rows {r['rows'][0]}-{r['rows'][1]} "
+            f"{r['outside']}/{r['elements']}"
+            for r in regions
+        )
+        + ")"
+    )
 
 
 def _verdict_cells(verdict):
@@ -206,12 +254,12 @@ def _standards(rows):
 
 
 def csv_columns(rows, leading, trailing=(), verdict_prefix=""):
-    """The CSV header: ``leading``, CALL_COLUMNS, "<verdict_prefix><standard>" and
-    "<verdict_prefix><standard> detail" for each standard, ``trailing``."""
+    """The CSV header: ``leading``, CALL_COLUMNS, METRIC_COLUMNS, "<verdict_prefix><standard>"
+    and "<verdict_prefix><standard> detail" for each standard, ``trailing``."""
     verdicts = [
         c for s in _standards(rows) for c in (f"{verdict_prefix}{s}", f"{verdict_prefix}{s} detail")
     ]
-    return [*leading, *CALL_COLUMNS, *verdicts, *trailing]
+    return [*leading, *CALL_COLUMNS, *METRIC_COLUMNS, *verdicts, *trailing]
 
 
 def write_csv(path, rows, leading, trailing=(), verdict_prefix="", int_list=bracketed):
@@ -229,11 +277,71 @@ def csv_lines(rows, leading, trailing=(), verdict_prefix="", int_list=bracketed)
     sids = _standards(rows)
     lines = [csv_columns(rows, leading, trailing, verdict_prefix)]
     for row in rows:
-        cells = [_cell(row, c, int_list) for c in (*leading, *CALL_COLUMNS)]
+        cells = [_cell(row, c, int_list) for c in (*leading, *CALL_COLUMNS, *METRIC_COLUMNS)]
         for sid in sids:
             cells += _verdict_cells(row["verdicts"].get(sid))
         lines.append(cells + [_cell(row, c, int_list) for c in trailing])
     return lines
+
+
+def check_report_path(path, what):
+    """A PyptoError unless ``path`` can take the ``what`` report (before any work): a file
+    name, not a folder, in a writable folder."""
+    if not isinstance(path, str) or not path.strip():
+        raise FeError(ValueError(f"the {what} report path is {path!r}: give a file name"))
+    if os.path.isdir(path):
+        raise FeError(OSError(f"cannot write the {what} report {path}: it is a folder"))
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise FeError(
+            OSError(f"cannot write the {what} report {path}: {folder} is not a writable folder")
+        )
+
+
+def check_table_path(path, what):
+    """:func:`check_report_path`, and for a name ending in .xlsx, openpyxl installed."""
+    check_report_path(path, what)
+    if _is_xlsx(path):
+        _openpyxl(path, what)
+
+
+def _openpyxl(path, what):
+    try:
+        import openpyxl
+    except ImportError:
+        raise FeError(
+            ImportError(
+                f"cannot write the {what} report {path}: .xlsx needs openpyxl (pip install "
+                f"openpyxl); or write a .csv"
+            )
+        ) from None
+    return openpyxl
+
+
+def _is_xlsx(path):
+    return os.path.splitext(os.fspath(path))[1].lower() == ".xlsx"
+
+
+def write_table(
+    path, rows, leading, trailing=(), verdict_prefix="", int_list=bracketed, sheet="calls"
+):
+    """The rows as :func:`write_csv` writes them, or, for a name ending in .xlsx, the same
+    cells in the sheet ``sheet`` of an Excel workbook (numbers as numbers; needs openpyxl)."""
+    if not _is_xlsx(path):
+        write_csv(path, rows, leading, trailing, verdict_prefix, int_list)
+        return
+    book = _openpyxl(path, "xlsx").Workbook()
+    book.active.title = sheet
+    for line in csv_lines(rows, leading, trailing, verdict_prefix, int_list):
+        book.active.append([_xlsx_cell(cell) for cell in line])
+    _write(path, "xlsx", book.save, mode="wb")
+
+
+def _xlsx_cell(cell):
+    """A finite number as itself; anything else (inf, nan, text, lists) as text."""
+    if isinstance(cell, (int, float)) and not isinstance(cell, bool) and math.isfinite(cell):
+        return cell
+    return "" if cell is None else str(cell)
 
 
 def write_json(path, table):
@@ -242,11 +350,11 @@ def write_json(path, table):
     _write(path, "JSON", lambda f: (json.dump(table, f, indent=1), f.write("\n")))
 
 
-def _write(path, what, body, newline=None):
-    """``body(f)`` into ``path`` (UTF-8 text, replaced whole: ``fileio.atomic_writer``); an
-    OSError as a PyptoError that names the ``what`` report."""
+def _write(path, what, body, newline=None, mode="w"):
+    """``body(f)`` into ``path`` (UTF-8 text, or bytes with mode "wb"; replaced whole:
+    ``fileio.atomic_writer``); an OSError as a PyptoError that names the ``what`` report."""
     try:
-        with atomic_writer(path, newline=newline) as f:
+        with atomic_writer(path, mode, newline=newline) as f:
             body(f)
     except OSError as exc:
         raise FeError(OSError(f"cannot write the {what} report {path}: {exc}")) from None

@@ -1,5 +1,5 @@
 """The cross-check's table made readable: a failing call's message, the table as text, and
-the report file (JSON, or CSV by the file's name). Functions of the rows alone, which
+the report file (JSON, or CSV / xlsx by the file's name). Functions of the rows alone, which
 ``crosscheck`` keeps."""
 
 import os
@@ -13,14 +13,8 @@ from .._version import __version__
 
 def failure_text(row, standard):
     """The one-line message of a call that failed ``standard``: its problem, its worst error,
-    the failing standards and up to five failing tasks."""
-    tasks = "; ".join(
-        f"image {t['image']} channels {t['channels'][0]}-{t['channels'][1]} rows "
-        f"{t['rows'][0]}-{t['rows'][1]}: {t['outside']} of {t['elements']}"
-        for t in row["failing_tasks"][:5]
-    )
-    more = len(row["failing_tasks"]) - 5
-    tasks += f"; and {more} more" if more > 0 else ""
+    the failing standards and up to five failing regions (16-channel blocks by row bands
+    inside the failing tasks)."""
     failed = _calls.failing_standards(row)
     return (
         f"pypto crosscheck: convolution_backward call {row['call']} (grad_output "
@@ -29,7 +23,7 @@ def failure_text(row, standard):
         f"{row['dilations']}, {row['dtype']}): torch's grad_input fails "
         f"{standard}; max {row['max_ulp']:.3g} ulp, {row['outside_bound']} of "
         f"{row['elements']} elements outside the fp32-accumulation bound; failing "
-        f"standards: {', '.join(failed)}; tasks: {tasks or 'none'}"
+        f"standards: {', '.join(failed)}; regions: {_calls.regions_text(row, 5) or 'none'}"
     )
 
 
@@ -48,16 +42,18 @@ def report_dict(rows, standard, on_fail):
 
 
 def write_report(path, rows, standard, on_fail):
-    """Write the report to ``path``: CSV when it ends with .csv, else JSON; return the path."""
+    """Write the report to ``path``: CSV when it ends with .csv, an Excel sheet when it ends
+    with .xlsx (needs openpyxl), else JSON; return the path."""
     path = os.fspath(path)
-    if path.lower().endswith(".csv"):
-        _calls.write_csv(
+    if path.lower().endswith((".csv", ".xlsx")):
+        _calls.write_table(
             path,
             rows,
-            ("call", "status", "rule"),
+            ("call", "module", "status", "rule"),
             trailing=("seconds",),
             verdict_prefix="verdict_",
             int_list=_calls.spaced,
+            sheet="crosscheck",
         )
     else:
         _calls.write_json(path, report_dict(rows, standard, on_fail))

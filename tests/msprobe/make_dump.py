@@ -8,6 +8,9 @@ Each STEP is one debugger step (msprobe's folder stepN):
               conv 16->32 1x1, conv 32->32 3x3 pad 1 groups 4 (with ReLUs), input 2x3x64x64
   forms       conv2d called with other arguments: stride (2, 1) and padding "valid"; padding
               "same"; fp32; an input that needs no grad
+  wide        bf16, the model of the new-user note (docs: shared/notes/new-user-2026-12.md):
+              conv 8->32 3x3 pad 1, conv 32->32 3x3 stride 2 pad 1, conv 32->16 3x3 pad 2
+              dilation 2 (with ReLUs), input 2x8x24x24: 32-channel tasks, one per image
 Exit code 3 and "IMPORT-ERROR ..." when torch or msprobe cannot be imported.
 """
 
@@ -35,6 +38,17 @@ def cnn(dtype):
         nn.ReLU(),
         nn.Conv2d(32, 32, 3, padding=1, groups=4),
     ).to(dtype)
+
+
+def wide():
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(8, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 32, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 16, 3, padding=2, dilation=2),
+    ).to(torch.bfloat16)
 
 
 class Forms(nn.Module):
@@ -74,6 +88,11 @@ def main():
             model = cnn(dtype)
             torch.manual_seed(2)
             x = torch.randn(2, 3, 64, 64, dtype=dtype, requires_grad=True)
+            debugger.start(model)
+            model(x).float().pow(2).sum().backward()
+        elif step == "wide":
+            model = wide()
+            x = torch.randn(2, 8, 24, 24, dtype=torch.bfloat16, requires_grad=True)
             debugger.start(model)
             model(x).float().pow(2).sum().backward()
         else:

@@ -10,74 +10,24 @@ mindstudio-probe) cannot be imported.
 import csv
 import json
 import os
-import pathlib
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-try:
-    import torch
-except ImportError as exc:  # not installed, or installed and broken: skip alike
-    pytest.skip(
-        f"msprobe dumps need PyTorch, which cannot be imported: {exc}", allow_module_level=True
-    )
-try:
-    import msprobe  # noqa: F401  (msprobe.pytorch itself is imported by make_dump.py)
-except ImportError as exc:
-    pytest.skip(
-        f"msprobe (pip install mindstudio-probe) cannot be imported: {exc}", allow_module_level=True
-    )
+from support.msprobe_dumps import cli, copy_step, dump_json, require_torch_and_msprobe, tensor_file
+
+torch = require_torch_and_msprobe()
 
 import pypto  # noqa: E402
 import pypto.testing  # noqa: E402
-from pypto._cli import main  # noqa: E402
+from pypto._golden.msprobe_metrics import COLUMNS  # noqa: E402
 from support.cpuinfo import cpuinfo_flags  # noqa: E402
 
-HERE = pathlib.Path(__file__).resolve().parent
-MAKE_DUMP = HERE / "make_dump.py"
-# name: (level, task, steps); msprobe keeps one config per process
-DUMPS = {
-    "mix": ("mix", "tensor", "bf16,fp16,forms"),
-    "stats": ("L1", "statistics", "bf16"),
-    "l0": ("L0", "tensor", "bf16"),
-}
-CNN = [
-    "Functional.conv2d.0.backward",
-    "Module.0.Conv2d.backward.0",  # 3->16 stride 2
-    "Functional.conv2d.1.backward",
-    "Module.2.Conv2d.backward.0",  # dilation 2
-    "Functional.conv2d.2.backward",
-    "Module.4.Conv2d.backward.0",  # 1x1
-    "Functional.conv2d.3.backward",
-    "Module.6.Conv2d.backward.0",
-]  # groups 4
-
-
-@pytest.fixture(scope="module")
-def dumps(tmp_path_factory):
-    """{name: folder}: the three dumps, made at once (one process each)."""
-    root = tmp_path_factory.mktemp("msprobe")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # three at once on few cores; reproducible
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, str(MAKE_DUMP), str(root / name), *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=root,
-            env=env,
-        )
-        for name, args in DUMPS.items()
-    }
-    outputs = {name: p.communicate(timeout=600)[0] for name, p in procs.items()}
-    for name, p in procs.items():
-        if p.returncode == 3:
-            pytest.skip(f"msprobe or torch cannot be imported: {outputs[name].strip()[-300:]}")
-        assert p.returncode == 0, f"making the {name} dump failed:\n{outputs[name][-3000:]}"
-    return {name: root / name for name in DUMPS}
+# the judged rows of the CNN's step: a mix dump's Module entries are the same calls (judged once)
+CNN = [f"Functional.conv2d.{n}.backward" for n in range(4)]  # the last: groups 4
+MODULES = ["0", "2", "4", "6"]  # the nn.Sequential's names of the four convs
 
 
 @pytest.fixture(scope="module")
@@ -88,27 +38,6 @@ def mix_report(dumps):
 
 def step_rows(report, step):
     return {r["api"]: r for r in report.rows if r["dump"].startswith(f"step{step}/")}
-
-
-def dump_json(folder):
-    (found,) = pathlib.Path(folder).rglob("dump.json")
-    return found
-
-
-def tensor_file(folder, name):
-    return dump_json(folder).parent / "dump_tensor_data" / name
-
-
-def copy_step(dumps, step, tmp_path):
-    target = tmp_path / f"step{step}"
-    shutil.copytree(dumps["mix"] / f"step{step}", target)
-    return target
-
-
-def cli(capsys, *args):
-    code = main(["compare", *map(str, args)])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_reads_every_dump_json_below_the_folder(mix_report, dumps):
@@ -129,7 +58,7 @@ def test_reads_every_dump_json_below_the_folder(mix_report, dumps):
 def test_bf16_cnn_made_by_torch_passes(mix_report):
     rows = step_rows(mix_report, 0)
     assert list(rows) == CNN
-    for api in CNN[:6]:
+    for api in CNN[:3]:
         row = rows[api]
         assert row["status"] == "pass" and row["passed"] is True, row
         assert row["dtype"] == "bf16" and row["outside_bound"] == 0
@@ -152,12 +81,15 @@ def test_bf16_cnn_made_by_torch_passes(mix_report):
         [2, 2],
     )
     assert one["weight"] == [32, 16, 1, 1] and one["paddings"] == [0, 0, 0, 0]
-    # the Module entries take stride, padding and dilation from the conv2d call inside them
-    assert rows["Module.2.Conv2d.backward.0"]["parameters_from"] == "Functional.conv2d.1.forward"
-    assert rows["Module.2.Conv2d.backward.0"]["dilations"] == [2, 2]
-    for api in CNN[6:]:
-        assert rows[api]["status"] == "skipped" and rows[api]["passed"] is None
-        assert rows[api]["reason"] == "groups 4: pypto's conv_backward_input has no groups"
+    # each conv once: the Module entry of a mix dump is the same call, judged as the
+    # Functional one, whose row names the module
+    assert [rows[api]["module"] for api in CNN] == MODULES
+    same = [s for s in mix_report.same if s["dump"].startswith("step0/")]
+    assert [(s["api"], s["same_as"]) for s in same] == [
+        (f"Module.{m}.Conv2d.backward.0", api) for m, api in zip(MODULES, CNN)
+    ]
+    assert rows[CNN[3]]["status"] == "skipped" and rows[CNN[3]]["passed"] is None
+    assert rows[CNN[3]]["reason"] == "groups 4: pypto's conv_backward_input has no groups"
 
 
 def test_fp16_cnn_made_by_torchs_native_cpu_path(mix_report, dumps):
@@ -171,23 +103,23 @@ def test_fp16_cnn_made_by_torchs_native_cpu_path(mix_report, dumps):
     rows = step_rows(mix_report, 1)
     assert list(rows) == CNN
     if "avx512_fp16" in (cpuinfo_flags()[1] or ()):  # oneDNN's fp16: within the bound
-        for api in CNN[:6]:
+        for api in CNN[:3]:
             row = rows[api]
             assert row["dtype"] == "fp16" and row["outside_bound"] == 0, row
             assert row["verdicts"]["dual-L0"]["passed"], row["verdicts"]
     else:
-        for api in CNN[:4]:  # the two 3x3 layers, Functional and Module alike
+        for api in CNN[:2]:  # the two 3x3 layers
             row = rows[api]
             assert row["dtype"] == "fp16" and row["status"] == "fail", row
             assert not row["verdicts"]["dual-L0"]["passed"]
             assert row["outside_bound"] > 0.02 * row["elements"] and row["max_ulp"] > 16
             assert row["failing_tasks"]
-        for api in CNN[4:6]:  # the 1x1
+        for api in CNN[2:3]:  # the 1x1
             row = rows[api]
             assert row["status"] == "pass" and row["outside_bound"] == 0, row
             assert all(row["verdicts"][s]["passed"] for s in ("dual-L0", "dual-L1", "dual-L2"))
         assert not mix_report.passed
-    assert [rows[api]["status"] for api in CNN[6:]] == ["skipped", "skipped"]
+    assert rows[CNN[3]]["status"] == "skipped"
 
     # the dump is read right: torch's own fp32 dgrad of the dumped fp16 inputs, rounded to
     # fp16, passes where torch's fp16 path fails
@@ -225,7 +157,7 @@ def test_other_conv2d_arguments(mix_report):
 
 
 def test_a_corrupted_task_fails_exactly_that_call_and_task(mix_report, dumps, tmp_path, capsys):
-    dump = copy_step(dumps, 0, tmp_path)
+    dump = copy_step(dumps["mix"], 0, tmp_path)
     clean = step_rows(mix_report, 0)["Functional.conv2d.0.backward"]
     grid = clean["tiles"]["grid"]
     assert grid["m_tiles"] >= 3, grid  # a grid worth localising in
@@ -245,17 +177,21 @@ def test_a_corrupted_task_fails_exactly_that_call_and_task(mix_report, dumps, tm
     assert len(fails) == 1 and fails[0].startswith("FAIL  Functional.conv2d.0.backward bf16")
     elements = channels * rows * 64
     where = f"image {image}, channels 0-{channels - 1}, M tile {tile} (rows {lo}-{hi - 1})"
-    assert fails[0].endswith(f"; failing task(s): {where} ({elements} of {elements})")
-    # the Module entry has its own files: untouched, it passes
-    assert any(line.startswith("PASS  Module.0.Conv2d.backward.0") for line in lines)
+    region = f"image {image}, channels 0-{channels - 1}, rows {lo}-{hi - 1}"
+    assert fails[0].endswith(f"; failing region(s): {region} ({elements} of {elements} outside)"), (
+        fails[0]
+    )
+    # the Module entry has its own files, no longer the same bits: judged on its own, it passes
+    assert any(line.startswith("PASS  Module.0.Conv2d.backward.0 (module 0)") for line in lines)
     assert lines[-3] == (
-        "summary: 8 conv2d backward call(s) in 1 dump.json: 5 passed, 1 "
-        "failed, 2 skipped (dual-L0); verdict FAIL"
+        "summary: 5 conv2d backward call(s) in 1 dump.json (and 3 Module entries of the same "
+        "call(s), judged once as their Functional one): 3 passed, 1 failed, 1 skipped "
+        "(dual-L0); verdict FAIL"
     )
 
     table = json.loads(report_json.read_text())
     assert table["passed"] is False
-    assert table["summary"] == {"calls": 8, "judged": 6, "passed": 5, "failed": 1, "skipped": 2}
+    assert table["summary"] == {"calls": 5, "judged": 4, "passed": 3, "failed": 1, "skipped": 1}
     (row,) = [r for r in table["calls"] if r["status"] == "fail"]
     assert row["api"] == "Functional.conv2d.0.backward"
     assert [
@@ -271,11 +207,12 @@ def test_a_corrupted_task_fails_exactly_that_call_and_task(mix_report, dumps, tm
             "where": where,
         }
     ]
+    assert [r["where"] for r in row["failing_tasks"][0]["regions"]] == [region]
     assert row["outside_bound"] == elements and not row["verdicts"]["dual-L0"]["passed"]
 
     with open(report_csv, newline="") as f:
         records = list(csv.DictReader(f))
-    assert [r["api"] for r in records] == CNN
+    assert [r["api"] for r in records] == [CNN[0], "Module.0.Conv2d.backward.0", *CNN[1:]]
     failed = [r for r in records if r["status"] == "fail"]
     assert len(failed) == 1 and failed[0]["api"] == "Functional.conv2d.0.backward"
     assert failed[0]["failing_tasks"].startswith(f"{where}: {elements} of {elements} outside")
@@ -300,6 +237,8 @@ def test_json_and_csv_hold_the_whole_table(mix_report, dumps, tmp_path, capsys):
     keys = {
         "dump",
         "api",
+        "NPU Name",
+        "module",
         "forward",
         "parameters_from",
         "status",
@@ -319,9 +258,13 @@ def test_json_and_csv_hold_the_whole_table(mix_report, dumps, tmp_path, capsys):
         "outside_bound",
         "elements",
         "failing_tasks",
+        *COLUMNS,  # msprobe's: their names are pinned in test_msprobe_metrics.py
         "tiles",
     }
     assert set(judged) == keys and set(same) == keys
+    assert judged["NPU Name"] == "Functional.conv2d.0.backward.output.0"
+    assert 0.9999 < judged["Cosine"] <= 1 and 0 < judged["MaxAbsErr"] < 0.01
+    assert same["Cosine"] is None  # skipped: nothing computed
     assert set(judged["verdicts"]) == set(pypto.testing.STANDARDS)
     msprobe = judged["verdicts"]["msprobe"]
     assert {"passed", "detail", "numbers", "thresholds", "source", "warning"} <= set(msprobe)
@@ -330,9 +273,11 @@ def test_json_and_csv_hold_the_whole_table(mix_report, dumps, tmp_path, capsys):
 
     with open(report_csv, newline="") as f:
         header, *records = list(csv.reader(f))
-    assert header[:18] == [
+    assert header[:26] == [
         "dump",
         "api",
+        "NPU Name",
+        "module",
         "status",
         "reason",
         "dtype",
@@ -349,8 +294,9 @@ def test_json_and_csv_hold_the_whole_table(mix_report, dumps, tmp_path, capsys):
         "outside_bound",
         "elements",
         "failing_tasks",
+        *COLUMNS,  # msprobe's: their names are pinned in test_msprobe_metrics.py
     ]
-    assert header[18:] == [c for s in pypto.testing.STANDARDS for c in (s, f"{s} detail")]
+    assert header[26:] == [c for s in pypto.testing.STANDARDS for c in (s, f"{s} detail")]
     assert len(records) == 4
     first = dict(zip(header, records[0]))
     assert first["status"] == "pass" and first["strides"] == "[2,1]"
@@ -371,7 +317,7 @@ def test_a_statistics_dump_is_one_error_line(dumps, capsys):
 
 
 def test_a_missing_tensor_file_is_one_error_line(dumps, tmp_path, capsys):
-    dump = copy_step(dumps, 0, tmp_path)
+    dump = copy_step(dumps["mix"], 0, tmp_path)
     missing = tensor_file(dump, "Functional.conv2d.1.forward.input.1.pt")
     missing.unlink()
     code, out, err = cli(capsys, "--msprobe", dump)
@@ -388,14 +334,15 @@ def test_a_level_L0_dump_lists_its_Module_calls_as_skipped(dumps, capsys):
     assert code == 0
     assert err == "warning: no call was judged (every one is skipped, reasons above)\n"
     lines = out.splitlines()[1:-1]
-    assert [line.split()[1].rstrip(":") for line in lines] == CNN[1::2]
+    assert [line.split()[1] for line in lines] == [f"Module.{m}.Conv2d.backward.0" for m in MODULES]
+    assert [line.split()[3].rstrip("):") for line in lines] == MODULES  # "(module 0):"
     assert all('dump with level "mix" to judge Module entries' in line for line in lines)
     assert out.splitlines()[-1].endswith("verdict nothing judged")
 
 
 def test_npy_tensors_as_mindspore_writes_them(mix_report, dumps, tmp_path):
     """MindSpore dumps .npy, bf16 as float32: read back exactly, judged the same."""
-    dump = copy_step(dumps, 2, tmp_path)
+    dump = copy_step(dumps["mix"], 2, tmp_path)
     path = dump_json(dump)
     data = json.loads(path.read_text())
     for entry in ("Functional.conv2d.0.forward", "Functional.conv2d.0.backward"):
@@ -418,7 +365,7 @@ def test_npy_tensors_as_mindspore_writes_them(mix_report, dumps, tmp_path):
 
 def test_module_names_of_older_msprobe(mix_report, dumps, tmp_path):
     """Module.<name>.Conv2d.<n>.forward / .backward (the order before msprobe 26) reads alike."""
-    dump = copy_step(dumps, 0, tmp_path)
+    dump = copy_step(dumps["mix"], 0, tmp_path)
     renamed = {}
     for name in ("dump.json", "construct.json"):
         path = dump_json(dump).parent / name
@@ -429,21 +376,27 @@ def test_module_names_of_older_msprobe(mix_report, dumps, tmp_path):
                 renamed[f"Module.{layer}.Conv2d.0.{kind}"] = old
                 text = text.replace(f'"{old}"', f'"Module.{layer}.Conv2d.0.{kind}"')
         path.write_text(text)
-    rows = {r["api"]: r for r in pypto.testing.compare_msprobe(str(dump)).rows}
-    clean = step_rows(mix_report, 0)
-    modules = [api for api in rows if api.startswith("Module.")]
+    # the Module entries alone (--api), judged on their own
+    rows = {r["api"]: r for r in pypto.testing.compare_msprobe(str(dump), api="Module.*").rows}
+    clean = pypto.testing.compare_msprobe(str(dumps["mix"] / "step0"), api="Module.*").rows
+    clean = {r["api"]: r for r in clean}
+    modules = list(rows)
     assert modules == [f"Module.{layer}.Conv2d.0.backward" for layer in (0, 2, 4, 6)]
     for api in modules:
         before = clean[renamed[api]]
+        assert rows[api]["module"] == before["module"] == api.split(".")[1]
         assert (rows[api]["status"], rows[api]["reason"], rows[api]["verdicts"]) == (
             before["status"],
             before["reason"],
             before["verdicts"],
         )
+    # with every call: the same calls as their Functional ones
+    same = pypto.testing.compare_msprobe(str(dump)).same
+    assert [s["api"] for s in same] == modules
 
 
 def test_asymmetric_padding_is_skipped(dumps, tmp_path):
-    dump = copy_step(dumps, 2, tmp_path)
+    dump = copy_step(dumps["mix"], 2, tmp_path)
     path = dump_json(dump)
     data = json.loads(path.read_text())
     data["data"]["Functional.conv2d.0.forward"]["input_kwargs"]["padding"] = [
@@ -505,7 +458,7 @@ F0, B0 = "Functional.conv2d.0.forward", "Functional.conv2d.0.backward"
 
 
 def _edit_dump(dumps, tmp_path, change):
-    dump = copy_step(dumps, 2, tmp_path)
+    dump = copy_step(dumps["mix"], 2, tmp_path)
     path = dump_json(dump)
     data = json.loads(path.read_text())
     change(data["data"])
@@ -544,7 +497,7 @@ def test_records_of_another_shape_are_one_error_line(dumps, tmp_path, capsys, ch
 
 
 def test_deep_json_and_a_bad_call_tree_are_one_error_line(dumps, tmp_path, capsys):
-    dump = copy_step(dumps, 2, tmp_path)
+    dump = copy_step(dumps["mix"], 2, tmp_path)
     construct = dump_json(dump).parent / "construct.json"
     construct.write_text('{"Functional.conv2d.0.forward": ["Module.0.Conv2d.forward.0"]}')
     code, _, err = cli(capsys, "--msprobe", dump)
@@ -588,7 +541,7 @@ def _header_only(shape, data=b""):
 def test_a_npy_header_is_checked_before_its_claim_is_allocated(dumps, tmp_path, capsys):
     """#7: a 200-byte .npy claiming 10^12 elements is refused from its header; one with the
     right shape but too few bytes is refused from its size."""
-    dump = copy_step(dumps, 2, tmp_path)
+    dump = copy_step(dumps["mix"], 2, tmp_path)
     dy = _npy_named(dump, lambda d: d[B0]["input"][0], _header_only((10**12,), b"\0" * 100))
     code, _, err = cli(capsys, "--msprobe", dump)
     assert code == 2 and f"has shape [1000000000000], but dump.json says {dy['shape']}" in err
@@ -601,7 +554,7 @@ def test_a_npy_header_is_checked_before_its_claim_is_allocated(dumps, tmp_path, 
 def test_fifos_named_like_dump_files_are_refused_without_blocking(dumps, tmp_path):
     """#8: a FIFO named dump.json (or a tensor file) is refused at once: open() of a FIFO
     would block until someone writes it."""
-    dump = copy_step(dumps, 2, tmp_path)
+    dump = copy_step(dumps["mix"], 2, tmp_path)
     grad_output = json.loads(dump_json(dump).read_text())["data"][B0]["input"][0]
     pt = tensor_file(dump, grad_output["data_name"])
     other = dump / "rank9"

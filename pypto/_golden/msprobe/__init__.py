@@ -28,8 +28,13 @@ with torch 2.13, levels L0, L1 and mix):
 
 Each call is judged as ``pypto.testing.compare`` judges a kernel's result: the dumped
 grad_input against the float64 golden from the dumped grad_output and weight, every standard,
-the fp32-accumulation bound and the localisation over the NPU task grid of the suggested tiles
-(the dumped result was not made with tiles: the grid only names where the errors are). Calls the
+the fp32-accumulation bound, msprobe's own accuracy columns (``pypto._golden.msprobe_metrics``)
+and the localisation over the NPU task grid of the suggested tiles (the dumped result was not
+made with tiles: the grid only names where the errors are). A mix dump records each conv twice
+(``Functional.conv2d.<n>.backward`` and ``Module.<name>.Conv2d.backward.<n>``): the Module
+entry is left out, its module named in the Functional call's row, when both are skipped or
+their tensors are bitwise the same. Calls may be chosen by api name (exactly or a glob); one
+chosen call can be drawn and turned into a golden case folder (``extract``). Calls the
 op cannot express are listed as skipped with the reason: groups != 1, padding "same" or
 asymmetric, dtypes other than fp16/bf16 or mixed (autocast), no grad_input, any rule the op
 refuses. A dump without tensors (task "statistics"), a tensor file that is missing, unreadable or
@@ -39,11 +44,12 @@ One module per stage, each using only those before it: ``records`` (what dump.js
 read one record at a time), ``discover`` (the dump.json files and their call trees), ``pairs``
 (each backward entry with its forward: tensors, conv parameters, case or skip reason),
 ``tensors`` (the tensor files, located and read), ``table`` (rows and the report), ``judge``
-(the whole dump: :func:`judge_dump`).
+(the whole dump: :func:`judge_dump`), ``extract`` (one call as a golden case folder).
 """
 
 from .discover import find_dumps
-from .judge import judge_call, judge_dump, read_calls
+from .extract import extract_call
+from .judge import chosen_calls, judge_call, judge_calls, judge_dump, read_calls
 from .records import CONSTRUCT_JSON, DUMP_JSON, MAX_NESTING, TENSOR_FOLDER
 from .table import CSV_COLUMNS, MsprobeReport, check_report_path
 from .tensors import MAX_LISTED
@@ -52,7 +58,10 @@ __all__ = [
     "MsprobeReport",
     "judge_dump",
     "judge_call",
+    "judge_calls",
     "read_calls",
+    "chosen_calls",
+    "extract_call",
     "find_dumps",
     "check_report_path",
     "CSV_COLUMNS",

@@ -28,7 +28,7 @@ from .records import (
     value_of,
 )
 
-__all__ = ["Call", "calls_of"]
+__all__ = ["Call", "calls_of", "same_calls", "is_api_call"]
 
 # API calls with conv2d's arguments: (prefix).conv2d.<n>.forward|backward
 _API = re.compile(
@@ -60,6 +60,12 @@ class Call:
         self.params = None  # (strides, paddings, dilations, groups)
         self.files = {}  # name -> path, once the call is to be judged
         self.case = None
+        self.module = None  # the nn.Module's name ("layer3.1.conv2") of a Module entry
+
+    @property
+    def npu_name(self):
+        """msprobe's name of the dumped grad_input (its compare CSV's "NPU Name"), or None."""
+        return f"{self.api}.output.0" if "grad_input" in self.tensors else None
 
     def shape(self, name):
         record = self.tensors.get(name)
@@ -120,9 +126,30 @@ def _call_of(dump_json, data, name, label, framework, order, modules, children):
         prefix, _, index = _module_key(m)
         forward = modules.get((prefix, index), {}).get("forward")
         call = Call(dump_json, label, name, forward, order.get(forward, len(data) + order[name]))
+        call.module = m.group("name")
         _module_call(call, data, framework, children)
         return call
     return None
+
+
+def is_api_call(call):
+    """Whether ``call`` is an API entry (``Functional.conv2d...``), not a Module one."""
+    return _API.match(call.api) is not None
+
+
+def same_calls(calls):
+    """[(Module call, API call)]: each Module entry of ``calls`` whose parameters come from the
+    one conv2d call inside it (``parameters_from``, level mix) when that call's backward is in
+    ``calls`` too, from the same dump.json, and both are judged or both skipped: one call
+    that msprobe recorded twice."""
+    api_calls = {(c.dump_json, c.forward): c for c in calls if is_api_call(c)}
+    found = []
+    for call in calls:
+        inner = api_calls.get((call.dump_json, call.parameters_from))
+        if call.parameters_from is not None and inner is not None:
+            if (inner.skip is None) == (call.skip is None):
+                found.append((call, inner))
+    return found
 
 
 def _record(data, name):

@@ -1,18 +1,17 @@
 """The table of an msprobe dump's conv2d backward calls: one row per call
-(:mod:`pypto._golden.calls`), the report with its text, JSON and CSV, and the check that a
-report path can be written."""
-
-import os
+(:mod:`pypto._golden.calls`), the report with its text, JSON and CSV (or xlsx)."""
 
 from ..._version import __version__
 from ...error import FeError
 from .. import calls as _calls
+from ..calls import check_report_path
 from .records import CALL_TENSORS, DUMP_JSON, dtype_name
 
 __all__ = ["CSV_COLUMNS", "call_row", "MsprobeReport", "check_report_path"]
 
-_LEADING = ("dump", "api", "status")  # the CSV's columns before _calls.CALL_COLUMNS
-CSV_COLUMNS = _LEADING + _calls.CALL_COLUMNS
+# the CSV's columns before _calls.CALL_COLUMNS; "NPU Name" is msprobe's compare CSV's key
+_LEADING = ("dump", "api", "NPU Name", "module", "status")
+CSV_COLUMNS = _LEADING + _calls.CALL_COLUMNS + _calls.METRIC_COLUMNS
 
 
 def call_row(call, standard):
@@ -33,6 +32,8 @@ def call_row(call, standard):
     leading = {
         "dump": call.label,
         "api": call.api,
+        "NPU Name": call.npu_name,
+        "module": call.module,
         "forward": call.forward,
         "parameters_from": call.parameters_from,
         "status": "skipped",
@@ -51,21 +52,31 @@ class MsprobeReport:
     dumps : the dump.json files read
     standard : the standard that decides each call's verdict ("all": every one)
     rows : one dict per call (JSON-ready; ``pypto._golden.calls``): ``dump`` (the folder of its
-        dump.json, relative to ``path``), ``api``, ``forward``, ``parameters_from`` (Module
+        dump.json, relative to ``path``), ``api``, ``NPU Name`` (msprobe's name of the dumped
+        grad_input, the key of its compare CSV), ``module`` (the nn.Module's name, for a Module
+        entry or an API call that one recorded too), ``forward``, ``parameters_from`` (Module
         calls), ``status`` ("pass", "fail" or "skipped"), ``reason`` (why skipped), ``dtype``,
         the shapes ``grad_output``, ``weight``, ``grad_input``, ``strides``, ``paddings``,
         ``dilations``, ``groups``, ``standard``, ``passed`` (None when skipped), ``verdicts``
         ({standard: verdict with numbers, thresholds, detail, source}), ``max_ulp``,
         ``outside_bound`` (elements outside the fp32-accumulation bound), ``elements``,
         ``failing_tasks`` ([{image, channel_block, channels, m_tile, rows, outside, elements,
-        max_ulp, where}]) and ``tiles`` (the suggested tiles the localisation uses: ``l1``,
-        ``l0``, ``vec`` and ``grid`` with ``rows_per_m_tile``, ``m_tiles``,
+        max_ulp, where, regions}], each region {image, channels, rows, outside, elements,
+        max_ulp, where}), msprobe's columns against the float64 golden (``Cosine``,
+        ``EucDist``, ``MaxAbsErr``, ``MaxRelativeErr``, ``One Thousandth Err Ratio``,
+        ``Five Thousandths Err Ratio``) and ``tiles`` (the suggested tiles the localisation
+        uses: ``l1``, ``l0``, ``vec`` and ``grid`` with ``rows_per_m_tile``, ``m_tiles``,
         ``channels_per_block``, ``channel_blocks``, ``text``).
+    same : the Module entries left out as the same call as an API entry (level mix):
+        [{dump, api, same_as}]; the API entry's row names the module.
+    result : the CompareResult of the call when exactly one was chosen and judged, else None
+        (its localisation, worst elements and heatmap: :meth:`chosen_text`, ``result.plot``).
     passed : no judged call fails (True also when none was judged: see ``judged``)
     """
 
-    def __init__(self, path, dumps, standard, rows):
+    def __init__(self, path, dumps, standard, rows, same=(), result=None):
         self.path, self.dumps, self.standard, self.rows = path, dumps, standard, rows
+        self.same, self.result = list(same), result
 
     @property
     def judged(self):
@@ -91,16 +102,23 @@ class MsprobeReport:
         if self.judged == 0:
             word = "nothing judged"
         chosen = "every standard" if self.standard == "all" else self.standard
+        same = ""
+        if self.same:
+            same = (
+                f" (and {len(self.same)} Module entr{'y' if len(self.same) == 1 else 'ies'} "
+                f"of the same call(s), judged once as their Functional one)"
+            )
         return (
             f"summary: {len(self.rows)} conv2d backward call(s) in {len(self.dumps)} "
-            f"{DUMP_JSON}: {self.judged - self.failed} passed, {self.failed} failed, "
+            f"{DUMP_JSON}{same}: {self.judged - self.failed} passed, {self.failed} failed, "
             f"{self.skipped} skipped ({chosen}); verdict {word}"
         )
 
     def line(self, row):
         where = f"{row['dump']}: " if len(self.dumps) > 1 else ""
         head = {"pass": "PASS", "fail": "FAIL", "skipped": "SKIP"}[row["status"]]
-        text = f"{head:<5} {where}{row['api']}"
+        module = f" (module {row['module']})" if row["module"] is not None else ""
+        text = f"{head:<5} {where}{row['api']}{module}"
         if row["status"] == "skipped":
             shapes = ""
             if row["grad_output"] and row["weight"] and row["grad_input"]:
@@ -117,13 +135,8 @@ class MsprobeReport:
         )
         failing = _calls.failing_standards(row)
         text += ("fails " + ", ".join(failing)) if failing else "every standard passes"
-        tasks = row["failing_tasks"]
-        if tasks:
-            shown = "; ".join(
-                f"{t['where']} ({t['outside']} of {t['elements']})" for t in tasks[:3]
-            )
-            more = f"; and {len(tasks) - 3} more" if len(tasks) > 3 else ""
-            text += f"; failing task(s): {shown}{more}"
+        if row["failing_tasks"]:
+            text += f"; failing region(s): {_calls.regions_text(row)}"
         return text
 
     def text(self):
@@ -133,38 +146,43 @@ class MsprobeReport:
     def __str__(self):
         return self.text()
 
-    def as_dict(self):
-        """The whole table as plain data (``pypto compare --msprobe ... --json``)."""
-        return {
+    def chosen_text(self, top=10):
+        """The chosen call's whole report (``CompareResult.report``: metrics, verdicts,
+        localisation, ``top`` worst elements); None when no one call was chosen and judged."""
+        if self.result is None:
+            return None
+        (row,) = self.rows
+        return f"{row['api']}, judged as a golden case:\n{self.result.report(top)}"
+
+    def as_dict(self, top=10):
+        """The whole table as plain data (``pypto compare --msprobe ... --json``); with one
+        call chosen and judged, also its localisation and ``top`` worst elements."""
+        table = {
             "pypto_version": __version__,
             "msprobe_dump": str(self.path),
             "dump_files": [str(p) for p in self.dumps],
             "standard": self.standard,
             "passed": self.passed,
             "summary": _calls.counts(self.rows),
+            "same_calls": self.same,
             "calls": self.rows,
         }
+        if self.result is not None:
+            (row,) = self.rows
+            table["chosen_call"] = {
+                "dump": row["dump"],
+                "api": row["api"],
+                "localisation": self.result.localisation.as_dict(top),
+            }
+        return table
 
-    def write_json(self, path):
-        _calls.write_json(path, self.as_dict())
+    def write_json(self, path, top=10):
+        _calls.write_json(path, self.as_dict(top))
 
     def csv_columns(self):
         return _calls.csv_columns(self.rows, _LEADING)
 
     def write_csv(self, path):
         """One row per call: the columns of CSV_COLUMNS, then each standard's verdict and its
-        numbers in words."""
-        _calls.write_csv(path, self.rows, _LEADING, int_list=_calls.bracketed)
-
-
-def check_report_path(path, what):
-    """A PyptoError unless ``path`` can be written (before any work)."""
-    if not isinstance(path, str) or not path.strip():
-        raise FeError(ValueError(f"the {what} report path is {path!r}: give a file name"))
-    if os.path.isdir(path):
-        raise FeError(OSError(f"cannot write the {what} report {path}: it is a folder"))
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise FeError(
-            OSError(f"cannot write the {what} report {path}: {folder} is not a writable folder")
-        )
+        numbers in words; a name ending in .xlsx is written as an Excel sheet."""
+        _calls.write_table(path, self.rows, _LEADING, int_list=_calls.bracketed, sheet="msprobe")
