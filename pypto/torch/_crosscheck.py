@@ -209,9 +209,7 @@ class crosscheck(TorchDispatchMode):
                     )
                 )
             report = os.fspath(report)
-            folder = os.path.dirname(os.path.abspath(report))
-            if not os.path.isdir(folder):
-                raise FeError(ValueError(f"report: the folder {folder} does not exist"))
+            _calls.check_table_path(report, "crosscheck")  # a writable place; xlsx: openpyxl
         self.standard, self.report, self.on_fail = standard, report, on_fail
         self.top = check_top(top)
         self.threads = threads

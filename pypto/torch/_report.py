@@ -17,7 +17,9 @@ def failure_text(row, standard):
     inside the failing tasks)."""
     failed = _calls.failing_standards(row)
     return (
-        f"pypto crosscheck: convolution_backward call {row['call']} (grad_output "
+        f"pypto crosscheck: convolution_backward call {row['call']}"
+        + (f" of {row['module']}" if row.get("module") else "")
+        + " (grad_output "
         f"{_calls.shape_text(row['grad_output'])}, weight {_calls.shape_text(row['weight'])}, "
         f"strides {row['strides']}, paddings {row['paddings']}, dilations "
         f"{row['dilations']}, {row['dtype']}): torch's grad_input fails "
@@ -62,8 +64,12 @@ def write_report(path, rows, standard, on_fail):
 
 def table_text(rows):
     """The rows as text, one line per call, and a line of counts."""
+    named = any(r.get("module") for r in rows)  # a module column when the rows name them
+    width = max([len("module")] + [len(r.get("module") or "") for r in rows]) if named else 0
     lines = [
-        f"{'call':>4}  {'status':<7} {'grad_output':<14} {'weight':<14} "
+        f"{'call':>4}  "
+        + (f"{'module':<{width}} " if named else "")
+        + f"{'status':<7} {'grad_output':<14} {'weight':<14} "
         f"{'s':<5} {'p':<5} {'d':<5} {'dtype':<5} {'max ulp':>8} {'outside':>8}  note"
     ]
     for r in rows:
@@ -75,7 +81,9 @@ def table_text(rows):
         if r["status"] == "fail":
             note = f"{len(r['failing_tasks'])} failing task(s)"
         lines.append(
-            f"{r['call']:>4}  {r['status']:<7} {_calls.shape_text(r['grad_output']):<14} "
+            f"{r['call']:>4}  "
+            + (f"{r.get('module') or '':<{width}} " if named else "")
+            + f"{r['status']:<7} {_calls.shape_text(r['grad_output']):<14} "
             f"{_calls.shape_text(r['weight']):<14} "
             f"{','.join(map(str, r['strides'])):<5} "
             f"{','.join(map(str, r['paddings'][::2])):<5} "
