@@ -14,7 +14,7 @@ import glob
 import json
 import os
 
-from .._core.fileio import atomic_writer, parse_json, read_text, show
+from .._core.fileio import parse_json, read_text, show
 from .._golden.calls import CALL_COLUMNS
 from ..error import FeError
 from .unit import ADDED, LEADING, TRAILING, VOLATILE
@@ -270,23 +270,8 @@ def _table_row(row):
 
 def write_table(path, rows):
     """The rows as a table: ``_golden/calls``'s CSV (its columns, verdicts in words) with the
-    tiles after the leading columns, or the same cells in an xlsx sheet."""
-    from .._golden.calls import csv_lines, write_csv
+    tiles after the leading columns, or the same cells in an xlsx sheet "sweep"."""
+    from .._golden.calls import write_table as write_calls_table
 
-    rows = [_table_row(row) for row in rows]
     leading = (*LEADING, *TILE_COLUMNS)
-    if os.path.splitext(path)[1].lower() != ".xlsx":
-        write_csv(path, rows, leading, TRAILING)
-        return
-    import openpyxl
-
-    book = openpyxl.Workbook()
-    sheet = book.active
-    sheet.title = "sweep"
-    for line in csv_lines(rows, leading, TRAILING):  # the CSV's cells, as its text
-        sheet.append([str(cell) for cell in line])
-    try:
-        with atomic_writer(path, "wb") as f:
-            book.save(f)
-    except OSError as exc:
-        raise FeError(OSError(f"cannot write the table {path}: {exc}")) from None
+    write_calls_table(path, [_table_row(row) for row in rows], leading, TRAILING, sheet="sweep")
