@@ -4,8 +4,8 @@ One ResNet-18 (torchvision's layout, built here: 7x7/2 stem, max pool, four stag
 basic blocks, 1x1/2 downsampling, global pool, fc) trains in bf16 with SGD. Each round times,
 interleaved in one process, a plain step; a step inside the mode with nothing judged (the
 dispatch mode and the rows alone: what every call pays); and a step inside the mode for each
-``--every`` asked. The medians and their ratios to the plain step are printed, with the calls
-judged and the seconds spent judging them. Needs PyTorch.
+``--every`` and ``--budget`` asked. The medians and their ratios to the plain step are
+printed, with the calls judged and the seconds spent judging them. Needs PyTorch.
 """
 
 import argparse
@@ -73,12 +73,18 @@ def _parse(argv):
     parser.add_argument(
         "--every", default="10", help="comma-separated every= values to time (default 10)"
     )
+    parser.add_argument(
+        "--budget", default="", help="comma-separated budget= shares to time (e.g. 0.3)"
+    )
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     args = parser.parse_args(argv)
     try:
-        args.every = [int(v) for v in args.every.split(",")]
+        args.every = [int(v) for v in args.every.split(",") if v.strip()]
+        args.budget = [float(v) for v in args.budget.split(",") if v.strip()]
     except ValueError:
-        parser.error(f"--every: expected comma-separated ints, got {args.every!r}")
+        parser.error("--every and --budget take comma-separated numbers")
+    if any(not 0 < b <= 1 for b in args.budget):
+        parser.error("--budget: each share must be in (0, 1]")
     for name in ("batch", "size", "threads", "judging_threads", "rounds"):
         if getattr(args, name) < 1 or any(v < 1 for v in args.every):
             parser.error(f"--{name.replace('_', '-')} and --every take ints >= 1")
@@ -117,6 +123,10 @@ def main(argv=None):
     for every in args.every:
         variants[f"every={every}"] = pt.crosscheck(
             every=every, threads=args.judging_threads, model=model, keep_failures=0
+        )
+    for budget in args.budget:
+        variants[f"budget={budget:g}"] = pt.crosscheck(
+            budget=budget, threads=args.judging_threads, model=model, keep_failures=0
         )
     times = {name: [] for name in variants}
     for mode in variants.values():  # warm-up: oneDNN's primitives, tile suggestions
