@@ -355,6 +355,9 @@ class crosscheck(TorchDispatchMode):
                     tiles=tiles,
                     standard=self.standard,
                 )
+                # the row's metrics (dot products among them) on the same threads: BLAS
+                # threads woken here would spin against torch's next operators
+                judged = _calls.judged(result)
         except PyptoError as exc:
             row["rule"] = getattr(exc, "rule", None)
             row["reason"] = str(exc)
@@ -362,7 +365,7 @@ class crosscheck(TorchDispatchMode):
         finally:
             self._judging += time.perf_counter() - start
         row["seconds"] = round(time.perf_counter() - start, 6)
-        row.update(_calls.judged(result))
+        row.update(judged)
         if result.passed:
             return
         # every failing call is listed; only the first keep_failures keep their whole result
