@@ -220,8 +220,11 @@ def inputs_bytes(case):
 
 # --- the computations --------------------------------------------------------------------------
 def _dgrad64(case, dy, w, what):
+    from .grid import to_float64  # bf16 through its bits: exact, and faster than a cast
+
     check_host_memory(_dgrad64_bytes(case), case.problem, what)
     p = case.problem
+    dy, w = (to_float64(a) if a.dtype.itemsize == 2 else a for a in (dy, w))
     with np.errstate(invalid="ignore", over="ignore"):  # Inf * 0 at a real tap is NaN
         return dgrad_gemm_col2im(
             dy, w, (p.hin, p.win), case.strides, case.paddings, case.dilations, dtype=np.float64
@@ -243,14 +246,14 @@ def error_bound(case, dy, w, golden, rounding_ulps=1.0, grid=None):
     dtype's subnormal spacing. A result outside it is wrong, not merely imprecise. The one
     definition of the bound in pypto. ``grid``: the golden's GoldenGrid, when the caller has
     it."""
-    from .grid import MANTISSA_BITS, golden_grid
+    from .grid import MANTISSA_BITS, golden_grid, to_float64
 
     if grid is None:
         grid = golden_grid(golden, case.dtype)
     magnitude = _dgrad64(
         case,
-        np.abs(dy.astype(np.float32)),
-        np.abs(w.astype(np.float32)),
+        np.abs(to_float64(dy) if dy.dtype.itemsize == 2 else dy),
+        np.abs(to_float64(w) if w.dtype.itemsize == 2 else w),
         "the float64 error bound (GEMM + col2im of |dy|, |w|)",
     )
     accumulation = case.k_terms * U32 * (1.0 + 2.0 ** -(MANTISSA_BITS[case.dtype] + 1))
