@@ -90,19 +90,20 @@ def element_errors(actual, golden, dtype, grid=None):
     a = to_float64(actual)
     finite = np.isfinite(a)
     finite &= grid.rounded_finite
+    every = bool(finite.all())
+    if every:
+        mismatch = np.zeros(finite.shape, dtype=bool)
+    else:  # before a is overwritten by the error below
+        rounded = grid.rounded
+        same_nonfinite = ~finite & ((np.isnan(a) & np.isnan(rounded)) | (a == rounded))
+        mismatch = ~finite & ~same_nonfinite
     with np.errstate(invalid="ignore", over="ignore"):
         err = np.subtract(a, grid.value, out=a)
         np.abs(err, out=err)
     distance = ordinal(np.ascontiguousarray(actual).view(np.uint16))
     np.subtract(distance, grid.ordinal, out=distance)
     np.abs(distance, out=distance)
-    if finite.all():
-        mismatch = np.zeros(finite.shape, dtype=bool)
-    else:
-        a = to_float64(actual)
-        rounded = grid.rounded
-        same_nonfinite = ~finite & ((np.isnan(a) & np.isnan(rounded)) | (a == rounded))
-        mismatch = ~finite & ~same_nonfinite
+    if not every:
         err = np.where(finite, err, np.where(mismatch, np.inf, 0.0))
         distance = np.where(finite, distance, -1)
     rel = err / _shared(grid, "relative_denominator", lambda: grid.magnitude + EPS)

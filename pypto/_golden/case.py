@@ -224,7 +224,7 @@ def _dgrad64(case, dy, w, what):
 
     check_host_memory(_dgrad64_bytes(case), case.problem, what)
     p = case.problem
-    dy, w = (to_float64(a) if a.dtype.itemsize == 2 else a for a in (dy, w))
+    dy, w = to_float64(dy), to_float64(w)
     with np.errstate(invalid="ignore", over="ignore"):  # Inf * 0 at a real tap is NaN
         return dgrad_gemm_col2im(
             dy, w, (p.hin, p.win), case.strides, case.paddings, case.dilations, dtype=np.float64
@@ -252,8 +252,8 @@ def error_bound(case, dy, w, golden, rounding_ulps=1.0, grid=None):
         grid = golden_grid(golden, case.dtype)
     magnitude = _dgrad64(
         case,
-        np.abs(to_float64(dy) if dy.dtype.itemsize == 2 else dy),
-        np.abs(to_float64(w) if w.dtype.itemsize == 2 else w),
+        np.abs(to_float64(dy)),
+        np.abs(to_float64(w)),
         "the float64 error bound (GEMM + col2im of |dy|, |w|)",
     )
     accumulation = case.k_terms * U32 * (1.0 + 2.0 ** -(MANTISSA_BITS[case.dtype] + 1))

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._dtypes import DataType
+from .._dtypes import DataType, numpy_dtype
 
 __all__ = [
     "grid_round",
@@ -25,6 +25,7 @@ __all__ = [
 
 # (explicit mantissa bits, exponent of the smallest normal, exponent of the largest finite)
 _GRID = {DataType.DT_FP16: (10, -14, 15), DataType.DT_BF16: (7, -126, 127)}
+_BF16 = numpy_dtype(DataType.DT_BF16)
 MANTISSA_BITS = {dtype: grid[0] for dtype, grid in _GRID.items()}
 # --- the fp16 / bf16 grids ---------------------------------------------------------------------
 # Judging spends most of its time here, on arrays of every dx element: the grid's spacing and
@@ -97,8 +98,9 @@ def grid_round(values, dtype):
 
 
 def to_float64(array):
-    """An fp16/bf16 array as float64 (bf16 through its bits: exact, and faster than a cast)."""
-    if array.dtype.itemsize == 2 and array.dtype != np.float16:  # bf16
+    """A new float64 array of ``array``'s values: bf16 through its bits (exact, and faster than
+    a cast), other dtypes by NumPy's cast. Always a copy: callers write into it."""
+    if array.dtype == _BF16:
         wide = np.ascontiguousarray(array).view(np.uint16).astype(np.uint32) << np.uint32(16)
         return wide.view(np.float32).astype(np.float64)
     return array.astype(np.float64)
@@ -122,7 +124,7 @@ def _grid_bits(rounded, dtype):
         return (rounded.astype(np.float32).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
 
 
-def ulp_distance(actual, golden64, dtype, np_dtype=None):
+def ulp_distance(actual, golden64, dtype):
     """How many representable values lie between ``actual`` and the golden rounded once."""
     rounded = ordinal(_grid_bits(grid_round(golden64, dtype), dtype))
     return np.abs(ordinal(np.ascontiguousarray(actual).view(np.uint16)) - rounded)

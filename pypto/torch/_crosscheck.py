@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import testing as _testing
 from .._core.options import get_convbp_input_tile_shapes, get_vec_tile_shapes, options
+from .._core.values import as_int
 from .._golden import calls as _calls
 from .._golden.judge import check_count, check_standard, check_top
 from ..error import FeError, PyptoError
@@ -65,9 +66,12 @@ def _judging_threads(threads):
 
 
 def _positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise FeError(ValueError(f"{name} must be an int >= 1, but got {value!r}"))
-    return value
+    """``value`` as an int >= 1 (pypto's one rule of what counts as an int)."""
+    number = as_int(value)
+    if number is None or number < 1:
+        kind = TypeError if number is None else ValueError
+        raise FeError(kind(f"{name} must be an int >= 1, but got {value!r}"))
+    return number
 
 
 def _share(value):

@@ -138,3 +138,10 @@ def test_hooks_are_removed_at_exit():
 def test_bad_sampling_arguments_are_pypto_errors(kwargs):
     with pytest.raises(pypto.PyptoError):
         pt.crosscheck(**kwargs)
+
+
+def test_every_takes_what_pypto_counts_as_an_int():
+    """NumPy integers count, as for every other int argument of pypto (pypto._core.values)."""
+    import numpy as np
+
+    assert pt.crosscheck(every=np.int64(3)).every == 3
