@@ -94,16 +94,21 @@ class _ModuleNames:
         self._seen = {}  # id(forward weight) -> (weakref, module name)
         self._running = []  # names of the modules whose forward is running, innermost last
         self._handles = []
-        if model is not None:
-            for name, module in model.named_modules():
-                for p in module.parameters(recurse=False):
-                    self._owners[id(p)] = (p, name)
+        for name, module in self._modules():
+            for p in module.parameters(recurse=False):
+                self._owners[id(p)] = (p, name)
 
-    def attach(self):
-        if self.model is None or self._handles:
+    def _modules(self):
+        """(name, module) of every module of the model, the model itself by its class."""
+        if self.model is None:
             return
         for name, module in self.model.named_modules():
-            name = name or type(self.model).__name__  # the model itself
+            yield name or type(self.model).__name__, module
+
+    def attach(self):
+        if self._handles:
+            return
+        for name, module in self._modules():
             self._handles.append(module.register_forward_pre_hook(self._entering(name)))
             self._handles.append(module.register_forward_hook(self._leaving))
 
@@ -135,7 +140,7 @@ class _ModuleNames:
             return seen[1]
         owner = self._owners.get(id(weight))
         if owner is not None and owner[0] is weight:
-            return owner[1] or type(self.model).__name__
+            return owner[1]
         return None
 
 
