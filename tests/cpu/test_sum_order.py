@@ -46,11 +46,11 @@ def _model(layer, dy, w):
     return dgrad_tile_order(dy, w, layer[10:12], layer[7], layer[8], layer[9]).view(np.uint16)
 
 
-def _kernel_tile(kernel, layer, dy, w, threads, use_amx):
+def _kernel_tile(kernel, layer, dy, w, threads, use_amx, use_dot=True):
     n, cin = layer[0], layer[1]
     out = np.full((n, cin) + tuple(layer[10:12]), 0xFFFF, np.uint16)  # no stale zeros
     path = kernel.dgrad_tile(
-        dy.view(np.uint16), w.view(np.uint16), out, _attrs(layer), threads, use_amx, 0
+        dy.view(np.uint16), w.view(np.uint16), out, _attrs(layer), threads, use_amx, 0, use_dot
     )
     return path, out
 
@@ -70,13 +70,19 @@ def tile_unit_allowed():
 @pytest.mark.parametrize("level", RUNNABLE)
 @pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: "x".join(map(str, layer[:7])))
 def test_tile_order_is_its_model_at_every_level(level, layer):
+    """Emulated in fp32, and with the bf16 dot product where the level has it (the data here
+    has no subnormal, so it serves)."""
     kernel = load_level(level)
     dy, w = _arrays(layer, seed=layer[2])
     expected = _model(layer, dy, w)
-    for threads in (1, 2, 3):
-        path, out = _kernel_tile(kernel, layer, dy, w, threads, use_amx=False)
-        assert path == "tile+emulated"
-        np.testing.assert_array_equal(out, expected, err_msg=f"{level}, {threads} threads")
+    forms = {"tile+emulated": False}
+    if kernel.HAS_BF16_DOT:
+        forms["tile+dot"] = True
+    for form, use_dot in forms.items():
+        for threads in (1, 2, 3):
+            path, out = _kernel_tile(kernel, layer, dy, w, threads, False, use_dot)
+            assert path == form
+            np.testing.assert_array_equal(out, expected, err_msg=f"{form}, {threads} threads")
 
 
 @pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: "x".join(map(str, layer[:7])))
@@ -129,6 +135,33 @@ def test_subnormals_and_specials_keep_ieee_bits(level):
     np.testing.assert_array_equal(out[~nan_out], expected[~nan_expected])
     assert nan_out.any()
     assert np.isinf(out.view(ml_dtypes.bfloat16).astype(np.float32)).any()
+
+
+@pytest.mark.parametrize("level", RUNNABLE)
+def test_specials_without_subnormals_on_every_form(level):
+    """Inf, NaN, -0 and near-overflow sums where nothing is subnormal, so every form serves
+    (the bf16 dot product too): the model's bits, NaN where NaN."""
+    layer = LAYERS[2]
+    n, cin, cout, hout, wout, kh, kw = layer[:7]
+    rng = np.random.default_rng(11)
+
+    def near(shape, exponent):  # magnitudes in [1, 2) x 2^exponent, random signs
+        signs = rng.choice([-1.0, 1.0], shape)
+        return (signs * rng.uniform(1, 2, shape) * 2.0**exponent).astype(ml_dtypes.bfloat16)
+
+    dy, w = near((n, cout, hout, wout), 60), near((cout, cin, kh, kw), 62)  # sums near 2^128
+    dy[0, 3, 1, 2], dy[1, 40, 0, 1], dy[0, 7, 2, 2] = np.inf, -np.inf, np.nan
+    dy[1, 5] = -0.0
+    w[3, 0, 1, 1] = 0  # Inf x 0: NaN in channel 0
+    expected = _model(layer, dy, w)
+    kernel = load_level(level)
+    for use_dot in (False, True):
+        path, out = _kernel_tile(kernel, layer, dy, w, 2, False, use_dot)
+        assert path == ("tile+dot" if use_dot and kernel.HAS_BF16_DOT else "tile+emulated")
+        nan_out, nan_expected = (out & 0x7FFF) > 0x7F80, (expected & 0x7FFF) > 0x7F80
+        np.testing.assert_array_equal(nan_out, nan_expected)
+        np.testing.assert_array_equal(out[~nan_out], expected[~nan_expected])
+        assert nan_out.any() and (np.abs(out.view(ml_dtypes.bfloat16)) == np.inf).sum() > 10
 
 
 def test_option_scopes_environment_and_errors(monkeypatch):

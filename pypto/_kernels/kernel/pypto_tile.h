@@ -12,13 +12,19 @@
  * Skipping a tap that a phase lacks skips an instruction whose E + O is +0: C is never -0, so
  * C + 0 leaves its bits.
  *
- * Data: weights packed per 16-channel block of Cin as [co block][tap][16 ci][32 co] (bf16 for
- * the tile unit, fp32 for the emulation); dy in pair frames, one plane per channel pair
- * (2cp, 2cp + 1) of 32-bit pairs, even channel in the low half, with a zero halo. A C tile is 16
- * input channels x 16 consecutive positions of a stride phase's rows laid end to end at the
- * frame's width (positions in the halo columns are computed and thrown away, so small images
- * fill whole tiles); its B operand, 16 planes x 16 consecutive pairs, is one TILELOADD with the
- * plane as stride.
+ * Data, in one of three forms (a call's weight and frames share one): weights per 16-channel
+ * block of Cin as [co block][tap][16 ci][32 slots]; dy in pair frames, one plane of 32-bit
+ * pairs (bf16 low and high halves) per pair of a block's slots, with a zero halo.
+ *   PYPTO_TILE_FORM_AMX: the tile unit's operands. Slot k holds channel k (bf16).
+ *   PYPTO_TILE_FORM_F32: the fp32 emulation. The frames as AMX's; a weight row (fp32) holds the
+ *     block's even channels, then its odd ones.
+ *   PYPTO_TILE_FORM_DOT: the VDPBF16PS emulation (avx512_bf16). Rows and frames hold pairs
+ *     (4s, 4s + 2) for s = 0..7, then (4s + 1, 4s + 3), the earlier channel in the high half.
+ * pypto_tile_slot_channel says which channel of a block sits in each slot. Frames have a zero
+ * halo; a C tile is 16 input channels x 16 consecutive positions of a stride phase's
+ * rows laid end to end at the frame's width (positions in the halo columns are computed and
+ * thrown away, so small images fill whole tiles); on the tile unit its B operand, 16 planes x
+ * 16 consecutive pairs, is one TILELOADD with the plane as stride.
  */
 #ifndef PYPTO_TILE_H
 #define PYPTO_TILE_H
@@ -37,52 +43,64 @@ enum { PYPTO_TILE_CH = 16, PYPTO_TILE_PX = 16, PYPTO_TILE_K = 32 };
 enum { PYPTO_TILE_ITEM_TILES = 16 };
 #define PYPTO_TILE_A_ELEMS (PYPTO_TILE_CH * PYPTO_TILE_K) /* one packed (block, tap) */
 
-/* Memory for the packed weight and the frames: whole 64-byte lines, so that every tile row the
- * unit loads from an aligned place is one line, not two. free() releases it. */
-static inline void *pypto_tile_alloc(size_t bytes)
+enum { PYPTO_TILE_FORM_AMX = 0, PYPTO_TILE_FORM_F32 = 1, PYPTO_TILE_FORM_DOT = 2 };
+
+/* The channel of a 32-channel block in slot k (0-31) of a packed weight row (frame: 0) or in
+ * the low (k even) or high half of pair plane k / 2 of a frame (frame: 1). */
+static inline int pypto_tile_slot_channel(int form, int k, int frame)
 {
-    return aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (form == PYPTO_TILE_FORM_F32 && !frame)
+        return k < 16 ? 2 * k : 2 * (k - 16) + 1;
+    if (form == PYPTO_TILE_FORM_DOT) {
+        const int pair = k >> 1, first = pair < 8 ? 4 * pair : 4 * (pair - 8) + 1;
+        return first + ((k & 1) ? 0 : 2);
+    }
+    return k;
 }
 
 /* The packed weight of input channels 16 cb .. 16 cb + 15, every co block and tap:
- * dst[(b * taps + t) * 512 + r * 32 + k] = w[32 b + k][16 cb + r][t], 0 past Cout or Cin.
- * One 16 x 32 tile at a time, its columns (output channels) read in the weight's order. */
+ * dst[(b * taps + t) * 512 + r * 32 + k] = w[32 b + slot_channel(k, 0)][16 cb + r][t], 0 past
+ * Cout or Cin; bf16, or fp32 in PYPTO_TILE_FORM_F32. */
 static inline void pypto_tile_pack(const uint16_t *restrict w, int64_t cout, int64_t cin,
-                                   int64_t taps, int64_t cb, int as_float, void *restrict dst)
+                                   int64_t taps, int64_t cb, int form, void *restrict dst)
 {
     const int64_t blocks = (cout + PYPTO_TILE_K - 1) / PYPTO_TILE_K;
     const int64_t ci0 = cb * PYPTO_TILE_CH;
     const int rows = (int)(cin - ci0 < PYPTO_TILE_CH ? cin - ci0 : PYPTO_TILE_CH);
     uint16_t tile[PYPTO_TILE_CH * PYPTO_TILE_K];
-    for (int64_t b = 0; b < blocks; b++) {
-        const int cols = (int)(cout - b * PYPTO_TILE_K < PYPTO_TILE_K ? cout - b * PYPTO_TILE_K
-                                                                      : PYPTO_TILE_K);
+    for (int64_t b = 0; b < blocks; b++)
         for (int64_t t = 0; t < taps; t++) {
             memset(tile, 0, sizeof tile);
-            for (int k = 0; k < cols; k++) {
-                const uint16_t *src = w + ((b * PYPTO_TILE_K + k) * cin + ci0) * taps + t;
+            for (int k = 0; k < PYPTO_TILE_K; k++) {
+                const int64_t co = b * PYPTO_TILE_K + pypto_tile_slot_channel(form, k, 0);
+                if (co >= cout)
+                    continue;
+                const uint16_t *src = w + (co * cin + ci0) * taps + t;
                 for (int r = 0; r < rows; r++)
                     tile[r * PYPTO_TILE_K + k] = src[r * taps];
             }
             const int64_t at = (b * taps + t) * PYPTO_TILE_A_ELEMS;
-            if (as_float)
+            if (form == PYPTO_TILE_FORM_F32)
                 for (int i = 0; i < PYPTO_TILE_A_ELEMS; i++)
                     ((float *)dst)[at + i] = pypto_bf16_to_float(tile[i]);
             else
                 memcpy((uint16_t *)dst + at, tile, sizeof tile);
         }
-    }
 }
 
-/* One pair plane: rows top .. top + hout - 1, columns left .. left + wout - 1 from dy rows of
- * the two channels (odd NULL: a zero channel of the padding; even NULL too: all zero), the
- * halo zero. */
-static inline void pypto_tile_frame_plane(const uint16_t *restrict even,
-                                          const uint16_t *restrict odd, int64_t hout,
-                                          int64_t wout, int64_t top, int64_t left, int64_t hf,
-                                          int64_t wf, uint32_t *restrict plane)
+/* Pair plane k of block b of one image's frame: rows top .. top + hout - 1, columns left ..
+ * left + wout - 1 from the dy rows of the pair's two channels (low and high halves), the halo
+ * zero; a channel past Cout is zero. dy: the image's first channel. */
+static inline void pypto_tile_frame_plane(const uint16_t *restrict dy, int64_t cout, int form,
+                                          int64_t b, int64_t k, int64_t hout, int64_t wout,
+                                          int64_t top, int64_t left, int64_t hf, int64_t wf,
+                                          uint32_t *restrict plane)
 {
-    if (even == NULL) {
+    const int64_t lo = b * PYPTO_TILE_K + pypto_tile_slot_channel(form, 2 * (int)k, 1);
+    const int64_t hi = b * PYPTO_TILE_K + pypto_tile_slot_channel(form, 2 * (int)k + 1, 1);
+    const uint16_t *low = lo < cout ? dy + lo * hout * wout : NULL;
+    const uint16_t *high = hi < cout ? dy + hi * hout * wout : NULL;
+    if (low == NULL && high == NULL) {
         memset(plane, 0, (size_t)(hf * wf) * sizeof(uint32_t));
         return;
     }
@@ -90,25 +108,31 @@ static inline void pypto_tile_frame_plane(const uint16_t *restrict even,
     memset(plane, 0, (size_t)(top * wf + left) * sizeof(uint32_t));
     for (int64_t h = 0; h < hout; h++) {
         uint32_t *row = plane + (top + h) * wf + left;
-        const uint16_t *e = even + h * wout;
-        if (odd != NULL) {
-            const uint16_t *o = odd + h * wout;
+        const uint16_t *l = low != NULL ? low + h * wout : NULL;
+        const uint16_t *u = high != NULL ? high + h * wout : NULL;
+        if (u == NULL)
             for (int64_t x = 0; x < wout; x++)
-                row[x] = (uint32_t)e[x] | ((uint32_t)o[x] << 16);
-        } else {
+                row[x] = l[x];
+        else if (l == NULL)
             for (int64_t x = 0; x < wout; x++)
-                row[x] = e[x];
-        }
+                row[x] = (uint32_t)u[x] << 16;
+        else
+            for (int64_t x = 0; x < wout; x++)
+                row[x] = (uint32_t)l[x] | ((uint32_t)u[x] << 16);
         /* this row's right halo and the next row's left one */
         memset(row + wout, 0, (size_t)(right + (h + 1 < hout ? left : 0)) * sizeof(uint32_t));
     }
     memset(plane + (top + hout) * wf, 0, (size_t)((hf - top - hout) * wf) * sizeof(uint32_t));
 }
 
-/* ---- the emulation: the same order in IEEE fp32 on any CPU --------------------------------- */
+/* ---- the emulation: the same order on any CPU ------------------------------------------- */
+/* Vectors of PYPTO_TV pixels; a register block of PYPTO_TM channels x PYPTO_TNV vectors keeps
+ * its E and O chains in registers for one K step (AVX-512: 4 channels x 2 pixel tiles, 16
+ * chains, each dy vector serving 4 channels and each weight 2 vectors). */
 #if defined(__AVX512F__)
 typedef __m512 pypto_tv;
-enum { PYPTO_TV = 16 };
+enum { PYPTO_TV = 16, PYPTO_TM = 4, PYPTO_TNV = 2 };
+#define PYPTO_TILE_BLOCK_TWO_TILES 1   /* a register block spans a pair's two pixel tiles */
 #define PYPTO_TV_LOAD(p) _mm512_loadu_ps(p)
 #define PYPTO_TV_STORE(p, v) _mm512_storeu_ps(p, v)
 #define PYPTO_TV_SET1(x) _mm512_set1_ps(x)
@@ -118,7 +142,7 @@ enum { PYPTO_TV = 16 };
 #define PYPTO_TV_FUSED 1
 #elif defined(__AVX2__) && defined(__FMA__)
 typedef __m256 pypto_tv;
-enum { PYPTO_TV = 8 };
+enum { PYPTO_TV = 8, PYPTO_TM = 2, PYPTO_TNV = 2 };
 #define PYPTO_TV_LOAD(p) _mm256_loadu_ps(p)
 #define PYPTO_TV_STORE(p, v) _mm256_storeu_ps(p, v)
 #define PYPTO_TV_SET1(x) _mm256_set1_ps(x)
@@ -129,7 +153,7 @@ enum { PYPTO_TV = 8 };
 #elif defined(__aarch64__)
 #include <arm_neon.h>
 typedef float32x4_t pypto_tv;
-enum { PYPTO_TV = 4 };
+enum { PYPTO_TV = 4, PYPTO_TM = 2, PYPTO_TNV = 4 };
 #define PYPTO_TV_LOAD(p) vld1q_f32(p)
 #define PYPTO_TV_STORE(p, v) vst1q_f32(p, v)
 #define PYPTO_TV_SET1(x) vdupq_n_f32(x)
@@ -140,7 +164,7 @@ enum { PYPTO_TV = 4 };
 #elif defined(__SSE2__)
 #include <emmintrin.h>
 typedef __m128 pypto_tv;
-enum { PYPTO_TV = 4 };
+enum { PYPTO_TV = 4, PYPTO_TM = 2, PYPTO_TNV = 2 };
 #define PYPTO_TV_LOAD(p) _mm_loadu_ps(p)
 #define PYPTO_TV_STORE(p, v) _mm_storeu_ps(p, v)
 #define PYPTO_TV_SET1(x) _mm_set1_ps(x)
@@ -155,113 +179,211 @@ enum { PYPTO_TV = 4 };
 #define PYPTO_TV_NONE 1
 #endif
 
-/* B operand of one (co block, tap, pixel tile): 16 pair rows of 16 pixels, split into the even
- * channels' and the odd channels' values, fp32 */
-static inline void pypto_tile_split(const uint32_t *restrict b, int64_t plane,
+/* pixels one register block covers: two pixel tiles on AVX-512, else part of one */
+#define PYPTO_TILE_BLOCK_PX (PYPTO_TV * PYPTO_TNV)
+
+/* The fp32 emulation's B operand of one K step for a pair of pixel tiles (b[px]: the step's
+ * first pair plane at tile px's first pixel): even[s][32] and odd[s][32] hold channels 2s and
+ * 2s + 1 of the block, pixels 0-15 from tile 0 and 16-31 from tile 1 (n_px 2). Once a step, so
+ * the register blocks read fp32 from L1 and the frames stay bf16 (half the memory traffic). */
+static inline void pypto_tile_split(const uint32_t *const *b, int n_px, int64_t plane,
                                     float *restrict even, float *restrict odd)
 {
-    for (int k = 0; k < PYPTO_TILE_K / 2; k++)
-        for (int n = 0; n < PYPTO_TILE_PX; n++) {
-            const uint32_t pair = b[k * plane + n];
-            even[k * PYPTO_TILE_PX + n] = pypto_u2f(pair << 16);
-            odd[k * PYPTO_TILE_PX + n] = pypto_u2f(pair & 0xffff0000u);
+    for (int s = 0; s < PYPTO_TILE_K / 2; s++)
+        for (int px = 0; px < n_px; px++) {
+            const uint32_t *restrict from = b[px] + s * plane;
+            float *restrict e = even + s * 2 * PYPTO_TILE_PX + px * PYPTO_TILE_PX;
+            float *restrict o = odd + s * 2 * PYPTO_TILE_PX + px * PYPTO_TILE_PX;
+            for (int x = 0; x < PYPTO_TILE_PX; x++) {
+                e[x] = pypto_u2f(from[x] << 16);
+                o[x] = pypto_u2f(from[x] & 0xffff0000u);
+            }
         }
 }
 
-/* c[16 ch][16 px] += a (16 x 32, fp32) x the split B, in the SDM's order: scalar fmaf */
-static inline void pypto_tile_dp_scalar(const float *restrict a, const float *restrict even,
-                                        const float *restrict odd, float *restrict c)
+/* One K step of one channel tile and one pixel tile, scalar fmaf (where vectors lack the FMA
+ * and a product may round): a: the step's 16 x 32 weights (E slots, then O slots); even, odd:
+ * the split B at the tile's first pixel, rows 32 apart. */
+static inline void pypto_tile_step_scalar(const float *restrict a, const float *restrict even,
+                                          const float *restrict odd, float *restrict c)
 {
+    const int half = PYPTO_TILE_K / 2;
     for (int m = 0; m < PYPTO_TILE_CH; m++)
         for (int n = 0; n < PYPTO_TILE_PX; n++) {
             float e = 0.0f, o = 0.0f;
-            for (int k = 0; k < PYPTO_TILE_K / 2; k++) {
-                e = fmaf(a[m * PYPTO_TILE_K + 2 * k], even[k * PYPTO_TILE_PX + n], e);
-                o = fmaf(a[m * PYPTO_TILE_K + 2 * k + 1], odd[k * PYPTO_TILE_PX + n], o);
+            for (int s = 0; s < half; s++) {
+                e = fmaf(a[m * PYPTO_TILE_K + s], even[s * 2 * PYPTO_TILE_PX + n], e);
+                o = fmaf(a[m * PYPTO_TILE_K + half + s], odd[s * 2 * PYPTO_TILE_PX + n], o);
             }
             c[m * PYPTO_TILE_PX + n] += e + o;
         }
 }
 
-/* the same, four channels' E and O chains at a time on vectors of pixels; exact: every product
- * is exact in fp32 (the caller's scan), needed only where the vectors have no FMA */
-static inline void pypto_tile_dp(const float *restrict a, const float *restrict even,
-                                 const float *restrict odd, float *restrict c, int exact)
+#ifndef PYPTO_TV_NONE
+/* One K step of PYPTO_TM channels (a: the first one's row of the step's weights) x nv pixel
+ * vectors of the split B (even + v[j], odd + v[j]; rows 32 apart) into C (cp[j]; channel rows
+ * PYPTO_TILE_PX apart): E and O chains in registers, then C += E + O. */
+static inline __attribute__((always_inline)) void
+pypto_tile_step_f32(const float *restrict a, const float *restrict even,
+                    const float *restrict odd, const int *v, float *const *cp, const int nv)
 {
-#ifdef PYPTO_TV_NONE
-    (void)exact;
-    pypto_tile_dp_scalar(a, even, odd, c);
-#else
-    if (!PYPTO_TV_FUSED && !exact) {
-        pypto_tile_dp_scalar(a, even, odd, c);
-        return;
-    }
-    for (int m = 0; m < PYPTO_TILE_CH; m += 4)
-        for (int v = 0; v < PYPTO_TILE_PX; v += PYPTO_TV) {
-            pypto_tv e0 = PYPTO_TV_ZERO(), e1 = e0, e2 = e0, e3 = e0;
-            pypto_tv o0 = e0, o1 = e0, o2 = e0, o3 = e0;
-            const float *a0 = a + m * PYPTO_TILE_K;
-            for (int k = 0; k < PYPTO_TILE_K / 2; k++) {
-                const pypto_tv ev = PYPTO_TV_LOAD(even + k * PYPTO_TILE_PX + v);
-                const pypto_tv ov = PYPTO_TV_LOAD(odd + k * PYPTO_TILE_PX + v);
-                e0 = PYPTO_TV_FMA(PYPTO_TV_SET1(a0[2 * k]), ev, e0);
-                o0 = PYPTO_TV_FMA(PYPTO_TV_SET1(a0[2 * k + 1]), ov, o0);
-                e1 = PYPTO_TV_FMA(PYPTO_TV_SET1(a0[PYPTO_TILE_K + 2 * k]), ev, e1);
-                o1 = PYPTO_TV_FMA(PYPTO_TV_SET1(a0[PYPTO_TILE_K + 2 * k + 1]), ov, o1);
-                e2 = PYPTO_TV_FMA(PYPTO_TV_SET1(a0[2 * PYPTO_TILE_K + 2 * k]), ev, e2);
-                o2 = PYPTO_TV_FMA(PYPTO_TV_SET1(a0[2 * PYPTO_TILE_K + 2 * k + 1]), ov, o2);
-                e3 = PYPTO_TV_FMA(PYPTO_TV_SET1(a0[3 * PYPTO_TILE_K + 2 * k]), ev, e3);
-                o3 = PYPTO_TV_FMA(PYPTO_TV_SET1(a0[3 * PYPTO_TILE_K + 2 * k + 1]), ov, o3);
-            }
-            float *c0 = c + m * PYPTO_TILE_PX + v;
-            PYPTO_TV_STORE(c0, PYPTO_TV_ADD(PYPTO_TV_LOAD(c0), PYPTO_TV_ADD(e0, o0)));
-            PYPTO_TV_STORE(c0 + PYPTO_TILE_PX,
-                           PYPTO_TV_ADD(PYPTO_TV_LOAD(c0 + PYPTO_TILE_PX), PYPTO_TV_ADD(e1, o1)));
-            PYPTO_TV_STORE(c0 + 2 * PYPTO_TILE_PX, PYPTO_TV_ADD(PYPTO_TV_LOAD(c0 + 2 * PYPTO_TILE_PX),
-                                                                PYPTO_TV_ADD(e2, o2)));
-            PYPTO_TV_STORE(c0 + 3 * PYPTO_TILE_PX, PYPTO_TV_ADD(PYPTO_TV_LOAD(c0 + 3 * PYPTO_TILE_PX),
-                                                                PYPTO_TV_ADD(e3, o3)));
+    const int half = PYPTO_TILE_K / 2, row = 2 * PYPTO_TILE_PX;
+    pypto_tv e[PYPTO_TM][PYPTO_TNV], o[PYPTO_TM][PYPTO_TNV];
+    for (int m = 0; m < PYPTO_TM; m++)
+        for (int j = 0; j < PYPTO_TNV; j++)
+            e[m][j] = o[m][j] = PYPTO_TV_ZERO();
+#pragma GCC unroll 4
+    for (int s = 0; s < half; s++) {
+        pypto_tv ev[PYPTO_TNV], ov[PYPTO_TNV];
+        for (int j = 0; j < nv; j++) {
+            ev[j] = PYPTO_TV_LOAD(even + s * row + v[j]);
+            ov[j] = PYPTO_TV_LOAD(odd + s * row + v[j]);
         }
-#endif
+        for (int m = 0; m < PYPTO_TM; m++) {
+            const pypto_tv ae = PYPTO_TV_SET1(a[m * PYPTO_TILE_K + s]);
+            const pypto_tv ao = PYPTO_TV_SET1(a[m * PYPTO_TILE_K + half + s]);
+            for (int j = 0; j < nv; j++) {
+                e[m][j] = PYPTO_TV_FMA(ae, ev[j], e[m][j]);
+                o[m][j] = PYPTO_TV_FMA(ao, ov[j], o[m][j]);
+            }
+        }
+    }
+    for (int m = 0; m < PYPTO_TM; m++)
+        for (int j = 0; j < nv; j++) {
+            float *to = cp[j] + m * PYPTO_TILE_PX;
+            PYPTO_TV_STORE(to, PYPTO_TV_ADD(PYPTO_TV_LOAD(to), PYPTO_TV_ADD(e[m][j], o[m][j])));
+        }
 }
+#endif
 
-/* A block of n_ch (1, 2) channel tiles x n_px (1, 2) pixel tiles over every K step, emulated:
- * c[(ch * 2 + px) * 256 ...] from +0. a[ch]: the channel tiles' packed fp32 weights; b[px]: the
- * frame at the pixel tile's first pixel (tap offsets added); scratch: 512 floats. */
-static inline void pypto_tile_block_emulated(const float *const *a, int n_ch,
-                                             const uint32_t *const *b, int n_px, int64_t blocks,
-                                             int64_t taps, const int64_t *tap_index,
-                                             const int64_t *tap_offset, int64_t n_taps,
-                                             int64_t plane, float *restrict c,
-                                             float *restrict scratch, int exact)
+#ifdef PYPTO_ISA_AVX512BF16
+/* The same K step with VDPBF16PS, which adds its odd slot's product, then its even slot's, each
+ * rounded as an FMA: pair planes 0-7 hold the E chain two steps at a time (channels 4s in the
+ * odd slot, 4s + 2 in the even one), planes 8-15 the O chain (4s + 1, 4s + 3); the weight rows
+ * the same pairs. The frames are read as they are (bp[j]: the step's first plane at vector j's
+ * pixels). Only where nothing can be subnormal (the instruction flushes). */
+static inline __attribute__((always_inline)) void
+pypto_tile_step_dot(const uint32_t *restrict a, const uint32_t *const *bp, float *const *cp,
+                    int64_t plane, const int nv)
+{
+    const int quarter = PYPTO_TILE_K / 4, half = PYPTO_TILE_K / 2;
+    __m512 e[PYPTO_TM][PYPTO_TNV], o[PYPTO_TM][PYPTO_TNV];
+    for (int m = 0; m < PYPTO_TM; m++)
+        for (int j = 0; j < PYPTO_TNV; j++)
+            e[m][j] = o[m][j] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int s = 0; s < quarter; s++) {
+        __m512bh ev[PYPTO_TNV], ov[PYPTO_TNV];
+        for (int j = 0; j < nv; j++) {
+            ev[j] = (__m512bh)_mm512_loadu_si512(bp[j] + s * plane);
+            ov[j] = (__m512bh)_mm512_loadu_si512(bp[j] + (quarter + s) * plane);
+        }
+        for (int m = 0; m < PYPTO_TM; m++) {
+            const __m512bh ae = (__m512bh)_mm512_set1_epi32((int)a[m * half + s]);
+            const __m512bh ao = (__m512bh)_mm512_set1_epi32((int)a[m * half + quarter + s]);
+            for (int j = 0; j < nv; j++) {
+                e[m][j] = _mm512_dpbf16_ps(e[m][j], ae, ev[j]);
+                o[m][j] = _mm512_dpbf16_ps(o[m][j], ao, ov[j]);
+            }
+        }
+    }
+    for (int m = 0; m < PYPTO_TM; m++)
+        for (int j = 0; j < nv; j++) {
+            float *to = cp[j] + m * PYPTO_TILE_PX;
+            _mm512_storeu_ps(to, _mm512_add_ps(_mm512_loadu_ps(to),
+                                               _mm512_add_ps(e[m][j], o[m][j])));
+        }
+}
+#endif
+
+/* One K step of a pair of pixel tiles for one channel tile (a: the step's weights), emulated in
+ * fp32 from the split B. */
+static inline void pypto_tile_step_tiles_f32(const float *restrict a, const float *even,
+                                             const float *odd, int n_px, float *pair_c,
+                                             int exact)
 {
     const int64_t tile = PYPTO_TILE_CH * PYPTO_TILE_PX;
-    memset(c, 0, 4 * (size_t)tile * sizeof(float));
-    float *even = scratch, *odd = scratch + tile;
+#ifndef PYPTO_TV_NONE
+    if (PYPTO_TV_FUSED || exact) {
+        for (int m = 0; m < PYPTO_TILE_CH; m += PYPTO_TM) {
+            const float *am = a + m * PYPTO_TILE_K;
+#ifdef PYPTO_TILE_BLOCK_TWO_TILES   /* one register block: both tiles */
+            const int v[2] = {0, PYPTO_TILE_PX};
+            float *cp[2] = {pair_c + m * PYPTO_TILE_PX, pair_c + tile + m * PYPTO_TILE_PX};
+            if (n_px == 2)
+                pypto_tile_step_f32(am, even, odd, v, cp, 2);
+            else
+                pypto_tile_step_f32(am, even, odd, v, cp, 1);
+#else
+            for (int px = 0; px < n_px; px++)
+                for (int x = 0; x < PYPTO_TILE_PX; x += PYPTO_TILE_BLOCK_PX) {
+                    int v[PYPTO_TNV];
+                    float *cp[PYPTO_TNV];
+                    for (int j = 0; j < PYPTO_TNV; j++) {
+                        v[j] = px * PYPTO_TILE_PX + x + j * PYPTO_TV;
+                        cp[j] = pair_c + px * tile + m * PYPTO_TILE_PX + x + j * PYPTO_TV;
+                    }
+                    pypto_tile_step_f32(am, even, odd, v, cp, PYPTO_TNV);
+                }
+#endif
+        }
+        return;
+    }
+#endif
+    (void)exact;
+    for (int px = 0; px < n_px; px++)
+        pypto_tile_step_scalar(a, even + px * PYPTO_TILE_PX, odd + px * PYPTO_TILE_PX,
+                               pair_c + px * tile);
+}
+
+/* pypto_tile_run_amx's contract, emulated: a[ch] the channel tiles' packed weights and b[t] the
+ * frames at tile t's first pixel, in `form` (PYPTO_TILE_FORM_F32 or _DOT). K steps outermost:
+ * a step reads each of its 16 planes as one run over the item's tiles (a step per pixel pair
+ * would stream 16 planes per block and tap at once, more than the hardware prefetchers
+ * follow: 1x1 layers of many channels were memory-bound so), while the item's C (32 KiB)
+ * stays in cache. scratch: 1024 floats. exact: every product is exact in fp32 (the caller's
+ * scan), needed only where the vectors have no FMA. */
+static inline void pypto_tile_run_emulated(const void *const *a, int n_ch,
+                                           const uint32_t *const *b, int n_tiles,
+                                           int64_t blocks, int64_t taps,
+                                           const int64_t *tap_index, const int64_t *tap_offset,
+                                           int64_t n_taps, int64_t plane, float *restrict c,
+                                           float *restrict scratch, int form, int exact)
+{
+    const int64_t tile = PYPTO_TILE_CH * PYPTO_TILE_PX;
+    float *even = scratch, *odd = scratch + PYPTO_TILE_K * PYPTO_TILE_PX;
+    memset(c, 0, (size_t)((n_tiles + 1) / 2) * 4 * (size_t)tile * sizeof(float));
+    (void)form;
     for (int64_t blk = 0; blk < blocks; blk++)
         for (int64_t i = 0; i < n_taps; i++) {
             const int64_t a_at = (blk * taps + tap_index[i]) * PYPTO_TILE_A_ELEMS;
             const int64_t b_at = blk * (PYPTO_TILE_K / 2) * plane + tap_offset[i];
-            for (int px = 0; px < n_px; px++) {
-                pypto_tile_split(b[px] + b_at, plane, even, odd);
+            for (int p = 0; p < n_tiles; p += 2) {
+                const int n_px = p + 1 < n_tiles ? 2 : 1;
+                float *pair = c + (p / 2) * 4 * tile;
+                const uint32_t *bp[2] = {b[p] + b_at, b[p + n_px - 1] + b_at};
+#ifdef PYPTO_ISA_AVX512BF16
+                if (form == PYPTO_TILE_FORM_DOT) {
+                    for (int ch = 0; ch < n_ch; ch++)
+                        for (int m = 0; m < PYPTO_TILE_CH; m += PYPTO_TM) {
+                            const uint32_t *am = (const uint32_t *)a[ch] + a_at / 2
+                                                 + m * (PYPTO_TILE_K / 2);
+                            float *cp[2] = {pair + ch * 2 * tile + m * PYPTO_TILE_PX,
+                                            pair + (ch * 2 + 1) * tile + m * PYPTO_TILE_PX};
+                            if (n_px == 2)
+                                pypto_tile_step_dot(am, bp, cp, plane, 2);
+                            else
+                                pypto_tile_step_dot(am, bp, cp, plane, 1);
+                        }
+                    continue;
+                }
+#endif
+                pypto_tile_split(bp, n_px, plane, even, odd);
                 for (int ch = 0; ch < n_ch; ch++)
-                    pypto_tile_dp(a[ch] + a_at, even, odd, c + (ch * 2 + px) * tile, exact);
+                    pypto_tile_step_tiles_f32((const float *)a[ch] + a_at, even, odd, n_px,
+                                              pair + ch * 2 * tile, exact);
             }
         }
-}
-
-/* pypto_tile_run_amx's contract, emulated: pairs of pixel tiles one after the other */
-static inline void pypto_tile_run_emulated(const float *const *a, int n_ch,
-                                           const uint32_t *const *b, int n_tiles, int64_t blocks,
-                                           int64_t taps, const int64_t *tap_index,
-                                           const int64_t *tap_offset, int64_t n_taps,
-                                           int64_t plane, float *restrict c,
-                                           float *restrict scratch, int exact)
-{
-    for (int p = 0; p < n_tiles; p += 2)
-        pypto_tile_block_emulated(a, n_ch, b + p, p + 1 < n_tiles ? 2 : 1, blocks, taps,
-                                  tap_index, tap_offset, n_taps, plane,
-                                  c + (p / 2) * 4 * PYPTO_TILE_CH * PYPTO_TILE_PX, scratch, exact);
 }
 
 /* ---- the tile unit ----------------------------------------------------------------------- */

@@ -9,17 +9,19 @@ cdef extern from "pypto_tile.h" nogil:
     enum: PYPTO_TILE_PX
     enum: PYPTO_TILE_K
     enum: PYPTO_TILE_ITEM_TILES
-    void *pypto_tile_alloc(size_t bytes)
+    enum: PYPTO_TILE_FORM_AMX
+    enum: PYPTO_TILE_FORM_F32
+    enum: PYPTO_TILE_FORM_DOT
     void pypto_tile_pack(const uint16_t *w, int64_t cout, int64_t cin, int64_t taps, int64_t cb,
-                         int as_float, void *dst)
-    void pypto_tile_frame_plane(const uint16_t *even, const uint16_t *odd, int64_t hout,
-                                int64_t wout, int64_t top, int64_t left, int64_t hf, int64_t wf,
-                                uint32_t *plane)
-    void pypto_tile_run_emulated(const float *const *a, int n_ch, const uint32_t *const *b,
+                         int form, void *dst)
+    void pypto_tile_frame_plane(const uint16_t *dy, int64_t cout, int form, int64_t b, int64_t k,
+                                int64_t hout, int64_t wout, int64_t top, int64_t left,
+                                int64_t hf, int64_t wf, uint32_t *plane)
+    void pypto_tile_run_emulated(const void *const *a, int n_ch, const uint32_t *const *b,
                                  int n_tiles, int64_t blocks, int64_t taps,
                                  const int64_t *tap_index, const int64_t *tap_offset,
                                  int64_t n_taps, int64_t plane, float *c, float *scratch,
-                                 int exact)
+                                 int form, int exact)
     void pypto_amx_begin()
     void pypto_amx_end()
     void pypto_tile_run_amx(const uint16_t *const *a, int n_ch, const uint32_t *const *b,
@@ -48,14 +50,15 @@ cdef struct TileGeometry:
     int64_t *items         # per work item: 32-channel block, phase, first tile (of all images)
     int64_t n_items
     int use_amx, exact
+    int form               # PYPTO_TILE_FORM_*: the weight's and the frames' layout (pypto_tile.h)
     const void *w_packed   # per 16-channel block: [co block][tap][16][32], bf16 or fp32
     int64_t w_block_elems
     uint32_t *frames       # per image: pairs planes of hf x wf
 
 
 cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs) except -1:
-    """The phases, taps, frame halo and work items of a call (tables malloc'ed, freed by
-    _tile_free)."""
+    """The phases, taps, frame halo and work items of a call in the data form g.form (tables
+    malloc'ed, freed by _tile_free)."""
     cdef int64_t ph, rh, rw, kh, kw, x, o, n_phases, t, i, n, cb, tiles, first
     (g.n_img, g.cout, g.hout, g.wout), (_, g.cin, g.kh, g.kw), (_, _, g.hin, g.win) = shapes
     g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = attrs
@@ -147,7 +150,8 @@ cdef bint _channel_blocks_inside(const TileGeometry *g) noexcept nogil:
     and all of dy, else all of the weight and one item's dy, else the one that reads less from
     L3."""
     cdef double budget = 1 << 20
-    cdef double block_weight = 2.0 * g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K * 2
+    cdef double block_weight = 2.0 * g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K \
+        * _weight_bytes(g.form)
     cdef double weight = block_weight * ((g.ch_tiles + 1) // 2)
     cdef double dy = 4.0 * g.n_img * g.pairs * g.plane
     cdef double item_dy = dy / max(1, g.n_img * g.plane // PYPTO_TILE_PX) * PYPTO_TILE_ITEM_TILES
@@ -166,51 +170,53 @@ cdef void _tile_free(TileGeometry *g) noexcept nogil:
     g.items = NULL
 
 
-cdef int64_t _tile_buffer_bytes(const TileGeometry *g, bint as_float) noexcept nogil:
-    """The packed weight and the dy frames of a call."""
-    return g.ch_tiles * g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K * (4 if as_float else 2) \
+cdef int64_t _tile_buffer_bytes(const TileGeometry *g, int form) noexcept nogil:
+    """The packed weight and the dy frames of a call in this form."""
+    return g.ch_tiles * g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K * _weight_bytes(form) \
         + g.n_img * g.pairs * g.plane * 4
+
+
+cdef inline int _weight_bytes(int form) noexcept nogil:
+    return 4 if form == PYPTO_TILE_FORM_F32 else 2
 
 
 def tile_buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs):
     """Bytes dgrad_tile allocates for these shapes (packed weight and dy frames, at most)."""
     cdef TileGeometry g
     memset(&g, 0, sizeof(g))
+    g.form = PYPTO_TILE_FORM_F32   # the largest weight
     try:
         _tile_geometry(&g, (dy_shape, w_shape, dx_shape), attrs)
-        return _tile_buffer_bytes(&g, True)
+        return _tile_buffer_bytes(&g, g.form)
     finally:
         _tile_free(&g)
 
 
 cdef void _tile_prepare(const TileGeometry *g, const uint16_t *dy, const uint16_t *w,
                         int64_t job) noexcept nogil:
-    """Job j < ch_tiles packs the weight of 16-channel block j; the rest fill one pair plane
-    of one image's frame each."""
-    cdef int64_t n, cp, co
-    cdef const uint16_t *even
-    cdef const uint16_t *odd
+    """Job j < ch_tiles packs the weight of 16-channel block j; the rest fill one plane of one
+    image's frame each."""
+    cdef int64_t n, k
     cdef pypto_fpenv saved
     if job < g.ch_tiles:
         saved = pypto_fp_enter()
-        pypto_tile_pack(w, g.cout, g.cin, g.taps, job, not g.use_amx,
-                        <char *>g.w_packed + job * g.w_block_elems * (2 if g.use_amx else 4))
+        pypto_tile_pack(w, g.cout, g.cin, g.taps, job, g.form,
+                        <char *>g.w_packed + job * g.w_block_elems * _weight_bytes(g.form))
         pypto_fp_leave(saved)
         return
     job -= g.ch_tiles
-    n, cp = job // g.pairs, job % g.pairs
-    co = 2 * cp
-    even = dy + (n * g.cout + co) * g.hout * g.wout if co < g.cout else NULL
-    odd = dy + (n * g.cout + co + 1) * g.hout * g.wout if co + 1 < g.cout else NULL
-    pypto_tile_frame_plane(even, odd, g.hout, g.wout, g.top, g.left, g.hf, g.wf,
-                           g.frames + (n * g.pairs + cp) * g.plane)
+    n, k = job // g.pairs, job % g.pairs
+    pypto_tile_frame_plane(dy + n * g.cout * g.hout * g.wout, g.cout, g.form,
+                           k // (PYPTO_TILE_K // 2), k % (PYPTO_TILE_K // 2), g.hout, g.wout,
+                           g.top, g.left, g.hf, g.wf, g.frames + (n * g.pairs + k) * g.plane)
 
 
 cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx) noexcept nogil:
     """Every output element of one work item, in the kernel's floating-point environment."""
     cdef float c_space[2 * PYPTO_TILE_ITEM_TILES * PYPTO_TILE_CH * PYPTO_TILE_PX + 16]
     cdef float *c = c_space + (-<size_t>c_space // sizeof(float)) % 16   # a whole line each row
-    cdef float scratch[2 * PYPTO_TILE_CH * PYPTO_TILE_PX]
+    cdef float scratch[PYPTO_TILE_K * PYPTO_TILE_PX * 2 + 16]
+    cdef float *split = scratch + (-<size_t>scratch // sizeof(float)) % 16
     cdef const void *a[2]
     cdef const uint32_t *b[PYPTO_TILE_ITEM_TILES]
     cdef int64_t cb = g.items[3 * item], ph = g.items[3 * item + 1]
@@ -220,7 +226,7 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx) noexcept
     cdef int n_tiles = <int>min(<int64_t>PYPTO_TILE_ITEM_TILES, g.n_img * per_image - first)
     cdef int n_ch = 2 if 2 * cb + 1 < g.ch_tiles else 1
     cdef int64_t t, n, q0, ch, ci0
-    cdef size_t a_bytes = g.w_block_elems * (2 if g.use_amx else 4)
+    cdef size_t a_bytes = g.w_block_elems * _weight_bytes(g.form)
     cdef pypto_fpenv saved = pypto_fp_enter()
     a[0] = <const char *>g.w_packed + 2 * cb * a_bytes
     a[1] = <const char *>g.w_packed + (2 * cb + 1) * a_bytes if n_ch == 2 else a[0]
@@ -234,9 +240,9 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx) noexcept
                            g.plane, c)
         pypto_amx_end()
     else:
-        pypto_tile_run_emulated(<const float *const *>a, n_ch, b, n_tiles, g.blocks, g.taps,
+        pypto_tile_run_emulated(a, n_ch, b, n_tiles, g.blocks, g.taps,
                                 g.tap_index + ph * g.taps, g.tap_offset + ph * g.taps,
-                                g.n_taps[ph], g.plane, c, scratch, g.exact)
+                                g.n_taps[ph], g.plane, c, split, g.form, g.exact)
     for t in range(n_tiles):   # C tile (ch, t): pair t // 2, slot ch * 2 + t % 2
         n, q0 = (first + t) // per_image, ((first + t) % per_image) * PYPTO_TILE_PX
         for ch in range(n_ch):
@@ -249,12 +255,13 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx) noexcept
 
 
 def dgrad_tile(dy, w, dx, tuple attrs, int num_threads, bint use_amx=True,
-               int64_t serial_macs=SERIAL_MACS):
+               int64_t serial_macs=SERIAL_MACS, bint use_dot=True):
     """dx = dgrad(dy, w) in sum_order "tile", bf16 only (buffers as dgrad's). The tile unit
     serves where this level has one, ``use_amx`` is true (the caller has the OS's permission
     and the self-check's verdict) and no subnormal can occur; the emulation elsewhere, same
-    bits. Returns "tile+amx" or "tile+emulated", or "non_finite" (nothing written) when the
-    weight holds Inf or NaN, as dgrad does."""
+    bits: with the bf16 dot product where this level has it, ``use_dot`` is true and nothing
+    can be subnormal, else in fp32. Returns "tile+amx", "tile+dot" or "tile+emulated", or
+    "non_finite" (nothing written) when the weight holds Inf or NaN, as dgrad does."""
     cdef Py_buffer views[3]
     memset(views, 0, sizeof(views))
     try:
@@ -262,7 +269,7 @@ def dgrad_tile(dy, w, dx, tuple attrs, int num_threads, bint use_amx=True,
         _take_view(w, &views[1], 0, "w")
         _take_view(dx, &views[2], PyBUF_WRITABLE, "dx")
         return _dgrad_tile(&views[0], &views[1], &views[2], attrs, num_threads, use_amx,
-                           serial_macs)
+                           serial_macs, use_dot)
     finally:
         PyBuffer_Release(&views[0])
         PyBuffer_Release(&views[1])
@@ -270,7 +277,7 @@ def dgrad_tile(dy, w, dx, tuple attrs, int num_threads, bint use_amx=True,
 
 
 cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, tuple attrs,
-                        int num_threads, bint use_amx, int64_t serial_macs):
+                        int num_threads, bint use_amx, int64_t serial_macs, bint use_dot):
     cdef TileGeometry g
     cdef uint16_t w_least, w_most, dy_least, dy_most
     cdef int dy_exponent, w_exponent
@@ -288,16 +295,20 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
     dy_exponent = pypto_bf16_least_exponent(dy_least)
     w_exponent = pypto_bf16_least_exponent(w_least)
     memset(&g, 0, sizeof(g))
-    cdef void *w_packed = NULL
+    cdef char *block = NULL
+    cdef size_t capacity = 0, w_bytes
     cdef double check_at = pypto_seconds() + SIGNAL_SECONDS
     cdef double *next_check = &check_at
     cdef int stopped = 0
     cdef int *stop = &stopped
     try:
+        g.use_amx = PYPTO_HAVE_AMX and use_amx and _flush_safe(dy_exponent, w_exponent)
+        g.form = PYPTO_TILE_FORM_AMX if g.use_amx else (
+            PYPTO_TILE_FORM_DOT if PYPTO_HAVE_BF16_DOT and use_dot
+            and _flush_safe(dy_exponent, w_exponent) else PYPTO_TILE_FORM_F32)
         _tile_geometry(&g, (tuple(dy.shape[i] for i in range(4)),
                             tuple(w.shape[i] for i in range(4)),
                             tuple(dx.shape[i] for i in range(4))), attrs)
-        g.use_amx = PYPTO_HAVE_AMX and use_amx and _flush_safe(dy_exponent, w_exponent)
         # products of two bf16 are exact in fp32 unless below 2^-126 or past the largest
         # float: the least exponents sum to >= 142, the largest magnitudes' to <= 380
         g.exact = _products_normal(dy_exponent, w_exponent) \
@@ -306,12 +317,16 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
         macs = g.n_img * g.cin * g.hin * g.win * g.cout * g.taps // (g.sh * g.sw)
         # the whole team, as dgrad: no call starts or ends a thread
         threads = 1 if macs < serial_macs else num_threads
-        w_packed = pypto_tile_alloc(g.ch_tiles * g.w_block_elems * (2 if g.use_amx else 4))
-        g.frames = <uint32_t *>pypto_tile_alloc(max(g.n_img * g.pairs * g.plane, 1)
-                                                * sizeof(uint32_t))
-        g.w_packed = w_packed
-        if w_packed == NULL or g.frames == NULL:
+        # the packed weight, then the frames, each on whole 64-byte lines (a tile row the unit
+        # loads is one line), in the kept scratch buffer (buffers.pxi: fresh pages cost a
+        # third of a 1x1 layer's call)
+        w_bytes = (g.ch_tiles * g.w_block_elems * _weight_bytes(g.form) + 63) // 64 * 64
+        block = <char *>_take_buffer(SLOT_SCRATCH, _tile_buffer_bytes(&g, g.form) + 128,
+                                     &capacity)
+        if block == NULL:
             raise MemoryError("pypto: no memory for the tile order's weight and dy frames")
+        g.w_packed = block + (-<size_t>block) % 64
+        g.frames = <uint32_t *>(<char *>g.w_packed + w_bytes)
         jobs = g.ch_tiles + g.n_img * g.pairs
         if threads == 1:
             with nogil:
@@ -339,7 +354,7 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
                         pypto_check_signals(stop)
             pypto_raise_if(stop[0])
     finally:
-        free(w_packed)
-        free(g.frames)
+        _give_buffer(SLOT_SCRATCH, block, capacity)
         _tile_free(&g)
-    return "tile+amx" if g.use_amx else "tile+emulated"
+    return "tile+amx" if g.use_amx else (
+        "tile+dot" if g.form == PYPTO_TILE_FORM_DOT else "tile+emulated")
