@@ -96,9 +96,11 @@ def new_row(leading, trailing=None, **known):
 
 def _task(loc, n, b, m, outside, elements, max_ulp):
     """A failing task (image, channel block, M tile) of the localisation, as a row's entry,
-    with its regions (16-channel blocks by row bands: ``Localisation.task_regions``)."""
+    with its regions (16-channel blocks by row bands: ``Localisation.task_regions``); the image
+    by the caller's index (``Localisation.image_id``)."""
+    image = loc.image_id(n)
     return {
-        "image": n,
+        "image": image,
         "channel_block": b,
         "channels": list(loc.block_channels(b)),
         "m_tile": m,
@@ -106,7 +108,7 @@ def _task(loc, n, b, m, outside, elements, max_ulp):
         "outside": outside,
         "elements": elements,
         "max_ulp": max_ulp,
-        "where": f"image {n}, {loc.block_name(b)}, {loc.tile_name(m)}",
+        "where": f"image {image}, {loc.block_name(b)}, {loc.tile_name(m)}",
         "regions": [r.as_dict() for r in loc.task_regions(n, b, m)],
     }
 
@@ -132,7 +134,7 @@ def judged(result):
             "l1": list(result.case.l1),
             "l0": list(result.case.l0),
             "vec": list(result.case.vec),
-            "grid": loc.as_dict(0)["grid"],
+            "grid": loc.grid_dict(),
         },
     }
 
@@ -188,7 +190,7 @@ def spaced(values):
 
 
 _SHAPES = ("grad_output", "weight", "grad_input")
-_INT_LISTS = ("strides", "paddings", "dilations")
+_INT_LISTS = ("strides", "paddings", "dilations", "images")  # images: crosscheck's
 
 
 def _cell(row, column, int_list):
@@ -199,7 +201,7 @@ def _cell(row, column, int_list):
         return "true" if value else "false"
     if column in _SHAPES:
         return shape_text(value)
-    if column in _INT_LISTS:
+    if column in _INT_LISTS and not isinstance(value, str):  # images may be "all"
         return int_list(value)
     if column == "failing_tasks":
         return "; ".join(

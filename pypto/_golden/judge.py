@@ -15,7 +15,9 @@ from .._core.values import as_int
 from .._version import __version__
 from ..error import FeError
 from . import accuracy as _accuracy
-from .case import comparison_bytes, error_bound, golden_bytes, golden_dgrad, pypto_dgrad
+from .bound import ErrorBound
+from .case import comparison_bytes, golden_bytes, golden_dgrad, pypto_dgrad
+from .grid import to_float32
 from .localise import PLOT_UNITS, Localisation
 
 __all__ = ["ALL", "CompareResult", "judge_case", "check_standard", "check_count", "check_top"]
@@ -172,6 +174,8 @@ def judge_case(
     ``golden`` (float64, the result's to keep) and ``reference`` (pypto's own result in the
     case's dtype, copied), when given, have the case's input_size; when None they are
     computed, the reference in the summation order in force, which the result records.
+    The error bound is computed where it can decide (``bound.ErrorBound``); the result keeps
+    float32 copies of ``dy`` and ``w`` to make every element's when asked for.
     Raises PyptoMemoryError, before allocating anything, when the host's memory is short.
     """
     # everything this call allocates, before any of it
@@ -185,8 +189,9 @@ def judge_case(
     # changing later (a torch gradient that the next backward adds into) never change what it
     # says was judged
     actual = actual.copy()
+    dy32, w32 = to_float32(dy), to_float32(w)  # exact; the golden and the bound both read them
     if golden is None:
-        golden = golden_dgrad(case, dy, w)
+        golden = golden_dgrad(case, dy32, w32)
     if reference is None:
         reference = pypto_dgrad(case, dy, w)
         reference_sum_order = _config.get_sum_order(case.dtype)
@@ -198,7 +203,7 @@ def judge_case(
     metrics = _accuracy.measure(errors, golden, case.dtype, grid)
     reference_metrics = _accuracy.measure(reference_errors, golden, case.dtype, grid)
     verdicts = _accuracy.judge(metrics, reference_metrics, case.dtype)
-    bound = error_bound(case, dy, w, golden, grid=grid)
+    bound = ErrorBound(case, dy32, w32, golden, grid)  # only where it can decide
     localisation = Localisation(case, golden, actual, reference, errors, reference_errors, bound)
     return CompareResult(
         case,

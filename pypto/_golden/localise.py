@@ -15,7 +15,9 @@ A task with more than MAX_REGIONS of them is named by one box around them all. T
 An element is *outside the bound* when it is off the golden by more than any fp32-accumulating
 kernel with one final rounding can be: one ulp of the output dtype plus K * 2^-24 * sum|dy * w|
 (``pypto._golden.case.error_bound``), or when it is a NaN/Inf mismatch. A correct kernel, in any
-summation order, has no element outside it.
+summation order, has no element outside it. Only an element off by more than the ulp term can
+be, so the bound is computed at those elements alone (``pypto._golden.bound.ErrorBound``) and
+at every element only for ``over_bound``, the worst elements and the heatmap.
 """
 
 from dataclasses import dataclass
@@ -104,23 +106,30 @@ def _reduce(values, op, c_starts, h_starts):
 
 
 class Localisation:
-    """Errors of a result by image, channel block, M tile and task; the worst elements."""
+    """Errors of a result by image, channel block, M tile and task; the worst elements.
+
+    The arrays' image axis counts from 0 (``failing_tasks`` and ``task_regions`` speak of
+    those positions); what the text, the regions, the worst elements and ``as_dict`` call an
+    image is :meth:`image_id` of it: the same number, or the caller's own image index when the
+    judged arrays are a sample of a larger batch (:meth:`name_images`)."""
 
     def __init__(self, case, golden, actual, reference, errors, reference_errors, bound):
         self.case = case
+        self.images = None  # the caller's index of each judged image (None: 0, 1, ...)
         p = case.problem
         self.rows_per_tile, self.channels_per_block, self.m_tiles, self.channel_blocks = task_grid(
             p, case.tiling
         )
         self._golden, self._actual, self._reference = golden, actual, reference
         self._errors, self._reference_errors = errors, reference_errors
-        with np.errstate(invalid="ignore", divide="ignore"):
-            self._over = np.where(
-                errors.mismatch, np.inf, np.where(bound > 0, errors.abs / bound, 0.0)
-            )
-        self._over = np.nan_to_num(self._over, nan=0.0, posinf=np.inf)
+        # bound: every element's (an array), or a bound.ErrorBound, which decides outside from
+        # the few elements above the ulp term and makes every element's only for over_bound
+        self._bound, self._over = bound, None
         self._regions = None  # regions(), computed when first asked for
-        outside = self._over > 1.0
+        if isinstance(bound, np.ndarray):
+            outside = self.over_bound > 1.0
+        else:
+            outside = bound.outside(errors)
         self.outside = outside
         self.outside_count = int(outside.sum())
         c_starts = np.arange(0, p.cin, self.channels_per_block)
@@ -140,6 +149,21 @@ class Localisation:
             * p.win
         )
 
+    def name_images(self, images):
+        """Name the judged images by the caller's indices: ``images[i]`` is image ``i`` of
+        the judged arrays (a sample of a larger batch). A ValueError unless it holds one
+        int per judged image."""
+        images = tuple(int(i) for i in images)
+        if len(images) != self.case.problem.n:
+            raise ValueError(
+                f"name_images: {len(images)} indices for {self.case.problem.n} judged images"
+            )
+        self.images, self._regions = images, None
+
+    def image_id(self, n):
+        """The caller's index of judged image ``n``."""
+        return n if self.images is None else self.images[n]
+
     @property
     def errors(self):
         """The result's ``accuracy.ElementErrors``."""
@@ -147,7 +171,16 @@ class Localisation:
 
     @property
     def over_bound(self):
-        """|a - g| / bound per element (inf at a NaN/Inf mismatch); > 1 is outside."""
+        """|a - g| / bound per element (inf at a NaN/Inf mismatch); > 1 is outside. Made when
+        first asked for (with an ErrorBound, from every element's bound)."""
+        if self._over is None:
+            bound = self._bound if isinstance(self._bound, np.ndarray) else self._bound.full()
+            errors = self._errors
+            with np.errstate(invalid="ignore", divide="ignore"):
+                over = np.where(
+                    errors.mismatch, np.inf, np.where(bound > 0, errors.abs / bound, 0.0)
+                )
+            self._over = np.nan_to_num(over, nan=0.0, posinf=np.inf)
         return self._over
 
     # --- names of the boxes ------------------------------------------------------------------
@@ -177,7 +210,8 @@ class Localisation:
             t.max(axis=others)
             for t in (self.task_max_ulp, self.task_reference_max_ulp, self.task_max_abs)
         ]
-        name = {0: lambda i: f"image {i}", 1: self.block_name, 2: self.tile_name}[axis]
+        names = {0: lambda i: f"image {self.image_id(i)}", 1: self.block_name, 2: self.tile_name}
+        name = names[axis]
         for i in range(sums[0].shape[0]):
             rows.append(
                 (
@@ -201,7 +235,8 @@ class Localisation:
         return self._section(2)
 
     def failing_tasks(self):
-        """[(image, channel block, M tile, outside, elements, max ulp)], most outside first."""
+        """[(image, channel block, M tile, outside, elements, max ulp)], most outside first;
+        the image as its position in the judged arrays (:meth:`image_id` names it)."""
         found = np.argwhere(self.task_outside > 0)
         tasks = [
             (
@@ -249,7 +284,7 @@ class Localisation:
             h = slice(r_lo + top, r_lo + bottom + 1)
             regions.append(
                 Region(
-                    n,
+                    self.image_id(n),
                     (c_lo + lo, c_lo + hi),
                     (r_lo + top, r_lo + bottom),
                     int(self.outside[n, c, h].sum()),
@@ -272,10 +307,10 @@ class Localisation:
 
     def worst(self, k=10):
         """The ``k`` elements farthest outside (or nearest to) the bound, as WorstElement."""
-        flat = self._over.ravel()
-        k = min(k, flat.size)
-        if k <= 0:
+        if k <= 0 or self._golden.size == 0:
             return []
+        flat = self.over_bound.ravel()
+        k = min(k, flat.size)
         # farthest first; among equals, the largest error in ulps
         idx = np.argpartition(-flat, k - 1)[:k] if k < flat.size else np.arange(flat.size)
         ulps = self._errors.ulp.ravel()
@@ -286,7 +321,7 @@ class Localisation:
             n, c, h, w = (int(v) for v in np.unravel_index(i, shape))
             result.append(
                 WorstElement(
-                    n,
+                    self.image_id(n),
                     c,
                     h,
                     w,
@@ -311,11 +346,22 @@ class Localisation:
             else f"tileML1 {t.ml1} < Win {p.win}"
         )
         tasks = p.n * self.channel_blocks * self.m_tiles
+        which = "" if self.images is None else f" (images {', '.join(map(str, self.images))})"
         return (
             f"M tile = {self.rows_per_tile} image row(s) ({how}), {self.m_tiles} tile(s); "
             f"channel block = {self.channels_per_block} channels (tileNL1 {t.nl1}), "
-            f"{self.channel_blocks} block(s); {p.n} image(s): {tasks} task(s)"
+            f"{self.channel_blocks} block(s); {p.n} image(s){which}: {tasks} task(s)"
         )
+
+    def grid_dict(self):
+        """The task grid as plain data (``as_dict``'s "grid")."""
+        return {
+            "rows_per_m_tile": self.rows_per_tile,
+            "m_tiles": self.m_tiles,
+            "channels_per_block": self.channels_per_block,
+            "channel_blocks": self.channel_blocks,
+            "text": self.grid_text(),
+        }
 
     def format(self, top=10):
         total = self._golden.size
@@ -351,7 +397,7 @@ class Localisation:
             )
             for n, b, m, outside, elements, max_ulp in tasks[:MAX_ROWS]:
                 lines.append(
-                    f"    image {n}, {self.block_name(b)}, {self.tile_name(m)}: "
+                    f"    image {self.image_id(n)}, {self.block_name(b)}, {self.tile_name(m)}: "
                     f"{outside} of {elements} outside, max {max_ulp:.3g} ulp"
                 )
                 lines += [
@@ -400,19 +446,13 @@ class Localisation:
         return {
             "outside_bound": self.outside_count,
             "bound": f"|a - g| <= 1 ulp + K 2^-24 sum|dy w|, K = {self.case.k_terms}",
-            "grid": {
-                "rows_per_m_tile": self.rows_per_tile,
-                "m_tiles": self.m_tiles,
-                "channels_per_block": self.channels_per_block,
-                "channel_blocks": self.channel_blocks,
-                "text": self.grid_text(),
-            },
+            "grid": self.grid_dict(),
             "per_image": rows(self.per_image()),
             "per_channel_block": rows(self.per_channel_block()),
             "per_m_tile": rows(self.per_m_tile()),
             "failing_tasks": [
                 {
-                    "image": n,
+                    "image": self.image_id(n),
                     "channel_block": b,
                     "m_tile": m,
                     "outside": o,

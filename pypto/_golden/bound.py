@@ -1,0 +1,74 @@
+"""The fp32-accumulation error bound of one judgement, computed only where it can decide.
+
+``case.error_bound`` is, per dx element, one ulp of the output dtype at the golden plus
+(1 + 2^-p) K 2^-24 sum|dy w|: a GEMM of |w| and |dy| as large as the golden's own. An element
+is *outside* the bound when its error exceeds it, so an element off by at most the ulp term
+never is, and a correct kernel leaves only a handful of elements above that (none in most
+calls). :class:`ErrorBound` decides ``outside`` from the bound at those elements alone,
+summed straight from the definition in float64 (``case._dx_at``, no GEMM), and computes every
+element's bound (``full``) only when many elements need it or when asked (the localisation's
+``over_bound``, the worst elements, the heatmap).
+"""
+
+import numpy as np
+
+from .case import U32, _dx_at, error_bound
+from .grid import MANTISSA_BITS
+
+__all__ = ["ErrorBound", "DIRECT_SHARE"]
+
+# above this share of the elements (or DIRECT_MAX of them), the bound at the elements above the
+# ulp term comes from the whole GEMM: summing each one directly costs K products, as the GEMM
+# does per element, without its speed
+DIRECT_SHARE = 0.01
+DIRECT_MAX = 1 << 13
+
+
+class ErrorBound:
+    """``case.error_bound`` of one judgement, made where asked. ``dy`` and ``w``: the inputs
+    as the bound's owner's own copies (the exact float32 ones of ``grid.to_float32``: they
+    are kept, for :meth:`full`, as long as this object)."""
+
+    def __init__(self, case, dy, w, golden, grid, rounding_ulps=1.0):
+        self.case, self.rounding_ulps = case, rounding_ulps
+        self._dy, self._w, self._golden, self._grid = dy, w, golden, grid
+        self._full = None
+        self.direct = None  # elements whose bound outside() summed directly; None: full()
+
+    def full(self):
+        """Every element's bound (``case.error_bound``), computed once."""
+        if self._full is None:
+            self._full = error_bound(
+                self.case, self._dy, self._w, self._golden, self.rounding_ulps, self._grid
+            )
+        return self._full
+
+    def at(self, flat):
+        """The bound at the flat indices ``flat`` (float64): read from :meth:`full` when that
+        is made, else the sum|dy w| of each summed directly in float64."""
+        if self._full is not None:
+            return self._full.reshape(-1)[flat]
+        positions = np.stack(np.unravel_index(flat, self._golden.shape), axis=1)
+        _, magnitude = _dx_at(self.case, self._dy, self._w, positions)
+        accumulation = (
+            self.case.k_terms * U32 * (1.0 + 2.0 ** -(MANTISSA_BITS[self.case.dtype] + 1))
+        )
+        with np.errstate(invalid="ignore"):
+            return magnitude * accumulation + self.rounding_ulps * self._grid.ulp.reshape(-1)[flat]
+
+    def outside(self, errors):
+        """Where ``errors`` (``accuracy.ElementErrors``) lie outside the bound: a NaN/Inf
+        mismatch, or an error above the bound, which only an error above the ulp term can be."""
+        outside = errors.mismatch.copy()
+        with np.errstate(invalid="ignore"):
+            above = errors.abs > self.rounding_ulps * self._grid.ulp
+        above &= ~errors.mismatch
+        flat = np.flatnonzero(above)
+        if flat.size > min(DIRECT_MAX, DIRECT_SHARE * above.size):
+            self.full()
+        else:
+            self.direct = int(flat.size)
+        if flat.size:
+            with np.errstate(invalid="ignore"):
+                outside.reshape(-1)[flat] = errors.abs.reshape(-1)[flat] > self.at(flat)
+        return outside
