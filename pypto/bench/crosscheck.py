@@ -4,8 +4,9 @@ One ResNet-18 (torchvision's layout, built here: 7x7/2 stem, max pool, four stag
 basic blocks, 1x1/2 downsampling, global pool, fc) trains in bf16 with SGD. Each round times,
 interleaved in one process, a plain step; a step inside the mode with nothing judged (the
 dispatch mode and the rows alone: what every call pays); and a step inside the mode for each
-``--every`` and ``--budget`` asked. The medians and their ratios to the plain step are
-printed, with the calls judged and the seconds spent judging them. Needs PyTorch.
+``--every`` and ``--budget`` asked, each also with each ``--images`` asked. The medians and
+their ratios to the plain step are printed, with the calls judged and the seconds spent
+judging them. Needs PyTorch.
 """
 
 import argparse
@@ -76,18 +77,24 @@ def _parse(argv):
     parser.add_argument(
         "--budget", default="", help="comma-separated budget= shares to time (e.g. 0.3)"
     )
+    parser.add_argument(
+        "--images",
+        default="",
+        help="comma-separated images= values: each --every and --budget also timed with each",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     args = parser.parse_args(argv)
     try:
         args.every = [int(v) for v in args.every.split(",") if v.strip()]
         args.budget = [float(v) for v in args.budget.split(",") if v.strip()]
+        args.images = [int(v) for v in args.images.split(",") if v.strip()]
     except ValueError:
-        parser.error("--every and --budget take comma-separated numbers")
+        parser.error("--every, --budget and --images take comma-separated numbers")
     if any(not 0 < b <= 1 for b in args.budget):
         parser.error("--budget: each share must be in (0, 1]")
     for name in ("batch", "size", "threads", "judging_threads", "rounds"):
-        if getattr(args, name) < 1 or any(v < 1 for v in args.every):
-            parser.error(f"--{name.replace('_', '-')} and --every take ints >= 1")
+        if getattr(args, name) < 1 or any(v < 1 for v in args.every + args.images):
+            parser.error(f"--{name.replace('_', '-')}, --every and --images take ints >= 1")
     return args
 
 
@@ -120,14 +127,18 @@ def main(argv=None):
         opt.step()
 
     variants = {"plain": None, "mode, nothing judged": DispatchOnly(threads=args.judging_threads)}
-    for every in args.every:
-        variants[f"every={every}"] = pt.crosscheck(
-            every=every, threads=args.judging_threads, model=model, keep_failures=0
-        )
-    for budget in args.budget:
-        variants[f"budget={budget:g}"] = pt.crosscheck(
-            budget=budget, threads=args.judging_threads, model=model, keep_failures=0
-        )
+    for images in [None, *args.images]:
+        sample = "" if images is None else f" images={images}"
+        common = {
+            "threads": args.judging_threads,
+            "model": model,
+            "keep_failures": 0,
+            "images": images,
+        }
+        for every in args.every:
+            variants[f"every={every}{sample}"] = pt.crosscheck(every=every, **common)
+        for budget in args.budget:
+            variants[f"budget={budget:g}{sample}"] = pt.crosscheck(budget=budget, **common)
     times = {name: [] for name in variants}
     for mode in variants.values():  # warm-up: oneDNN's primitives, tile suggestions
         with mode if mode is not None else contextlib.nullcontext():
@@ -149,7 +160,7 @@ def main(argv=None):
     plain = statistics.median(times["plain"])
     for name, mode in variants.items():
         t = statistics.median(times[name])
-        line = f"  {name:<22} {t * 1e3:9.1f} ms  {t / plain:5.2f}x"
+        line = f"  {name:<24} {t * 1e3:9.1f} ms  {t / plain:5.2f}x"
         if mode is not None and not isinstance(mode, DispatchOnly):
             rows = [r for r in mode.rows if r["seconds"] is not None]
             per_step = len(rows) / (args.rounds + 1)

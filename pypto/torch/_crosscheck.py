@@ -23,6 +23,16 @@ from ._plan import _run_plan, _scope_of
 from ._report import failure_text, report_dict, table_text, write_report
 
 
+def _images(t, chosen):
+    """The images ``chosen`` (a sorted list; None: all) of the batch ``t``: a view when they
+    are consecutive."""
+    if chosen is None:
+        return t
+    if chosen[-1] - chosen[0] == len(chosen) - 1:
+        return t.narrow(0, chosen[0], len(chosen))
+    return t.index_select(0, torch.tensor(chosen))
+
+
 class CrosscheckError(AssertionError):
     """A grad_input that failed the standard under ``crosscheck(on_fail="raise")``; ``row`` is
     its table row and ``result`` the ``pypto.testing.CompareResult``."""
@@ -170,9 +180,10 @@ class crosscheck(TorchDispatchMode):
     failures maps each failing call's index to its CompareResult (``print(xc.failures[i])``
     for the whole report), for the first ``keep_failures`` failing calls, and to None for later
     ones: a result holds about 80 bytes per grad_input element (the float64 golden, the
-    localisation's error arrays, copies of both results), so a training loop under the mode
-    keeps at most that many. Every call, failing or not, keeps its row in ``rows`` (verdicts,
-    max ulp, failing tasks). 0 keeps no result.
+    localisation's error arrays, copies of both results) and float32 copies of grad_output
+    and weight (for its error bound, made whole only when asked for), so a training loop under
+    the mode keeps at most that many. Every call, failing or not, keeps its row in ``rows``
+    (verdicts, max ulp, failing tasks). 0 keeps no result.
 
     Calls whose tensors hold no data (the meta device, fake tensors) are listed as skipped.
 
@@ -183,6 +194,17 @@ class crosscheck(TorchDispatchMode):
     this share of the time spent inside the mode goes to judging (0.3: 30%; None: no limit); a
     call is judged only while the judging so far is within it, counted over every ``with`` of
     the mode. Calls left out are listed as skipped, with why.
+
+    images: judge this many images of each judged call's batch (None: all of them), other
+    ones each time a call is judged, so that successive judgements of one layer (its position
+    in the backward pass) go round the whole batch: the k-th judgement of a layer takes the
+    images from k * images on, modulo the batch. The judging's cost falls by about the batch
+    size over ``images`` (the float64 golden's GEMM and every element-wise pass; not the
+    conversion of the weight). The price: an error confined to images left out this time is
+    seen only when their turn comes (``every`` * batch / ``images`` passes for each layer to
+    see each image once); a fault of the kernel's tiling repeats in every image and is seen at
+    once. The row's ``images`` lists the images judged ("all" when every one was); its
+    ``elements`` and its localisation count those images, named by their index in the batch.
 
     model: the ``torch.nn.Module`` being trained, to name each call's module in its row
     (``"layer3.1.conv2"``): the module whose forward ran the convolution (when the forward ran
@@ -200,6 +222,7 @@ class crosscheck(TorchDispatchMode):
         every=1,
         budget=None,
         model=None,
+        images=None,
     ):
         super().__init__()
         if threads is not None:
@@ -225,6 +248,8 @@ class crosscheck(TorchDispatchMode):
         self.keep_failures = check_count(keep_failures, "keep_failures")
         self.every = _positive_int(every, "every")
         self.budget = _share(budget)
+        self.images = None if images is None else _positive_int(images, "images")
+        self._image_turns = {}  # position in the pass -> judgements of it so far (images=)
         if model is not None and not isinstance(model, torch.nn.Module):
             raise FeError(
                 TypeError(f"model must be a torch.nn.Module or None, not {type(model).__name__}")
@@ -287,6 +312,17 @@ class crosscheck(TorchDispatchMode):
                 )
         return None
 
+    def _chosen_images(self, position, batch):
+        """The images to judge of the call at ``position`` of its pass (a sorted list), or
+        None for all: ``images`` of them from k * images on (modulo the batch) at the k-th
+        judgement of that position."""
+        if self.images is None or self.images >= batch:
+            return None
+        turn = self._image_turns.get(position, 0)
+        self._image_turns[position] = turn + 1
+        first = turn * self.images % batch
+        return sorted((first + i) % batch for i in range(self.images))
+
     # --- one call ---------------------------------------------------------------------------
     def _judge(self, args, kwargs, out):
         a = dict(zip(_ARG_NAMES, args))
@@ -304,7 +340,7 @@ class crosscheck(TorchDispatchMode):
         )
         row = _calls.new_row(
             {"call": index, "module": self._names.of(w), "status": "skipped", "rule": None},
-            {"seconds": None},
+            {"images": None, "seconds": None},
             dtype=_dtype_name(dy.dtype),
             grad_output=list(dy.shape),
             weight=list(w.shape),
@@ -337,11 +373,14 @@ class crosscheck(TorchDispatchMode):
             row["reason"] = left_out
             return
         start = time.perf_counter()
+        chosen = self._chosen_images(position, dy.shape[0])
+        row["images"] = "all" if chosen is None else chosen
+        input_size = list(x.shape) if chosen is None else [len(chosen), *x.shape[1:]]
         try:
             plan = _run_plan(
                 list(dy.shape),
                 list(w.shape),
-                list(x.shape),
+                list(x.shape),  # the whole call's rules and tiles, whatever is judged of it
                 dy.dtype,
                 stride,
                 paddings,
@@ -354,16 +393,18 @@ class crosscheck(TorchDispatchMode):
                 tiles = (l1, l0, get_vec_tile_shapes())
             with _judging_threads(self.threads):
                 result = _testing.compare(
-                    _host(out[0]),
-                    _host(dy),
+                    _images(_host(out[0]), chosen),
+                    _images(_host(dy), chosen),
                     _host(w),
-                    list(x.shape),
+                    input_size,
                     stride,
                     paddings,
                     dilation,
                     tiles=tiles,
                     standard=self.standard,
                 )
+                if chosen is not None:
+                    result.localisation.name_images(chosen)
                 # the row's metrics (dot products among them) on the same threads: BLAS
                 # threads woken here would spin against torch's next operators
                 judged = _calls.judged(result)

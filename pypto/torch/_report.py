@@ -22,11 +22,17 @@ def failure_text(row, standard):
         + " (grad_output "
         f"{_calls.shape_text(row['grad_output'])}, weight {_calls.shape_text(row['weight'])}, "
         f"strides {row['strides']}, paddings {row['paddings']}, dilations "
-        f"{row['dilations']}, {row['dtype']}): torch's grad_input fails "
+        f"{row['dilations']}, {row['dtype']}{_images_text(row)}): torch's grad_input fails "
         f"{standard}; max {row['max_ulp']:.3g} ulp, {row['outside_bound']} of "
         f"{row['elements']} elements outside the fp32-accumulation bound; failing "
         f"standards: {', '.join(failed)}; regions: {_calls.regions_text(row, 5) or 'none'}"
     )
+
+
+def _images_text(row):
+    """ ", images 2, 3" when the row judged a sample of its batch, else ""."""
+    images = row.get("images")
+    return "" if images in (None, "all") else ", images " + ", ".join(map(str, images))
 
 
 def report_dict(rows, standard, on_fail):
@@ -52,7 +58,7 @@ def write_report(path, rows, standard, on_fail):
             path,
             rows,
             ("call", "module", "status", "rule"),
-            trailing=("seconds",),
+            trailing=("images", "seconds"),
             verdict_prefix="verdict_",
             int_list=_calls.spaced,
             sheet="crosscheck",
@@ -80,6 +86,8 @@ def table_text(rows):
             note = f"rule {r['rule']}"
         if r["status"] == "fail":
             note = f"{len(r['failing_tasks'])} failing task(s)"
+        if r["status"] in ("pass", "fail") and _images_text(r):
+            note = (note + "; " if note else "") + _images_text(r)[2:]
         lines.append(
             f"{r['call']:>4}  "
             + (f"{r.get('module') or '':<{width}} " if named else "")
