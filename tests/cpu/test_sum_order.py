@@ -85,6 +85,36 @@ def test_tile_order_is_its_model_at_every_level(level, layer):
             np.testing.assert_array_equal(out, expected, err_msg=f"{form}, {threads} threads")
 
 
+# frames of about 0.8 and 1.5 MiB an image: a wave of one image on one thread, two on two
+WAVE_LAYERS = [
+    (3, 20, 200, 40, 40, 3, 3, (1, 1), (1, 1), (1, 1), 40, 40),
+    (3, 16, 320, 48, 48, 1, 1, (2, 2), (0, 0), (1, 1), 95, 95),
+]
+_WAVE_MODEL = {}  # the model's result per layer, shared by the levels
+
+
+@pytest.mark.parametrize("level", RUNNABLE)
+@pytest.mark.parametrize("layer", WAVE_LAYERS, ids=lambda layer: "x".join(map(str, layer[:7])))
+def test_tile_order_in_waves_of_images(level, layer):
+    """Images whose frames outgrow a thread's cache share run in waves (frames filled, then
+    the wave's items): the model's bits for 1, 2 and 3 waves (1, 2, 3 threads), every form."""
+    from pypto._kernels.kernel import dgrad_baseline
+
+    shapes = ((layer[0], layer[2]) + layer[3:5], (layer[2], layer[1]) + layer[5:7],
+              (layer[0], layer[1]) + layer[10:12])  # fmt: skip
+    frames = dgrad_baseline.tile_buffer_bytes(*shapes, _attrs(layer), 1)
+    assert frames < dgrad_baseline.tile_buffer_bytes(*shapes, _attrs(layer), 0)  # waves
+    kernel = load_level(level)
+    dy, w = _arrays(layer, seed=layer[2])
+    if layer not in _WAVE_MODEL:
+        _WAVE_MODEL[layer] = _model(layer, dy, w)
+    expected = _WAVE_MODEL[layer]
+    for use_dot in (False, True) if kernel.HAS_BF16_DOT else (False,):
+        for threads in (1, 2, 3):
+            path, out = _kernel_tile(kernel, layer, dy, w, threads, False, use_dot)
+            np.testing.assert_array_equal(out, expected, err_msg=f"{path}, {threads} threads")
+
+
 @pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: "x".join(map(str, layer[:7])))
 def test_tile_unit_is_the_model(layer, tile_unit_allowed):
     kernel = load_level("avx512_amx")

@@ -3,6 +3,9 @@
 # IEEE fp32 with the same bits. One work item = (32 input channels, stride phase, a run of
 # 16-position tiles of the phase's rows, images one after another); each C tile runs every K
 # step (co block, tap) before its one rounding, so no sum depends on the threads or items.
+# Images go in waves: a wave's dy frames are filled, then its items run, so the frames are
+# read while a cache still holds them (a call's frames at once: 1x1 layers of many channels
+# spent a third of their time writing and reading them from memory).
 
 cdef extern from "pypto_tile.h" nogil:
     enum: PYPTO_TILE_CH
@@ -49,17 +52,26 @@ cdef struct TileGeometry:
     int64_t *tap_offset
     int64_t *items         # per work item: 32-channel block, phase, first tile (of all images)
     int64_t n_items
+    int64_t wave, n_waves  # images per wave; waves
+    int64_t *wave_items    # wave w's items: wave_items[w] .. wave_items[w + 1] - 1
     int use_amx, exact
     int form               # PYPTO_TILE_FORM_*: the weight's and the frames' layout (pypto_tile.h)
     const void *w_packed   # per 16-channel block: [co block][tap][16][32], bf16 or fp32
     int64_t w_block_elems
-    uint32_t *frames       # per image: pairs planes of hf x wf
+    uint32_t *frames       # per image of a wave: pairs planes of hf x wf
 
 
-cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs) except -1:
-    """The phases, taps, frame halo and work items of a call in the data form g.form (tables
-    malloc'ed, freed by _tile_free)."""
-    cdef int64_t ph, rh, rw, kh, kw, x, o, n_phases, t, i, n, cb, tiles, first
+cdef enum:
+    WAVE_FRAME_BYTES = 1 << 20   # a thread's share of a wave's frames: what its L2 keeps
+    WAVE_ITEMS = 4               # a thread's items in a wave, at least
+
+
+cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads) except -1:
+    """The phases, taps, frame halo, waves and work items of a call in the data form g.form
+    for a team of ``threads`` (0: every image in one wave; tables malloc'ed, freed by
+    _tile_free)."""
+    cdef int64_t ph, rh, rw, kh, kw, x, o, n_phases, t, i, n, cb, tiles, first, last, wv
+    cdef int64_t per_image, image_items
     (g.n_img, g.cout, g.hout, g.wout), (_, g.cin, g.kh, g.kw), (_, _, g.hin, g.win) = shapes
     g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = attrs
     g.taps = g.kh * g.kw
@@ -115,47 +127,64 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs) except -1:
             g.tap_offset[ph * g.taps + i] = ((rh + g.pt - kh * g.dh) // g.sh + top) * g.wf \
                 + (rw + g.pl - kw * g.dw) // g.sw + left
     g.n_items = 0
+    # the wave: as many images as the team's L2 share holds frames of, or as give each
+    # thread WAVE_ITEMS items, whichever is more
+    per_image = g.pairs * g.plane * 4
+    image_items = 0
     for ph in range(n_phases):
-        g.n_items += (g.n_img * g.tiles[ph] + PYPTO_TILE_ITEM_TILES - 1) // PYPTO_TILE_ITEM_TILES
+        image_items += (g.tiles[ph] + PYPTO_TILE_ITEM_TILES - 1) // PYPTO_TILE_ITEM_TILES
+    image_items *= (g.ch_tiles + 1) // 2
+    g.wave = g.n_img
+    if threads > 0:
+        g.wave = min(g.n_img, max(1, threads * WAVE_FRAME_BYTES // per_image,
+                                  (threads * WAVE_ITEMS + image_items - 1) // max(1, image_items)))
+    g.n_waves = (g.n_img + g.wave - 1) // g.wave
+    for wv in range(g.n_waves):
+        for ph in range(n_phases):
+            tiles = (min(g.n_img, (wv + 1) * g.wave) - wv * g.wave) * g.tiles[ph]
+            g.n_items += (tiles + PYPTO_TILE_ITEM_TILES - 1) // PYPTO_TILE_ITEM_TILES
     g.n_items *= (g.ch_tiles + 1) // 2
-    g.items = <int64_t *>malloc(3 * max(g.n_items, 1) * sizeof(int64_t))
+    g.items = <int64_t *>malloc((3 * max(g.n_items, 1) + g.n_waves + 1) * sizeof(int64_t))
     if g.items == NULL:
         raise MemoryError("pypto: no memory for the tile order's work items")
+    g.wave_items = g.items + 3 * max(g.n_items, 1)
     i = 0
-    if _channel_blocks_inside(g):
-        for ph in range(n_phases):
-            tiles = g.n_img * g.tiles[ph]
-            first = 0
-            while first < tiles:
-                for cb in range((g.ch_tiles + 1) // 2):
-                    g.items[3 * i], g.items[3 * i + 1], g.items[3 * i + 2] = cb, ph, first
-                    i += 1
-                first += PYPTO_TILE_ITEM_TILES
-    else:
-        for cb in range((g.ch_tiles + 1) // 2):
+    for wv in range(g.n_waves):
+        g.wave_items[wv] = i
+        last = min(g.n_img, (wv + 1) * g.wave)
+        if _channel_blocks_inside(g):
             for ph in range(n_phases):
-                tiles = g.n_img * g.tiles[ph]
-                first = 0
-                while first < tiles:
-                    g.items[3 * i], g.items[3 * i + 1], g.items[3 * i + 2] = cb, ph, first
-                    i += 1
+                first = wv * g.wave * g.tiles[ph]
+                while first < last * g.tiles[ph]:
+                    for cb in range((g.ch_tiles + 1) // 2):
+                        g.items[3 * i], g.items[3 * i + 1], g.items[3 * i + 2] = cb, ph, first
+                        i += 1
                     first += PYPTO_TILE_ITEM_TILES
+        else:
+            for cb in range((g.ch_tiles + 1) // 2):
+                for ph in range(n_phases):
+                    first = wv * g.wave * g.tiles[ph]
+                    while first < last * g.tiles[ph]:
+                        g.items[3 * i], g.items[3 * i + 1], g.items[3 * i + 2] = cb, ph, first
+                        i += 1
+                        first += PYPTO_TILE_ITEM_TILES
+    g.wave_items[g.n_waves] = i
     return 0
 
 
 cdef bint _channel_blocks_inside(const TileGeometry *g) noexcept nogil:
-    """Whether work items take the 32-channel blocks innermost (items that follow each other
-    read the same dy tiles and every block's weight) rather than outermost (they read one
-    block's weight and all of dy). The order whose data a core's L2 keeps: one block's weight
+    """Whether a wave's work items take the 32-channel blocks innermost (items that follow each
+    other read the same dy tiles and every block's weight) rather than outermost (they read one
+    block's weight and all of the wave's dy). The order whose data a core's L2 keeps: one block's weight
     and all of dy, else all of the weight and one item's dy, else the one that reads less from
     L3."""
     cdef double budget = 1 << 20
     cdef double block_weight = 2.0 * g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K \
         * _weight_bytes(g.form)
     cdef double weight = block_weight * ((g.ch_tiles + 1) // 2)
-    cdef double dy = 4.0 * g.n_img * g.pairs * g.plane
-    cdef double item_dy = dy / max(1, g.n_img * g.plane // PYPTO_TILE_PX) * PYPTO_TILE_ITEM_TILES
-    cdef double items = max(1.0, g.n_img * g.plane / (PYPTO_TILE_PX * PYPTO_TILE_ITEM_TILES))
+    cdef double dy = 4.0 * g.wave * g.pairs * g.plane   # a wave's frames
+    cdef double item_dy = dy / max(1, g.wave * g.plane // PYPTO_TILE_PX) * PYPTO_TILE_ITEM_TILES
+    cdef double items = max(1.0, g.wave * g.plane / (PYPTO_TILE_PX * PYPTO_TILE_ITEM_TILES))
     if dy + block_weight <= budget:
         return False
     if weight + item_dy <= budget:
@@ -171,33 +200,37 @@ cdef void _tile_free(TileGeometry *g) noexcept nogil:
 
 
 cdef int64_t _tile_buffer_bytes(const TileGeometry *g, int form) noexcept nogil:
-    """The packed weight and the dy frames of a call in this form."""
+    """The packed weight and a wave's dy frames in this form."""
     return g.ch_tiles * g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K * _weight_bytes(form) \
-        + g.n_img * g.pairs * g.plane * 4
+        + g.wave * g.pairs * g.plane * 4
 
 
 cdef inline int _weight_bytes(int form) noexcept nogil:
     return 4 if form == PYPTO_TILE_FORM_F32 else 2
 
 
-def tile_buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs):
-    """Bytes dgrad_tile allocates for these shapes (packed weight and dy frames, at most)."""
+def tile_buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs,
+                      int threads=0):
+    """Bytes dgrad_tile allocates for these shapes (packed weight and dy frames, at most) on a
+    team of ``threads`` (0: whatever the team)."""
     cdef TileGeometry g
     memset(&g, 0, sizeof(g))
     g.form = PYPTO_TILE_FORM_F32   # the largest weight
     try:
-        _tile_geometry(&g, (dy_shape, w_shape, dx_shape), attrs)
+        _tile_geometry(&g, (dy_shape, w_shape, dx_shape), attrs, threads)
         return _tile_buffer_bytes(&g, g.form)
     finally:
         _tile_free(&g)
 
 
 cdef void _tile_prepare(const TileGeometry *g, const uint16_t *dy, const uint16_t *w,
-                        int64_t job) noexcept nogil:
-    """Job j < ch_tiles packs the weight of 16-channel block j; the rest fill one plane of one
-    image's frame each."""
+                        int64_t job, int64_t n0, bint pack) noexcept nogil:
+    """With ``pack``, job j < ch_tiles packs the weight of 16-channel block j; the rest fill
+    one plane of one frame each of the wave from image n0."""
     cdef int64_t n, k
     cdef pypto_fpenv saved
+    if not pack:
+        job += g.ch_tiles
     if job < g.ch_tiles:
         saved = pypto_fp_enter()
         pypto_tile_pack(w, g.cout, g.cin, g.taps, job, g.form,
@@ -206,13 +239,15 @@ cdef void _tile_prepare(const TileGeometry *g, const uint16_t *dy, const uint16_
         return
     job -= g.ch_tiles
     n, k = job // g.pairs, job % g.pairs
-    pypto_tile_frame_plane(dy + n * g.cout * g.hout * g.wout, g.cout, g.form,
+    pypto_tile_frame_plane(dy + (n0 + n) * g.cout * g.hout * g.wout, g.cout, g.form,
                            k // (PYPTO_TILE_K // 2), k % (PYPTO_TILE_K // 2), g.hout, g.wout,
                            g.top, g.left, g.hf, g.wf, g.frames + (n * g.pairs + k) * g.plane)
 
 
-cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx) noexcept nogil:
-    """Every output element of one work item, in the kernel's floating-point environment."""
+cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
+                     int64_t n0) noexcept nogil:
+    """Every output element of one work item of the wave from image n0, in the kernel's
+    floating-point environment."""
     cdef float c_space[2 * PYPTO_TILE_ITEM_TILES * PYPTO_TILE_CH * PYPTO_TILE_PX + 16]
     cdef float *c = c_space + (-<size_t>c_space // sizeof(float)) % 16   # a whole line each row
     cdef float scratch[PYPTO_TILE_K * PYPTO_TILE_PX * 2 + 16]
@@ -223,7 +258,8 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx) noexcept
     cdef int64_t first = g.items[3 * item + 2]
     cdef int64_t rh = ph // g.sw, rw = ph % g.sw
     cdef int64_t per_image = g.tiles[ph]
-    cdef int n_tiles = <int>min(<int64_t>PYPTO_TILE_ITEM_TILES, g.n_img * per_image - first)
+    cdef int n_tiles = <int>min(<int64_t>PYPTO_TILE_ITEM_TILES,
+                                min(g.n_img, n0 + g.wave) * per_image - first)   # this wave's
     cdef int n_ch = 2 if 2 * cb + 1 < g.ch_tiles else 1
     cdef int64_t t, n, q0, ch, ci0
     cdef size_t a_bytes = g.w_block_elems * _weight_bytes(g.form)
@@ -232,7 +268,7 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx) noexcept
     a[1] = <const char *>g.w_packed + (2 * cb + 1) * a_bytes if n_ch == 2 else a[0]
     for t in range(n_tiles):   # tile first + t: image n, positions q0 .. q0 + 15
         n, q0 = (first + t) // per_image, ((first + t) % per_image) * PYPTO_TILE_PX
-        b[t] = g.frames + n * g.pairs * g.plane + q0
+        b[t] = g.frames + (n - n0) * g.pairs * g.plane + q0
     if g.use_amx:
         pypto_amx_begin()
         pypto_tile_run_amx(<const uint16_t *const *>a, n_ch, b, n_tiles, g.blocks, g.taps,
@@ -284,7 +320,8 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
     cdef const uint16_t *dy_p = <const uint16_t *>dy.buf
     cdef const uint16_t *w_p = <const uint16_t *>w.buf
     cdef uint16_t *dx_p = <uint16_t *>dx.buf
-    cdef int64_t job, jobs, item, first, last, macs
+    cdef int64_t job, jobs, item, first, last, macs, wv, n0
+    cdef bint pack
     cdef int threads
     if dy.shape[0] != dx.shape[0] or w.shape[0] != dy.shape[1] or w.shape[1] != dx.shape[1]:
         raise ValueError("dgrad_tile: buffer shapes disagree")
@@ -306,17 +343,18 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
         g.form = PYPTO_TILE_FORM_AMX if g.use_amx else (
             PYPTO_TILE_FORM_DOT if PYPTO_HAVE_BF16_DOT and use_dot
             and _flush_safe(dy_exponent, w_exponent) else PYPTO_TILE_FORM_F32)
+        # the whole team, as dgrad: no call starts or ends a thread
+        macs = dy.shape[0] * w.shape[0] * dx.shape[1] * dx.shape[2] * dx.shape[3] \
+            * w.shape[2] * w.shape[3] // (attrs[0] * attrs[1])
+        threads = 1 if macs < serial_macs else num_threads
         _tile_geometry(&g, (tuple(dy.shape[i] for i in range(4)),
                             tuple(w.shape[i] for i in range(4)),
-                            tuple(dx.shape[i] for i in range(4))), attrs)
+                            tuple(dx.shape[i] for i in range(4))), attrs, threads)
         # products of two bf16 are exact in fp32 unless below 2^-126 or past the largest
         # float: the least exponents sum to >= 142, the largest magnitudes' to <= 380
         g.exact = _products_normal(dy_exponent, w_exponent) \
             and (dy_most >> 7) + (w_most >> 7) <= 380
         g.w_block_elems = g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K
-        macs = g.n_img * g.cin * g.hin * g.win * g.cout * g.taps // (g.sh * g.sw)
-        # the whole team, as dgrad: no call starts or ends a thread
-        threads = 1 if macs < serial_macs else num_threads
         # the packed weight, then the frames, each on whole 64-byte lines (a tile row the unit
         # loads is one line), in the kept scratch buffer (buffers.pxi: fresh pages cost a
         # third of a 1x1 layer's call)
@@ -327,32 +365,35 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
             raise MemoryError("pypto: no memory for the tile order's weight and dy frames")
         g.w_packed = block + (-<size_t>block) % 64
         g.frames = <uint32_t *>(<char *>g.w_packed + w_bytes)
-        jobs = g.ch_tiles + g.n_img * g.pairs
-        if threads == 1:
-            with nogil:
-                for job in range(jobs):
-                    _tile_prepare(&g, dy_p, w_p, job)
-            first = 0
-            while first < g.n_items:
-                last = min(first + 8, g.n_items)
+        for wv in range(g.n_waves):   # the weight packed with the first wave's frames
+            n0, pack = wv * g.wave, wv == 0
+            jobs = (g.ch_tiles if pack else 0) + (min(g.n_img, n0 + g.wave) - n0) * g.pairs
+            if threads == 1:
                 with nogil:
-                    for item in range(first, last):
-                        _tile_item(&g, item, dx_p)
-                first = last
-                PyErr_CheckSignals()
-        else:
-            with nogil, parallel(num_threads=threads):
-                for job in prange(jobs, schedule="dynamic"):
-                    _tile_prepare(&g, dy_p, w_p, job)
-            with nogil, parallel(num_threads=threads):
-                for item in prange(g.n_items, schedule="dynamic"):
-                    if pypto_stopped(stop):
-                        continue
-                    _tile_item(&g, item, dx_p)
-                    if threadid() == 0 and pypto_seconds() >= next_check[0]:
-                        next_check[0] = pypto_seconds() + SIGNAL_SECONDS
-                        pypto_check_signals(stop)
-            pypto_raise_if(stop[0])
+                    for job in range(jobs):
+                        _tile_prepare(&g, dy_p, w_p, job, n0, pack)
+                first = g.wave_items[wv]
+                while first < g.wave_items[wv + 1]:
+                    last = min(first + 8, g.wave_items[wv + 1])
+                    with nogil:
+                        for item in range(first, last):
+                            _tile_item(&g, item, dx_p, n0)
+                    first = last
+                    PyErr_CheckSignals()
+            else:
+                first, last = g.wave_items[wv], g.wave_items[wv + 1]
+                with nogil, parallel(num_threads=threads):
+                    for job in prange(jobs, schedule="dynamic"):
+                        _tile_prepare(&g, dy_p, w_p, job, n0, pack)
+                with nogil, parallel(num_threads=threads):
+                    for item in prange(first, last, schedule="dynamic"):
+                        if pypto_stopped(stop):
+                            continue
+                        _tile_item(&g, item, dx_p, n0)
+                        if threadid() == 0 and pypto_seconds() >= next_check[0]:
+                            next_check[0] = pypto_seconds() + SIGNAL_SECONDS
+                            pypto_check_signals(stop)
+                pypto_raise_if(stop[0])
     finally:
         _give_buffer(SLOT_SCRATCH, block, capacity)
         _tile_free(&g)
