@@ -411,6 +411,7 @@ class crosscheck(TorchDispatchMode):
         except PyptoError as exc:
             row["rule"] = getattr(exc, "rule", None)
             row["reason"] = str(exc)
+            row["images"] = None  # nothing judged
             return
         finally:
             self._judging += time.perf_counter() - start

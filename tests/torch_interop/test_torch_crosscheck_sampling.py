@@ -233,6 +233,15 @@ def test_an_error_in_a_judged_image_is_caught_and_named_by_its_batch_index(image
     assert [2 in r["images"] for r in rows] == [r["status"] == "fail" for r in rows]
 
 
+def test_a_call_the_op_refuses_names_no_images():
+    """The small CNN's grouped convolution is refused (rule G1): skipped, no images."""
+    with pt.crosscheck(images=1) as xc:
+        train_step(small_cnn(), *batch(n=4))
+    refused = [r for r in xc.rows if r["rule"]]
+    assert refused and all(r["images"] is None for r in refused)
+    assert all(r["images"] == [0] for r in xc.rows if r["status"] == "pass")
+
+
 def test_a_failure_in_a_sample_says_which_images_were_judged():
     model = small_cnn()
     x, labels = batch(n=4)
