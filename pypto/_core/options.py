@@ -44,11 +44,12 @@ _DEFAULTS = {
     "sum_order": None,
 }
 
-# The bf16 summation orders (README, "Numerics"): "sequential" sums k = (co, kh, kw) one FMA
-# at a time; "tile" in the order of AMX's TDPBF16PS (pypto/_kernels/kernel/pypto_tile.h). Each
-# gives the same bits on every CPU. fp16 always sums sequentially.
+# The bf16 summation orders (README, "Numerics"): "tile" in the order of AMX's TDPBF16PS
+# (pypto/_kernels/kernel/pypto_tile.h), the default: the same bits on every CPU, computed
+# natively by the AMX tile unit; "sequential" sums k = (co, kh, kw) one FMA at a time (0.1's
+# only order, kept to re-make its goldens). fp16 always sums sequentially.
 SUM_ORDERS = ("sequential", "tile")
-DEFAULT_BF16_SUM_ORDER = "sequential"
+DEFAULT_BF16_SUM_ORDER = "tile"
 
 _MISSING = object()
 _global_scope = {}
@@ -222,8 +223,7 @@ def set_options(**values):
     ``convbp_tile_shapes`` (a ConvBpTile or an (L1, L0) pair), ``vec_tile_shapes`` (ints),
     ``num_threads`` (int or None), ``memory_limit`` (bytes, or a string like "8G"; None: 80% of
     the memory available when the call starts, or ``PYPTO_MEMORY_LIMIT``), ``sum_order`` (the
-    bf16 summation order, one of ``SUM_ORDERS``; None: ``PYPTO_SUM_ORDER``, else
-    "sequential").
+    bf16 summation order, one of ``SUM_ORDERS``; None: ``PYPTO_SUM_ORDER``, else "tile").
     """
     normalized = {key: _normalize(key, value) for key, value in values.items()}
     for key, value in normalized.items():
@@ -400,8 +400,8 @@ def num_threads_now():
 @argument_errors_are_pypto_errors
 def get_sum_order(dtype="bf16"):
     """The summation order a call of ``dtype`` ("bf16", "fp16" or a pypto DataType) uses now:
-    for bf16 the scoped ``sum_order``, else ``PYPTO_SUM_ORDER``, else "sequential"; fp16 is
-    always "sequential"."""
+    for bf16 the scoped ``sum_order``, else ``PYPTO_SUM_ORDER``, else "tile"; fp16 is always
+    "sequential"."""
     name = getattr(dtype, "name", dtype)
     if name in ("fp16", "float16", "DT_FP16"):
         return "sequential"

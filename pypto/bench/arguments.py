@@ -147,7 +147,7 @@ def parse_args(argv=None):
         type=_names(list(SUM_ORDERS), "sum order"),
         default=None,
         help="bf16 summation orders to time, the first as 'pypto' (default: the order in "
-        "force, and 'tile' beside it where this CPU has the AMX tile unit)",
+        "force, and the other beside it where this CPU has the AMX tile unit)",
     )
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--json", metavar="PATH", help="write every measurement as JSON")

@@ -129,7 +129,8 @@ class Case:
 
 
 def default_orders():
-    """The bf16 orders a run times: the order in force, and "tile" beside it where this
-    level has the AMX tile unit (the order it runs natively)."""
+    """The bf16 orders a run times: the order in force, and the other beside it where this
+    level has the AMX tile unit (which runs "tile" natively and "sequential" in fp32)."""
     first = pypto.get_sum_order("bf16")
-    return [first] + (["tile"] if kernel_info()["amx"] and first != "tile" else [])
+    other = "sequential" if first == "tile" else "tile"
+    return [first] + ([other] if kernel_info()["amx"] else [])

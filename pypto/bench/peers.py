@@ -45,8 +45,13 @@ def _torch_note(info):
         return capped
     return (
         "torch multiplies bf16 on this CPU's AMX tiles in their own order; pypto does so in "
-        "sum_order 'tile' (the same order on every CPU), and sums sequentially otherwise "
-        + ("(its rows: 'pypto tile' / 'pypto')" if info["amx"] else "(not on this level)")
+        "sum_order 'tile' (the bf16 default, the same order on every CPU) "
+        + (
+            "(its rows: 'pypto' in the order in force, 'pypto tile' or 'pypto sequential' in "
+            "the other)"
+            if info["amx"]
+            else "(not on this level: emulated)"
+        )
     )
 
 

@@ -134,9 +134,9 @@ def test_tile_order_differs_from_sequential_and_keeps_the_bound():
     spread = np.exp2(rng.integers(-6, 7, (2, 256, 12, 12)))  # terms of unlike size round more
     dy = (rng.standard_normal((2, 256, 12, 12)) * spread).astype(ml_dtypes.bfloat16)
     w = (rng.standard_normal((256, 32, 3, 3)) * 0.05).astype(ml_dtypes.bfloat16)
-    sequential = run_op(prob, dy, w)
-    with pypto.options(sum_order="tile"):
-        tile = run_op(prob, dy, w)
+    with pypto.options(sum_order="sequential"):
+        sequential = run_op(prob, dy, w)
+    tile = run_op(prob, dy, w)  # the default
     differ = np.count_nonzero(tile.view(np.uint16) != sequential.view(np.uint16))
     assert 0 < differ < tile.size // 100
     check_accuracy(tile, prob, dy, w, "tile order")
@@ -197,19 +197,20 @@ def test_specials_without_subnormals_on_every_form(level):
 def test_option_scopes_environment_and_errors(monkeypatch):
     monkeypatch.delenv("PYPTO_SUM_ORDER", raising=False)
     assert pypto.get_options()["sum_order"] is None
-    assert pypto.get_sum_order() == "sequential"
-    with pypto.options(sum_order="tile"):
-        assert pypto.get_sum_order("bf16") == "tile"
-        assert pypto.get_sum_order(pypto.DT_BF16) == "tile"
+    assert pypto.get_sum_order() == "tile"  # the bf16 default
+    with pypto.options(sum_order="sequential"):
+        assert pypto.get_sum_order("bf16") == "sequential"
+        assert pypto.get_sum_order(pypto.DT_BF16) == "sequential"
         assert pypto.get_sum_order("fp16") == "sequential"  # fp16 sums sequentially
-        with pypto.options(sum_order="sequential"):
-            assert pypto.get_sum_order() == "sequential"
-        assert kernel_info()["bf16_sum_order"] == "tile"
-    assert pypto.get_sum_order() == "sequential"
-    monkeypatch.setenv("PYPTO_SUM_ORDER", "Tile")
+        with pypto.options(sum_order="tile"):
+            assert pypto.get_sum_order() == "tile"
+            assert pypto.get_sum_order("fp16") == "sequential"
+        assert kernel_info()["bf16_sum_order"] == "sequential"
     assert pypto.get_sum_order() == "tile"
-    with pypto.options(sum_order="sequential"):  # the option wins over the environment
-        assert pypto.get_sum_order() == "sequential"
+    monkeypatch.setenv("PYPTO_SUM_ORDER", "Sequential")
+    assert pypto.get_sum_order() == "sequential"
+    with pypto.options(sum_order="tile"):  # the option wins over the environment
+        assert pypto.get_sum_order() == "tile"
     for bad in ("pairs", 3, ""):
         with pytest.raises(pypto.PyptoError, match="'sequential', 'tile'"):
             pypto.set_options(sum_order=bad)
