@@ -516,4 +516,51 @@ static inline void pypto_tile_write(const float *restrict c, int64_t n_ch, int64
     }
 }
 
+/* Two C tiles of the column phases 0 and 1 of a stride-2 row phase (c0, c1: the same 16
+ * positions q0 .. q0 + 15 of the phase rows at the frame's width wf), rounded once to bf16 and
+ * written interleaved: frame column col is dx column 2 col (c0) and 2 col + 1 (c1), each row's
+ * columns below win as one run (a phase's own write would store every other element, one at a
+ * time). dst: the row phase's first dx row, column 0, of the tiles' first channel; row_step,
+ * ch_stride: dx's steps between the phase's rows and between channels. */
+static inline void pypto_tile_write_pair(const float *restrict c0, const float *restrict c1,
+                                         int64_t n_ch, int64_t q0, int64_t wf, int64_t win,
+                                         int64_t rows, uint16_t *restrict dst,
+                                         int64_t row_step, int64_t ch_stride)
+{
+    for (int64_t x = 0; x < PYPTO_TILE_PX;) {
+        const int64_t q = q0 + x, row = q / wf, col = q % wf;
+        if (row >= rows)
+            break;
+        const int64_t run = PYPTO_TILE_PX - x < wf - col ? PYPTO_TILE_PX - x : wf - col;
+        const int64_t end = 2 * (col + run) < win ? 2 * (col + run) : win;
+        const int64_t count = end - 2 * col;   /* dx values of this run, <= 2 run */
+        uint16_t *out = dst + row * row_step + 2 * col;
+        if (count > 0) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+            const __mmask16 take = (__mmask16)((1u << run) - 1u);
+            const __mmask16 first = (__mmask16)(count >= 16 ? 0xffffu : (1u << count) - 1u);
+            const __mmask16 second = (__mmask16)(count <= 16 ? 0u : (1u << (count - 16)) - 1u);
+            for (int64_t m = 0; m < n_ch; m++) {
+                const __m256i e = pypto_narrow16(
+                    _mm512_maskz_loadu_ps(take, c0 + m * PYPTO_TILE_PX + x), PYPTO_BF16);
+                const __m256i o = pypto_narrow16(
+                    _mm512_maskz_loadu_ps(take, c1 + m * PYPTO_TILE_PX + x), PYPTO_BF16);
+                const __m256i lo = _mm256_unpacklo_epi16(e, o), hi = _mm256_unpackhi_epi16(e, o);
+                uint16_t *to = out + m * ch_stride;
+                _mm256_mask_storeu_epi16(to, first, _mm256_permute2x128_si256(lo, hi, 0x20));
+                _mm256_mask_storeu_epi16(to + 16, second, _mm256_permute2x128_si256(lo, hi, 0x31));
+            }
+#else
+            for (int64_t m = 0; m < n_ch; m++) {
+                const float *e = c0 + m * PYPTO_TILE_PX + x, *o = c1 + m * PYPTO_TILE_PX + x;
+                uint16_t *to = out + m * ch_stride;
+                for (int64_t v = 0; v < count; v++)
+                    to[v] = pypto_float_to_bf16((v & 1) ? o[v >> 1] : e[v >> 1]);
+            }
+#endif
+        }
+        x += run;
+    }
+}
+
 #endif

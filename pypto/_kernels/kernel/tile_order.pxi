@@ -33,6 +33,9 @@ cdef extern from "pypto_tile.h" nogil:
     void pypto_tile_write(const float *c, int64_t n_ch, int64_t q0, int64_t wf, int64_t cols,
                           int64_t rows, uint16_t *dst, int64_t row_step, int64_t col_step,
                           int64_t ch_stride)
+    void pypto_tile_write_pair(const float *c0, const float *c1, int64_t n_ch, int64_t q0,
+                               int64_t wf, int64_t win, int64_t rows, uint16_t *dst,
+                               int64_t row_step, int64_t ch_stride)
 
 cdef extern from "pypto_isa.h" nogil:
     enum: PYPTO_HAVE_AMX
@@ -52,6 +55,8 @@ cdef struct TileGeometry:
     int64_t *tap_offset
     int64_t *items         # per work item: 32-channel block, phase, first tile (of all images)
     int64_t n_items
+    bint paired            # stride 2 across: an item's phase is a row phase, both columns
+    int64_t item_tiles, item_phases
     int64_t wave, n_waves  # images per wave; waves
     int64_t *wave_items    # wave w's items: wave_items[w] .. wave_items[w + 1] - 1
     int use_amx, exact
@@ -127,12 +132,17 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
             g.tap_offset[ph * g.taps + i] = ((rh + g.pt - kh * g.dh) // g.sh + top) * g.wf \
                 + (rw + g.pl - kw * g.dw) // g.sw + left
     g.n_items = 0
+    # stride 2 across: an item runs both column phases of a row phase on half the tiles, so
+    # that the write-out interleaves them into whole dx rows (pypto_tile_write_pair)
+    g.paired = g.sw == 2
+    g.item_tiles = PYPTO_TILE_ITEM_TILES // 2 if g.paired else PYPTO_TILE_ITEM_TILES
+    g.item_phases = g.sh if g.paired else n_phases
     # the wave: as many images as the team's L2 share holds frames of, or as give each
     # thread WAVE_ITEMS items, whichever is more
     per_image = g.pairs * g.plane * 4
     image_items = 0
-    for ph in range(n_phases):
-        image_items += (g.tiles[ph] + PYPTO_TILE_ITEM_TILES - 1) // PYPTO_TILE_ITEM_TILES
+    for ph in range(g.item_phases):
+        image_items += (_phase_tiles(g, ph) + g.item_tiles - 1) // g.item_tiles
     image_items *= (g.ch_tiles + 1) // 2
     g.wave = g.n_img
     if threads > 0:
@@ -140,9 +150,9 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
                                   (threads * WAVE_ITEMS + image_items - 1) // max(1, image_items)))
     g.n_waves = (g.n_img + g.wave - 1) // g.wave
     for wv in range(g.n_waves):
-        for ph in range(n_phases):
-            tiles = (min(g.n_img, (wv + 1) * g.wave) - wv * g.wave) * g.tiles[ph]
-            g.n_items += (tiles + PYPTO_TILE_ITEM_TILES - 1) // PYPTO_TILE_ITEM_TILES
+        for ph in range(g.item_phases):
+            tiles = (min(g.n_img, (wv + 1) * g.wave) - wv * g.wave) * _phase_tiles(g, ph)
+            g.n_items += (tiles + g.item_tiles - 1) // g.item_tiles
     g.n_items *= (g.ch_tiles + 1) // 2
     g.items = <int64_t *>malloc((3 * max(g.n_items, 1) + g.n_waves + 1) * sizeof(int64_t))
     if g.items == NULL:
@@ -153,23 +163,29 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
         g.wave_items[wv] = i
         last = min(g.n_img, (wv + 1) * g.wave)
         if _channel_blocks_inside(g):
-            for ph in range(n_phases):
-                first = wv * g.wave * g.tiles[ph]
-                while first < last * g.tiles[ph]:
+            for ph in range(g.item_phases):
+                first = wv * g.wave * _phase_tiles(g, ph)
+                while first < last * _phase_tiles(g, ph):
                     for cb in range((g.ch_tiles + 1) // 2):
                         g.items[3 * i], g.items[3 * i + 1], g.items[3 * i + 2] = cb, ph, first
                         i += 1
-                    first += PYPTO_TILE_ITEM_TILES
+                    first += g.item_tiles
         else:
             for cb in range((g.ch_tiles + 1) // 2):
-                for ph in range(n_phases):
-                    first = wv * g.wave * g.tiles[ph]
-                    while first < last * g.tiles[ph]:
+                for ph in range(g.item_phases):
+                    first = wv * g.wave * _phase_tiles(g, ph)
+                    while first < last * _phase_tiles(g, ph):
                         g.items[3 * i], g.items[3 * i + 1], g.items[3 * i + 2] = cb, ph, first
                         i += 1
-                        first += PYPTO_TILE_ITEM_TILES
+                        first += g.item_tiles
     g.wave_items[g.n_waves] = i
     return 0
+
+
+cdef inline int64_t _phase_tiles(const TileGeometry *g, int64_t ph) noexcept nogil:
+    """Tiles of one image of an item's phase ``ph`` (paired: row phase ph, whose column
+    phase 0 has the most columns)."""
+    return g.tiles[2 * ph] if g.paired else g.tiles[ph]
 
 
 cdef bint _channel_blocks_inside(const TileGeometry *g) noexcept nogil:
@@ -183,8 +199,8 @@ cdef bint _channel_blocks_inside(const TileGeometry *g) noexcept nogil:
         * _weight_bytes(g.form)
     cdef double weight = block_weight * ((g.ch_tiles + 1) // 2)
     cdef double dy = 4.0 * g.wave * g.pairs * g.plane   # a wave's frames
-    cdef double item_dy = dy / max(1, g.wave * g.plane // PYPTO_TILE_PX) * PYPTO_TILE_ITEM_TILES
-    cdef double items = max(1.0, g.wave * g.plane / (PYPTO_TILE_PX * PYPTO_TILE_ITEM_TILES))
+    cdef double item_dy = dy / max(1, g.wave * g.plane // PYPTO_TILE_PX) * g.item_tiles
+    cdef double items = max(1.0, g.wave * g.plane / (PYPTO_TILE_PX * g.item_tiles))
     if dy + block_weight <= budget:
         return False
     if weight + item_dy <= budget:
@@ -256,37 +272,50 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
     cdef const uint32_t *b[PYPTO_TILE_ITEM_TILES]
     cdef int64_t cb = g.items[3 * item], ph = g.items[3 * item + 1]
     cdef int64_t first = g.items[3 * item + 2]
-    cdef int64_t rh = ph // g.sw, rw = ph % g.sw
-    cdef int64_t per_image = g.tiles[ph]
-    cdef int n_tiles = <int>min(<int64_t>PYPTO_TILE_ITEM_TILES,
+    cdef int64_t rh = ph if g.paired else ph // g.sw, rw = 0 if g.paired else ph % g.sw
+    cdef int64_t per_image = _phase_tiles(g, ph)
+    cdef int n_tiles = <int>min(g.item_tiles,
                                 min(g.n_img, n0 + g.wave) * per_image - first)   # this wave's
     cdef int n_ch = 2 if 2 * cb + 1 < g.ch_tiles else 1
-    cdef int64_t t, n, q0, ch, ci0
+    cdef int phases = 2 if g.paired and g.cols[2 * ph + 1] > 0 else 1
+    cdef int64_t t, n, q0, ch, ci0, p, run_ph, slot
     cdef size_t a_bytes = g.w_block_elems * _weight_bytes(g.form)
+    cdef int64_t c_phase = (n_tiles + 1) // 2 * 4 * PYPTO_TILE_CH * PYPTO_TILE_PX
     cdef pypto_fpenv saved = pypto_fp_enter()
     a[0] = <const char *>g.w_packed + 2 * cb * a_bytes
     a[1] = <const char *>g.w_packed + (2 * cb + 1) * a_bytes if n_ch == 2 else a[0]
     for t in range(n_tiles):   # tile first + t: image n, positions q0 .. q0 + 15
         n, q0 = (first + t) // per_image, ((first + t) % per_image) * PYPTO_TILE_PX
         b[t] = g.frames + (n - n0) * g.pairs * g.plane + q0
-    if g.use_amx:
-        pypto_amx_begin()
-        pypto_tile_run_amx(<const uint16_t *const *>a, n_ch, b, n_tiles, g.blocks, g.taps,
-                           g.tap_index + ph * g.taps, g.tap_offset + ph * g.taps, g.n_taps[ph],
-                           g.plane, c)
-        pypto_amx_end()
-    else:
-        pypto_tile_run_emulated(a, n_ch, b, n_tiles, g.blocks, g.taps,
-                                g.tap_index + ph * g.taps, g.tap_offset + ph * g.taps,
-                                g.n_taps[ph], g.plane, c, split, g.form, g.exact)
+    for p in range(phases):    # the item's column phases (paired: both; their C one after another)
+        run_ph = 2 * ph + p if g.paired else ph
+        if g.use_amx:
+            pypto_amx_begin()
+            pypto_tile_run_amx(<const uint16_t *const *>a, n_ch, b, n_tiles, g.blocks, g.taps,
+                               g.tap_index + run_ph * g.taps, g.tap_offset + run_ph * g.taps,
+                               g.n_taps[run_ph], g.plane, c + p * c_phase)
+            pypto_amx_end()
+        else:
+            pypto_tile_run_emulated(a, n_ch, b, n_tiles, g.blocks, g.taps,
+                                    g.tap_index + run_ph * g.taps,
+                                    g.tap_offset + run_ph * g.taps, g.n_taps[run_ph], g.plane,
+                                    c + p * c_phase, split, g.form, g.exact)
     for t in range(n_tiles):   # C tile (ch, t): pair t // 2, slot ch * 2 + t % 2
         n, q0 = (first + t) // per_image, ((first + t) % per_image) * PYPTO_TILE_PX
         for ch in range(n_ch):
             ci0 = (2 * cb + ch) * PYPTO_TILE_CH
-            pypto_tile_write(c + ((t // 2) * 4 + ch * 2 + t % 2) * PYPTO_TILE_CH * PYPTO_TILE_PX,
-                             min(PYPTO_TILE_CH, g.cin - ci0), q0, g.wf, g.cols[ph], g.rows[ph],
-                             dx + ((n * g.cin + ci0) * g.hin + rh) * g.win + rw,
-                             g.sh * g.win, g.sw, g.hin * g.win)
+            slot = ((t // 2) * 4 + ch * 2 + t % 2) * PYPTO_TILE_CH * PYPTO_TILE_PX
+            if phases == 2:
+                pypto_tile_write_pair(c + slot, c + c_phase + slot,
+                                      min(PYPTO_TILE_CH, g.cin - ci0), q0, g.wf, g.win,
+                                      g.rows[2 * ph], dx + ((n * g.cin + ci0) * g.hin + rh) * g.win,
+                                      g.sh * g.win, g.hin * g.win)
+            else:
+                run_ph = 2 * ph if g.paired else ph
+                pypto_tile_write(c + slot, min(PYPTO_TILE_CH, g.cin - ci0), q0, g.wf,
+                                 g.cols[run_ph], g.rows[run_ph],
+                                 dx + ((n * g.cin + ci0) * g.hin + rh) * g.win + rw,
+                                 g.sh * g.win, g.sw, g.hin * g.win)
     pypto_fp_leave(saved)
 
 
