@@ -162,15 +162,10 @@ def _stats(mask, errors, diff):
     return float(rel.max()), float(rel.mean()), float(np.sqrt(np.mean(diff**2)))
 
 
-# distance in representable values -> its ULP_BINS bin (distances past the last bound share it)
+# distances past the last bound share its bin; the bins are consecutive runs of distances, so a
+# count per distance (0 ... _LAST_BOUND) summed from each bin's first distance is the histogram
 _LAST_BOUND = ULP_BINS[-2][1] + 1
-_BIN_OF = np.array(
-    [
-        next(i for i, (lo, hi, _) in enumerate(ULP_BINS) if d >= lo and (hi is None or d <= hi))
-        for d in range(_LAST_BOUND + 1)
-    ],
-    dtype=np.intp,
-)
+_BIN_STARTS = np.array([lo for lo, _, _ in ULP_BINS], dtype=np.intp)
 
 
 def measure(errors, golden, dtype, grid=None):
@@ -184,9 +179,8 @@ def measure(errors, golden, dtype, grid=None):
     diff = errors.abs if every else np.where(fin, errors.abs, 0.0)
     mare, mere, rmse = _stats(None if every else fin, errors, diff)
     dist = errors.distance if every else errors.distance[fin]
-    counts = np.bincount(
-        _BIN_OF[np.minimum(dist, _LAST_BOUND)].reshape(-1), minlength=len(ULP_BINS)
-    )
+    per_distance = np.bincount(np.minimum(dist, _LAST_BOUND).reshape(-1), minlength=_LAST_BOUND + 1)
+    counts = np.add.reduceat(per_distance, _BIN_STARTS)
     histogram = {label: int(n) for (_, _, label), n in zip(ULP_BINS, counts)}
     tol = SINGLE_2026_07[dtype][0]
     limit = _shared(grid, ("single-2026-07", dtype), lambda: tol + tol * grid.magnitude)
