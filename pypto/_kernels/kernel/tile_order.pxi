@@ -15,13 +15,20 @@ cdef extern from "pypto_tile.h" nogil:
     enum: PYPTO_TILE_FORM_AMX
     enum: PYPTO_TILE_FORM_F32
     enum: PYPTO_TILE_FORM_DOT
+    enum: PYPTO_TILE_DENSE_FAST
     void pypto_tile_pack(const uint16_t *w, int64_t cout, int64_t cin, int64_t taps, int64_t cb,
                          int form, void *dst)
     void pypto_tile_frame_plane(const uint16_t *dy, int64_t cout, int form, int64_t b, int64_t k,
                                 int64_t hout, int64_t wout, int64_t top, int64_t left,
                                 int64_t hf, int64_t wf, uint32_t *plane)
+    ctypedef struct pypto_tile_runs:
+        int n[PYPTO_TILE_ITEM_TILES]
+        int x[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX]
+        int len[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX]
+        const uint32_t *src[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX]
     void pypto_tile_run_emulated(const void *const *a, int n_ch, const uint32_t *const *b,
-                                 int n_tiles, int64_t blocks, int64_t taps,
+                                 const pypto_tile_runs *runs, int n_tiles, int64_t blocks,
+                                 int64_t taps,
                                  const int64_t *tap_index, const int64_t *tap_offset,
                                  int64_t n_taps, int64_t plane, float *c, float *scratch,
                                  int form, int exact)
@@ -56,6 +63,7 @@ cdef struct TileGeometry:
     int64_t *items         # per work item: 32-channel block, phase, first tile (of all images)
     int64_t n_items
     bint paired            # stride 2 across: an item's phase is a row phase, both columns
+    bint dense             # fp32 emulation: items over dense positions (pypto_tile_runs)
     int64_t item_tiles, item_phases
     int64_t wave, n_waves  # images per wave; waves
     int64_t *wave_items    # wave w's items: wave_items[w] .. wave_items[w + 1] - 1
@@ -66,6 +74,10 @@ cdef struct TileGeometry:
     uint32_t *frames       # per image of a wave: pairs planes of hf x wf
 
 
+# the fp32 emulation takes dense positions (pypto_tile_runs) where frame positions would drop
+# more than this share: a dense tile's B operand is a masked load a run, not one load
+cdef double DENSE_WASTE = 0.05
+
 cdef enum:
     WAVE_FRAME_BYTES = 1 << 20   # a thread's share of a wave's frames: what its L2 keeps
     WAVE_ITEMS = 4               # a thread's items in a wave, at least
@@ -75,7 +87,7 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     """The phases, taps, frame halo, waves and work items of a call in the data form g.form
     for a team of ``threads`` (0: every image in one wave; tables malloc'ed, freed by
     _tile_free)."""
-    cdef int64_t ph, rh, rw, kh, kw, x, o, n_phases, t, i, n, cb, tiles, first, last, wv
+    cdef int64_t ph, rh, rw, kh, kw, x, o, n_phases, t, i, n, cb, tiles, first, last, wv, step
     cdef int64_t per_image, image_items
     (g.n_img, g.cout, g.hout, g.wout), (_, g.cin, g.kh, g.kw), (_, _, g.hin, g.win) = shapes
     g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = attrs
@@ -135,9 +147,11 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     # stride 2 across: an item runs both column phases of a row phase on half the tiles, so
     # that the write-out interleaves them into whole dx rows (pypto_tile_write_pair)
     g.paired = g.sw == 2
+    g.dense = False
     g.item_tiles = PYPTO_TILE_ITEM_TILES // 2 if g.paired else PYPTO_TILE_ITEM_TILES
     g.item_phases = g.sh if g.paired else n_phases
-    # the wave: as many images as the team's L2 share holds frames of, or as give each
+    g.dense = g.form == PYPTO_TILE_FORM_F32 and PYPTO_TILE_DENSE_FAST \
+        and _frame_waste(g) > DENSE_WASTE    # the wave: as many images as the team's L2 share holds frames of, or as give each
     # thread WAVE_ITEMS items, whichever is more
     per_image = g.pairs * g.plane * 4
     image_items = 0
@@ -151,8 +165,8 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     g.n_waves = (g.n_img + g.wave - 1) // g.wave
     for wv in range(g.n_waves):
         for ph in range(g.item_phases):
-            tiles = (min(g.n_img, (wv + 1) * g.wave) - wv * g.wave) * _phase_tiles(g, ph)
-            g.n_items += (tiles + g.item_tiles - 1) // g.item_tiles
+            _item_range(g, ph, wv, &first, &last, &step)
+            g.n_items += (last - first + step - 1) // step
     g.n_items *= (g.ch_tiles + 1) // 2
     g.items = <int64_t *>malloc((3 * max(g.n_items, 1) + g.n_waves + 1) * sizeof(int64_t))
     if g.items == NULL:
@@ -161,25 +175,51 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     i = 0
     for wv in range(g.n_waves):
         g.wave_items[wv] = i
-        last = min(g.n_img, (wv + 1) * g.wave)
         if _channel_blocks_inside(g):
             for ph in range(g.item_phases):
-                first = wv * g.wave * _phase_tiles(g, ph)
-                while first < last * _phase_tiles(g, ph):
+                _item_range(g, ph, wv, &first, &last, &step)
+                while first < last:
                     for cb in range((g.ch_tiles + 1) // 2):
                         g.items[3 * i], g.items[3 * i + 1], g.items[3 * i + 2] = cb, ph, first
                         i += 1
-                    first += g.item_tiles
+                    first += step
         else:
             for cb in range((g.ch_tiles + 1) // 2):
                 for ph in range(g.item_phases):
-                    first = wv * g.wave * _phase_tiles(g, ph)
-                    while first < last * _phase_tiles(g, ph):
+                    _item_range(g, ph, wv, &first, &last, &step)
+                    while first < last:
                         g.items[3 * i], g.items[3 * i + 1], g.items[3 * i + 2] = cb, ph, first
                         i += 1
-                        first += g.item_tiles
+                        first += step
     g.wave_items[g.n_waves] = i
     return 0
+
+
+cdef double _frame_waste(const TileGeometry *g) noexcept nogil:
+    """The share of positions a call in frame positions computes and drops (halo columns,
+    the last tile of each image)."""
+    cdef int64_t ph, framed = 0, real = 0
+    for ph in range(g.item_phases):
+        framed += _phase_tiles(g, ph) * PYPTO_TILE_PX
+        real += _phase_area(g, ph)
+    return 1.0 - real / <double>framed if framed > 0 else 0.0
+
+
+cdef inline int64_t _phase_area(const TileGeometry *g, int64_t ph) noexcept nogil:
+    """Dense positions of one image of an item's phase (paired: column phase 0's grid, which
+    serves both)."""
+    cdef int64_t run_ph = 2 * ph if g.paired else ph
+    return g.rows[run_ph] * g.cols[run_ph]
+
+
+cdef void _item_range(const TileGeometry *g, int64_t ph, int64_t wv, int64_t *first,
+                      int64_t *last, int64_t *step) noexcept nogil:
+    """Wave wv's items of item phase ph start at first, first + step, ... < last: tiles of all
+    images (frame positions), or dense positions of all images."""
+    cdef int64_t n0 = wv * g.wave, n1 = min(g.n_img, (wv + 1) * g.wave)
+    cdef int64_t per_image = _phase_area(g, ph) if g.dense else _phase_tiles(g, ph)
+    first[0], last[0] = n0 * per_image, n1 * per_image
+    step[0] = g.item_tiles * PYPTO_TILE_PX if g.dense else g.item_tiles
 
 
 cdef inline int64_t _phase_tiles(const TileGeometry *g, int64_t ph) noexcept nogil:
@@ -270,23 +310,29 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
     cdef float *split = scratch + (-<size_t>scratch // sizeof(float)) % 16
     cdef const void *a[2]
     cdef const uint32_t *b[PYPTO_TILE_ITEM_TILES]
+    cdef pypto_tile_runs runs
     cdef int64_t cb = g.items[3 * item], ph = g.items[3 * item + 1]
     cdef int64_t first = g.items[3 * item + 2]
     cdef int64_t rh = ph if g.paired else ph // g.sw, rw = 0 if g.paired else ph % g.sw
-    cdef int64_t per_image = _phase_tiles(g, ph)
-    cdef int n_tiles = <int>min(g.item_tiles,
-                                min(g.n_img, n0 + g.wave) * per_image - first)   # this wave's
+    cdef int64_t grid = 2 * ph if g.paired else ph   # the phase whose rows and columns count
+    cdef int64_t per_image = _phase_area(g, ph) if g.dense else _phase_tiles(g, ph)
+    cdef int64_t end = min(g.n_img, n0 + g.wave) * per_image   # this wave's
+    cdef int n_tiles = <int>(min(g.item_tiles * PYPTO_TILE_PX, end - first) + PYPTO_TILE_PX - 1) \
+        // PYPTO_TILE_PX if g.dense else <int>min(g.item_tiles, end - first)
     cdef int n_ch = 2 if 2 * cb + 1 < g.ch_tiles else 1
     cdef int phases = 2 if g.paired and g.cols[2 * ph + 1] > 0 else 1
-    cdef int64_t t, n, q0, ch, ci0, p, run_ph, slot
+    cdef int64_t t, n, q0, ch, ci0, p, run_ph, slot, k
     cdef size_t a_bytes = g.w_block_elems * _weight_bytes(g.form)
     cdef int64_t c_phase = (n_tiles + 1) // 2 * 4 * PYPTO_TILE_CH * PYPTO_TILE_PX
     cdef pypto_fpenv saved = pypto_fp_enter()
     a[0] = <const char *>g.w_packed + 2 * cb * a_bytes
     a[1] = <const char *>g.w_packed + (2 * cb + 1) * a_bytes if n_ch == 2 else a[0]
-    for t in range(n_tiles):   # tile first + t: image n, positions q0 .. q0 + 15
-        n, q0 = (first + t) // per_image, ((first + t) % per_image) * PYPTO_TILE_PX
-        b[t] = g.frames + (n - n0) * g.pairs * g.plane + q0
+    if g.dense:
+        _dense_runs(g, grid, first, end, n_tiles, n0, &runs)
+    else:
+        for t in range(n_tiles):   # tile first + t: image n, positions q0 .. q0 + 15
+            n, q0 = (first + t) // per_image, ((first + t) % per_image) * PYPTO_TILE_PX
+            b[t] = g.frames + (n - n0) * g.pairs * g.plane + q0
     for p in range(phases):    # the item's column phases (paired: both; their C one after another)
         run_ph = 2 * ph + p if g.paired else ph
         if g.use_amx:
@@ -296,27 +342,68 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
                                g.n_taps[run_ph], g.plane, c + p * c_phase)
             pypto_amx_end()
         else:
-            pypto_tile_run_emulated(a, n_ch, b, n_tiles, g.blocks, g.taps,
-                                    g.tap_index + run_ph * g.taps,
+            pypto_tile_run_emulated(a, n_ch, b, &runs if g.dense else NULL, n_tiles, g.blocks,
+                                    g.taps, g.tap_index + run_ph * g.taps,
                                     g.tap_offset + run_ph * g.taps, g.n_taps[run_ph], g.plane,
                                     c + p * c_phase, split, g.form, g.exact)
     for t in range(n_tiles):   # C tile (ch, t): pair t // 2, slot ch * 2 + t % 2
-        n, q0 = (first + t) // per_image, ((first + t) % per_image) * PYPTO_TILE_PX
         for ch in range(n_ch):
             ci0 = (2 * cb + ch) * PYPTO_TILE_CH
             slot = ((t // 2) * 4 + ch * 2 + t % 2) * PYPTO_TILE_CH * PYPTO_TILE_PX
+            if g.dense:
+                for k in range(runs.n[t]):
+                    _write_run(g, c + slot, c_phase, phases, ci0, grid, rh, rw,
+                               first + t * PYPTO_TILE_PX + runs.x[t][k], runs.x[t][k],
+                               runs.len[t][k], dx)
+                continue
+            n, q0 = (first + t) // per_image, ((first + t) % per_image) * PYPTO_TILE_PX
             if phases == 2:
                 pypto_tile_write_pair(c + slot, c + c_phase + slot,
                                       min(PYPTO_TILE_CH, g.cin - ci0), q0, g.wf, g.win,
-                                      g.rows[2 * ph], dx + ((n * g.cin + ci0) * g.hin + rh) * g.win,
+                                      g.rows[grid], dx + ((n * g.cin + ci0) * g.hin + rh) * g.win,
                                       g.sh * g.win, g.hin * g.win)
             else:
-                run_ph = 2 * ph if g.paired else ph
                 pypto_tile_write(c + slot, min(PYPTO_TILE_CH, g.cin - ci0), q0, g.wf,
-                                 g.cols[run_ph], g.rows[run_ph],
+                                 g.cols[grid], g.rows[grid],
                                  dx + ((n * g.cin + ci0) * g.hin + rh) * g.win + rw,
                                  g.sh * g.win, g.sw, g.hin * g.win)
     pypto_fp_leave(saved)
+
+
+cdef void _dense_runs(const TileGeometry *g, int64_t grid, int64_t first, int64_t end,
+                      int n_tiles, int64_t n0, pypto_tile_runs *runs) noexcept nogil:
+    """The runs of an item's tiles from dense position ``first`` (phase ``grid``'s pixels of
+    every image in order, up to ``end``): each a piece of one frame row."""
+    cdef int64_t area = g.rows[grid] * g.cols[grid], pos, n, r, col, length
+    cdef int t, x
+    for t in range(n_tiles):
+        runs.n[t] = 0
+        pos, x = first + t * PYPTO_TILE_PX, 0
+        while x < PYPTO_TILE_PX and pos < end:
+            n, r, col = pos // area, pos % area // g.cols[grid], pos % g.cols[grid]
+            length = min(PYPTO_TILE_PX - x, g.cols[grid] - col, end - pos)
+            runs.x[t][runs.n[t]], runs.len[t][runs.n[t]] = x, <int>length
+            runs.src[t][runs.n[t]] = g.frames + (n - n0) * g.pairs * g.plane + r * g.wf + col
+            runs.n[t] += 1
+            x += <int>length
+            pos += length
+
+
+cdef void _write_run(const TileGeometry *g, const float *c, int64_t c_phase, int phases,
+                     int64_t ci0, int64_t grid, int64_t rh, int64_t rw, int64_t pos, int x,
+                     int length, uint16_t *dx) noexcept nogil:
+    """One run of a dense C tile (``x`` .. ``x + length - 1``, dense positions pos ..; the
+    second phase's C ``c_phase`` floats on) rounded into dx."""
+    cdef int64_t area = g.rows[grid] * g.cols[grid]
+    cdef int64_t n = pos // area, r = pos % area // g.cols[grid], col = pos % g.cols[grid]
+    cdef int64_t n_ch = min(PYPTO_TILE_CH, g.cin - ci0)
+    cdef uint16_t *row = dx + ((n * g.cin + ci0) * g.hin + r * g.sh + rh) * g.win
+    if phases == 2:   # one frame row of the pair: dx columns 2 col .. below win
+        pypto_tile_write_pair(c + x, c + c_phase + x, n_ch, 0, length, g.win - 2 * col, 1,
+                              row + 2 * col, 0, g.hin * g.win)
+    else:
+        pypto_tile_write(c + x, n_ch, 0, length, length, 1, row + col * g.sw + rw, 0, g.sw,
+                         g.hin * g.win)
 
 
 def dgrad_tile(dy, w, dx, tuple attrs, int num_threads, bint use_amx=True,
