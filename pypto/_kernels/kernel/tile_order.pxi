@@ -333,19 +333,21 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
         for t in range(n_tiles):   # tile first + t: image n, positions q0 .. q0 + 15
             n, q0 = (first + t) // per_image, ((first + t) % per_image) * PYPTO_TILE_PX
             b[t] = g.frames + (n - n0) * g.pairs * g.plane + q0
+    if g.use_amx:
+        pypto_amx_begin()
     for p in range(phases):    # the item's column phases (paired: both; their C one after another)
         run_ph = 2 * ph + p if g.paired else ph
         if g.use_amx:
-            pypto_amx_begin()
             pypto_tile_run_amx(<const uint16_t *const *>a, n_ch, b, n_tiles, g.blocks, g.taps,
                                g.tap_index + run_ph * g.taps, g.tap_offset + run_ph * g.taps,
                                g.n_taps[run_ph], g.plane, c + p * c_phase)
-            pypto_amx_end()
         else:
             pypto_tile_run_emulated(a, n_ch, b, &runs if g.dense else NULL, n_tiles, g.blocks,
                                     g.taps, g.tap_index + run_ph * g.taps,
                                     g.tap_offset + run_ph * g.taps, g.n_taps[run_ph], g.plane,
                                     c + p * c_phase, split, g.form, g.exact)
+    if g.use_amx:
+        pypto_amx_end()
     for t in range(n_tiles):   # C tile (ch, t): pair t // 2, slot ch * 2 + t % 2
         for ch in range(n_ch):
             ci0 = (2 * cb + ch) * PYPTO_TILE_CH
