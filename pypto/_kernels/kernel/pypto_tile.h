@@ -201,14 +201,14 @@ static inline void pypto_tile_split(const uint32_t *const *b, int n_px, int64_t 
         }
 }
 
-/* The fp32 emulation's tiles in dense positions (the phase's pixels of the wave's images one
+/* The emulation's tiles in dense positions (the phase's pixels of the wave's images one
  * after another, no halo column and no image's end padded to a whole tile): tile t's 16
  * positions are n[t] runs, run k its positions x[t][k] .. + len[t][k] - 1 from a frame row
  * at src[t][k] (before a K step's offset); positions past the wave's last are in no run. */
 /* Dense positions pay where a run is one masked load with merge (AVX-512); AVX2's masked
  * loads made ResNet-50's pass slower (1.254x -> 1.285x the sequential order's time, one
  * thread), so other levels keep frame positions and the scalar copy below serves only as the
- * form's definition there. */
+ * form's definition there. The tile unit reads frames as they are and keeps frame positions. */
 #if defined(__AVX512F__)
 enum { PYPTO_TILE_DENSE_FAST = 1 };
 #else
@@ -260,6 +260,29 @@ static inline void pypto_tile_split_runs(const pypto_tile_runs *runs, int t, int
 #endif
     }
 }
+
+#if defined(__AVX512F__)
+/* The dot form's B operand of one K step for tiles t and t + n_px - 1 of `runs`, as pairs:
+ * pairs[k][32] holds pair plane k at the two tiles' 32 positions (0 past the wave), so the
+ * K step reads dense positions as it reads a frame, with 32 as the plane. */
+static inline void pypto_tile_gather_runs(const pypto_tile_runs *runs, int t, int n_px,
+                                          int64_t b_at, int64_t plane, uint32_t *restrict pairs)
+{
+    for (int px = 0; px < n_px; px++) {
+        const int tt = t + px, n_runs = runs->n[tt];
+        __mmask16 lanes[PYPTO_TILE_PX];
+        for (int k = 0; k < n_runs; k++)
+            lanes[k] = (__mmask16)(((1u << runs->len[tt][k]) - 1u) << runs->x[tt][k]);
+        for (int s = 0; s < PYPTO_TILE_K / 2; s++) {
+            __m512i v = _mm512_setzero_si512();
+            for (int k = 0; k < n_runs; k++)
+                v = _mm512_mask_loadu_epi32(v, lanes[k],
+                                            runs->src[tt][k] + b_at + s * plane - runs->x[tt][k]);
+            _mm512_store_si512(pairs + s * 2 * PYPTO_TILE_PX + px * PYPTO_TILE_PX, v);
+        }
+    }
+}
+#endif
 
 /* One K step of one channel tile and one pixel tile, scalar fmaf (where vectors lack the FMA
  * and a product may round): a: the step's 16 x 32 weights (E slots, then O slots); even, odd:
@@ -397,8 +420,8 @@ static inline void pypto_tile_step_tiles_f32(const float *restrict a, const floa
 }
 
 /* pypto_tile_run_amx's contract, emulated: a[ch] the channel tiles' packed weights and b[t] the
- * frames at tile t's first pixel, in `form` (PYPTO_TILE_FORM_F32 or _DOT), or (runs not NULL,
- * fp32 only) the tiles in dense positions. K steps outermost:
+ * frames at tile t's first pixel, in `form` (PYPTO_TILE_FORM_F32 or _DOT), or (runs not NULL)
+ * the tiles in dense positions. K steps outermost:
  * a step reads each of its 16 planes as one run over the item's tiles (a step per pixel pair
  * would stream 16 planes per block and tap at once, more than the hardware prefetchers
  * follow: 1x1 layers of many channels were memory-bound so), while the item's C (32 KiB)
@@ -430,6 +453,14 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch,
                 }
 #ifdef PYPTO_ISA_AVX512BF16
                 if (form == PYPTO_TILE_FORM_DOT) {
+                    int64_t step_plane = plane;
+                    if (runs != NULL) {   /* dense: the pairs gathered, 32 positions a plane */
+                        uint32_t *pairs = (uint32_t *)scratch;
+                        pypto_tile_gather_runs(runs, p, n_px, b_at, plane, pairs);
+                        bp[0] = pairs;
+                        bp[1] = pairs + PYPTO_TILE_PX;
+                        step_plane = 2 * PYPTO_TILE_PX;
+                    }
                     for (int ch = 0; ch < n_ch; ch++)
                         for (int m = 0; m < PYPTO_TILE_CH; m += PYPTO_TM) {
                             const uint32_t *am = (const uint32_t *)a[ch] + a_at / 2
@@ -437,9 +468,9 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch,
                             float *cp[2] = {pair + ch * 2 * tile + m * PYPTO_TILE_PX,
                                             pair + (ch * 2 + 1) * tile + m * PYPTO_TILE_PX};
                             if (n_px == 2)
-                                pypto_tile_step_dot(am, bp, cp, plane, 2);
+                                pypto_tile_step_dot(am, bp, cp, step_plane, 2);
                             else
-                                pypto_tile_step_dot(am, bp, cp, plane, 1);
+                                pypto_tile_step_dot(am, bp, cp, step_plane, 1);
                         }
                     continue;
                 }

@@ -63,7 +63,7 @@ cdef struct TileGeometry:
     int64_t *items         # per work item: 32-channel block, phase, first tile (of all images)
     int64_t n_items
     bint paired            # stride 2 across: an item's phase is a row phase, both columns
-    bint dense             # fp32 emulation: items over dense positions (pypto_tile_runs)
+    bint dense             # emulation: items over dense positions (pypto_tile_runs)
     int64_t item_tiles, item_phases
     int64_t wave, n_waves  # images per wave; waves
     int64_t *wave_items    # wave w's items: wave_items[w] .. wave_items[w + 1] - 1
@@ -74,8 +74,8 @@ cdef struct TileGeometry:
     uint32_t *frames       # per image of a wave: pairs planes of hf x wf
 
 
-# the fp32 emulation takes dense positions (pypto_tile_runs) where frame positions would drop
-# more than this share: a dense tile's B operand is a masked load a run, not one load
+# the emulation takes dense positions (pypto_tile_runs) where frame positions would drop more
+# than this share: a dense tile's B operand is a masked load a run, not one load
 cdef double DENSE_WASTE = 0.05
 
 cdef enum:
@@ -150,7 +150,7 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     g.dense = False
     g.item_tiles = PYPTO_TILE_ITEM_TILES // 2 if g.paired else PYPTO_TILE_ITEM_TILES
     g.item_phases = g.sh if g.paired else n_phases
-    g.dense = g.form == PYPTO_TILE_FORM_F32 and PYPTO_TILE_DENSE_FAST \
+    g.dense = g.form != PYPTO_TILE_FORM_AMX and PYPTO_TILE_DENSE_FAST \
         and _frame_waste(g) > DENSE_WASTE    # the wave: as many images as the team's L2 share holds frames of, or as give each
     # thread WAVE_ITEMS items, whichever is more
     per_image = g.pairs * g.plane * 4
