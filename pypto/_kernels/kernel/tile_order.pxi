@@ -89,6 +89,7 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     _tile_free)."""
     cdef int64_t ph, rh, rw, kh, kw, x, o, n_phases, t, i, n, cb, tiles, first, last, wv, step
     cdef int64_t per_image, image_items
+    cdef bint inside
     (g.n_img, g.cout, g.hout, g.wout), (_, g.cin, g.kh, g.kw), (_, _, g.hin, g.win) = shapes
     g.sh, g.sw, g.pt, g.pl, g.dh, g.dw = attrs
     g.taps = g.kh * g.kw
@@ -147,11 +148,11 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     # stride 2 across: an item runs both column phases of a row phase on half the tiles, so
     # that the write-out interleaves them into whole dx rows (pypto_tile_write_pair)
     g.paired = g.sw == 2
-    g.dense = False
     g.item_tiles = PYPTO_TILE_ITEM_TILES // 2 if g.paired else PYPTO_TILE_ITEM_TILES
     g.item_phases = g.sh if g.paired else n_phases
     g.dense = g.form != PYPTO_TILE_FORM_AMX and PYPTO_TILE_DENSE_FAST \
-        and _frame_waste(g) > DENSE_WASTE    # the wave: as many images as the team's L2 share holds frames of, or as give each
+        and _frame_waste(g) > DENSE_WASTE
+    # the wave: as many images as the team's L2 share holds frames of, or as give each
     # thread WAVE_ITEMS items, whichever is more
     per_image = g.pairs * g.plane * 4
     image_items = 0
@@ -172,10 +173,11 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     if g.items == NULL:
         raise MemoryError("pypto: no memory for the tile order's work items")
     g.wave_items = g.items + 3 * max(g.n_items, 1)
+    inside = _channel_blocks_inside(g)   # the same for every wave (it sees a wave's size)
     i = 0
     for wv in range(g.n_waves):
         g.wave_items[wv] = i
-        if _channel_blocks_inside(g):
+        if inside:
             for ph in range(g.item_phases):
                 _item_range(g, ph, wv, &first, &last, &step)
                 while first < last:
