@@ -201,87 +201,77 @@ static inline void pypto_tile_split(const uint32_t *const *b, int n_px, int64_t 
         }
 }
 
+/* Dense positions pay where a run is one masked load with merge (AVX-512); AVX2's masked
+ * loads made ResNet-50's pass slower (1.254x -> 1.285x the sequential order's time, one
+ * thread), so other levels keep frame positions (PYPTO_TILE_DENSE_FAST 0: no call is dense
+ * there, and the helpers below are not built). The tile unit reads frames as they are and
+ * keeps frame positions. */
+
 /* The emulation's tiles in dense positions (the phase's pixels of the wave's images one
  * after another, no halo column and no image's end padded to a whole tile): tile t's 16
  * positions are n[t] runs, run k its positions x[t][k] .. + len[t][k] - 1 from a frame row
  * at src[t][k] (before a K step's offset); positions past the wave's last are in no run. */
-/* Dense positions pay where a run is one masked load with merge (AVX-512); AVX2's masked
- * loads made ResNet-50's pass slower (1.254x -> 1.285x the sequential order's time, one
- * thread), so other levels keep frame positions and the scalar copy below serves only as the
- * form's definition there. The tile unit reads frames as they are and keeps frame positions. */
-#if defined(__AVX512F__)
-enum { PYPTO_TILE_DENSE_FAST = 1 };
-#else
-enum { PYPTO_TILE_DENSE_FAST = 0 };
-#endif
-
 typedef struct {
     int n[PYPTO_TILE_ITEM_TILES];
     int x[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX], len[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX];
     const uint32_t *src[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX];
 } pypto_tile_runs;
 
-/* pypto_tile_split from tiles t and t + n_px - 1 of `runs` (b_at: the K step's offset). Each
- * run is one masked load placed at its lanes (a masked lane reads no memory). */
+#if defined(__AVX512F__)
+enum { PYPTO_TILE_DENSE_FAST = 1 };
+
+/* Tile t's lanes of each run, for pypto_tile_run_plane */
+static inline void pypto_tile_run_lanes(const pypto_tile_runs *runs, int t, __mmask16 *lanes)
+{
+    for (int k = 0; k < runs->n[t]; k++)
+        lanes[k] = (__mmask16)(((1u << runs->len[t][k]) - 1u) << runs->x[t][k]);
+}
+
+/* Tile t's 16 pairs of one pair plane (at: its offset from the runs' frame rows), each run one
+ * masked load placed at its lanes (a masked lane reads no memory); 0 past the wave. */
+static inline __m512i pypto_tile_run_plane(const pypto_tile_runs *runs, int t,
+                                           const __mmask16 *lanes, int64_t at)
+{
+    __m512i v = _mm512_setzero_si512();
+    for (int k = 0; k < runs->n[t]; k++)
+        v = _mm512_mask_loadu_epi32(v, lanes[k], runs->src[t][k] + at - runs->x[t][k]);
+    return v;
+}
+
+/* pypto_tile_split from tiles t and t + n_px - 1 of `runs` (b_at: the K step's offset) */
 static inline void pypto_tile_split_runs(const pypto_tile_runs *runs, int t, int n_px,
                                          int64_t b_at, int64_t plane, float *restrict even,
                                          float *restrict odd)
 {
+    const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
     for (int px = 0; px < n_px; px++) {
-        const int tt = t + px, n_runs = runs->n[tt];
-        const uint32_t *const *src = runs->src[tt];
-        const int *x = runs->x[tt], *len = runs->len[tt];
-        float *e0 = even + px * PYPTO_TILE_PX, *o0 = odd + px * PYPTO_TILE_PX;
-#if defined(__AVX512F__)
         __mmask16 lanes[PYPTO_TILE_PX];
-        for (int k = 0; k < n_runs; k++)
-            lanes[k] = (__mmask16)(((1u << len[k]) - 1u) << x[k]);
-        const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
+        pypto_tile_run_lanes(runs, t + px, lanes);
         for (int s = 0; s < PYPTO_TILE_K / 2; s++) {
-            __m512i v = _mm512_setzero_si512();   /* positions past the wave: 0 */
-            for (int k = 0; k < n_runs; k++)
-                v = _mm512_mask_loadu_epi32(v, lanes[k], src[k] + b_at + s * plane - x[k]);
-            _mm512_store_ps(e0 + s * 2 * PYPTO_TILE_PX, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
-            _mm512_store_ps(o0 + s * 2 * PYPTO_TILE_PX, _mm512_castsi512_ps(_mm512_and_si512(v, high)));
+            const __m512i v = pypto_tile_run_plane(runs, t + px, lanes, b_at + s * plane);
+            const int64_t at = s * 2 * PYPTO_TILE_PX + px * PYPTO_TILE_PX;
+            _mm512_store_ps(even + at, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+            _mm512_store_ps(odd + at, _mm512_castsi512_ps(_mm512_and_si512(v, high)));
         }
-#else
-        for (int s = 0; s < PYPTO_TILE_K / 2; s++) {
-            float *restrict e = e0 + s * 2 * PYPTO_TILE_PX, *restrict o = o0 + s * 2 * PYPTO_TILE_PX;
-            for (int v = 0; v < PYPTO_TILE_PX; v++)
-                e[v] = o[v] = 0.0f;
-            for (int k = 0; k < n_runs; k++) {
-                const uint32_t *restrict from = src[k] + b_at + s * plane;
-                for (int v = 0; v < len[k]; v++) {
-                    e[x[k] + v] = pypto_u2f(from[v] << 16);
-                    o[x[k] + v] = pypto_u2f(from[v] & 0xffff0000u);
-                }
-            }
-        }
-#endif
     }
 }
 
-#if defined(__AVX512F__)
 /* The dot form's B operand of one K step for tiles t and t + n_px - 1 of `runs`, as pairs:
- * pairs[k][32] holds pair plane k at the two tiles' 32 positions (0 past the wave), so the
- * K step reads dense positions as it reads a frame, with 32 as the plane. */
+ * pairs[k][32] holds pair plane k at the two tiles' 32 positions, so the K step reads dense
+ * positions as it reads a frame, with 32 as the plane. */
 static inline void pypto_tile_gather_runs(const pypto_tile_runs *runs, int t, int n_px,
                                           int64_t b_at, int64_t plane, uint32_t *restrict pairs)
 {
     for (int px = 0; px < n_px; px++) {
-        const int tt = t + px, n_runs = runs->n[tt];
         __mmask16 lanes[PYPTO_TILE_PX];
-        for (int k = 0; k < n_runs; k++)
-            lanes[k] = (__mmask16)(((1u << runs->len[tt][k]) - 1u) << runs->x[tt][k]);
-        for (int s = 0; s < PYPTO_TILE_K / 2; s++) {
-            __m512i v = _mm512_setzero_si512();
-            for (int k = 0; k < n_runs; k++)
-                v = _mm512_mask_loadu_epi32(v, lanes[k],
-                                            runs->src[tt][k] + b_at + s * plane - runs->x[tt][k]);
-            _mm512_store_si512(pairs + s * 2 * PYPTO_TILE_PX + px * PYPTO_TILE_PX, v);
-        }
+        pypto_tile_run_lanes(runs, t + px, lanes);
+        for (int s = 0; s < PYPTO_TILE_K / 2; s++)
+            _mm512_store_si512(pairs + s * 2 * PYPTO_TILE_PX + px * PYPTO_TILE_PX,
+                               pypto_tile_run_plane(runs, t + px, lanes, b_at + s * plane));
     }
 }
+#else
+enum { PYPTO_TILE_DENSE_FAST = 0 };
 #endif
 
 /* One K step of one channel tile and one pixel tile, scalar fmaf (where vectors lack the FMA
@@ -475,9 +465,11 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch,
                     continue;
                 }
 #endif
+#if defined(__AVX512F__)
                 if (runs != NULL)
                     pypto_tile_split_runs(runs, p, n_px, b_at, plane, even, odd);
                 else
+#endif
                     pypto_tile_split(bp, n_px, plane, even, odd);
                 for (int ch = 0; ch < n_ch; ch++)
                     pypto_tile_step_tiles_f32((const float *)a[ch] + a_at, even, odd, n_px,
