@@ -12,8 +12,7 @@ element's bound (``full``) only when many elements need it or when asked (the lo
 
 import numpy as np
 
-from .case import U32, _dx_at, error_bound
-from .grid import MANTISSA_BITS
+from .case import _dx_at, accumulation_share, error_bound
 
 __all__ = ["ErrorBound", "DIRECT_SHARE"]
 
@@ -51,11 +50,11 @@ class ErrorBound:
             return self._full.reshape(-1)[flat]
         positions = np.stack(np.unravel_index(flat, self._golden.shape), axis=1)
         _, magnitude = _dx_at(self.case, self._dy, self._w, positions)
-        accumulation = (
-            self.case.k_terms * U32 * (1.0 + 2.0 ** -(MANTISSA_BITS[self.case.dtype] + 1))
-        )
         with np.errstate(invalid="ignore"):
-            return magnitude * accumulation + self.rounding_ulps * self._grid.ulp.reshape(-1)[flat]
+            return (
+                magnitude * accumulation_share(self.case)
+                + self.rounding_ulps * self._grid.ulp.reshape(-1)[flat]
+            )
 
     def outside(self, errors):
         """Where ``errors`` (``accuracy.ElementErrors``) lie outside the bound: a NaN/Inf

@@ -247,14 +247,21 @@ def error_bound(case, dy, w, golden, rounding_ulps=1.0, grid=None):
     definition of the bound in pypto. ``grid``: the golden's GoldenGrid, when the caller has
     it. ``dy`` and ``w``: the fp16 / bf16 inputs, or their exact float32 copies
     (``grid.to_float32``)."""
-    from .grid import MANTISSA_BITS, golden_grid
+    from .grid import golden_grid
 
     if grid is None:
         grid = golden_grid(golden, case.dtype)
     magnitude = _magnitude(case, dy, w)
-    accumulation = case.k_terms * U32 * (1.0 + 2.0 ** -(MANTISSA_BITS[case.dtype] + 1))
     with np.errstate(invalid="ignore"):
-        return magnitude * np.float64(accumulation) + rounding_ulps * grid.ulp
+        return magnitude * np.float64(accumulation_share(case)) + rounding_ulps * grid.ulp
+
+
+def accumulation_share(case):
+    """The bound's accumulation term per unit of sum|dy w|: K 2^-24 for the fp32 sums, times
+    (1 + 2^-(p+1)) for the final rounding's share (error_bound; bound.ErrorBound.at)."""
+    from .grid import MANTISSA_BITS
+
+    return case.k_terms * U32 * (1.0 + 2.0 ** -(MANTISSA_BITS[case.dtype] + 1))
 
 
 _F32_TINY = float(np.finfo(np.float32).tiny)  # 2^-126, float32's smallest normal
