@@ -15,7 +15,10 @@
  * Data, in one of three forms (a call's weight and frames share one): weights per 16-channel
  * block of Cin as [co block][tap][16 ci][32 slots]; dy in pair frames, one plane of 32-bit
  * pairs (bf16 low and high halves) per pair of a block's slots, with a zero halo.
- *   PYPTO_TILE_FORM_AMX: the tile unit's operands. Slot k holds channel k (bf16).
+ *   PYPTO_TILE_FORM_AMX: the tile unit's operands. Slot k holds channel k (bf16); the weight
+ *     in pairs of slots per input channel, and the frames per block position-major (a
+ *     position's 32 channels in 64 bytes, pypto_tile_frame_block), the same bytes as the
+ *     block's 16 pair planes.
  *   PYPTO_TILE_FORM_F32: the fp32 emulation. The frames as AMX's; a weight row (fp32) holds the
  *     block's even channels, then its odd ones.
  *   PYPTO_TILE_FORM_DOT: the VDPBF16PS emulation (avx512_bf16). Rows and frames hold pairs
@@ -41,6 +44,9 @@ enum { PYPTO_TILE_CH = 16, PYPTO_TILE_PX = 16, PYPTO_TILE_K = 32 };
 /* pixel tiles per work item (even): their results wait in the item's buffer (32 KiB) for the
  * write-out */
 enum { PYPTO_TILE_ITEM_TILES = 16 };
+/* K steps (co block, tap) a group of C tiles runs on the tile unit between its loads and
+ * stores (pypto_tile_run_amx) */
+enum { PYPTO_AMX_PASS_STEPS = 8 };
 #define PYPTO_TILE_A_ELEMS (PYPTO_TILE_CH * PYPTO_TILE_K) /* one packed (block, tap) */
 
 enum { PYPTO_TILE_FORM_AMX = 0, PYPTO_TILE_FORM_F32 = 1, PYPTO_TILE_FORM_DOT = 2 };
@@ -60,32 +66,37 @@ static inline int pypto_tile_slot_channel(int form, int k, int frame)
 
 /* The packed weight of input channels 16 cb .. 16 cb + 15, every co block and tap:
  * dst[(b * taps + t) * 512 + r * 32 + k] = w[32 b + slot_channel(k, 0)][16 cb + r][t], 0 past
- * Cout or Cin; bf16, or fp32 in PYPTO_TILE_FORM_F32. */
+ * Cout or Cin; bf16, or fp32 in PYPTO_TILE_FORM_F32; in PYPTO_TILE_FORM_AMX the same elements
+ * at (b * taps + t) * 512 + (k / 2) * 32 + 2 r + k % 2 (pairs of channels per input channel). */
 static inline void pypto_tile_pack(const uint16_t *restrict w, int64_t cout, int64_t cin,
                                    int64_t taps, int64_t cb, int form, void *restrict dst)
 {
     const int64_t blocks = (cout + PYPTO_TILE_K - 1) / PYPTO_TILE_K;
     const int64_t ci0 = cb * PYPTO_TILE_CH;
     const int rows = (int)(cin - ci0 < PYPTO_TILE_CH ? cin - ci0 : PYPTO_TILE_CH);
-    uint16_t tile[PYPTO_TILE_CH * PYPTO_TILE_K];
-    for (int64_t b = 0; b < blocks; b++)
-        for (int64_t t = 0; t < taps; t++) {
-            memset(tile, 0, sizeof tile);
-            for (int k = 0; k < PYPTO_TILE_K; k++) {
-                const int64_t co = b * PYPTO_TILE_K + pypto_tile_slot_channel(form, k, 0);
-                if (co >= cout)
-                    continue;
-                const uint16_t *src = w + (co * cin + ci0) * taps + t;
-                for (int r = 0; r < rows; r++)
-                    tile[r * PYPTO_TILE_K + k] = src[r * taps];
-            }
-            const int64_t at = (b * taps + t) * PYPTO_TILE_A_ELEMS;
+    int slot_of[PYPTO_TILE_K];   /* the slot of each channel of a block */
+    for (int k = 0; k < PYPTO_TILE_K; k++)
+        slot_of[pypto_tile_slot_channel(form, k, 0)] = k;
+    memset(dst, 0, (size_t)(blocks * taps * PYPTO_TILE_A_ELEMS)
+                       * (form == PYPTO_TILE_FORM_F32 ? sizeof(float) : sizeof(uint16_t)));
+    /* w read in order (a channel pair's taps are contiguous), each write landing in the
+     * block's taps KiB, which stay in L1 */
+    for (int64_t co = 0; co < cout; co++) {
+        const int k = slot_of[co % PYPTO_TILE_K];
+        const int64_t block = co / PYPTO_TILE_K * taps * PYPTO_TILE_A_ELEMS;
+        for (int r = 0; r < rows; r++) {
+            const uint16_t *src = w + (co * cin + ci0 + r) * taps;
+            const int64_t at = block + (form == PYPTO_TILE_FORM_AMX
+                                            ? (k >> 1) * 2 * PYPTO_TILE_CH + 2 * r + (k & 1)
+                                            : r * PYPTO_TILE_K + k);
             if (form == PYPTO_TILE_FORM_F32)
-                for (int i = 0; i < PYPTO_TILE_A_ELEMS; i++)
-                    ((float *)dst)[at + i] = pypto_bf16_to_float(tile[i]);
+                for (int64_t t = 0; t < taps; t++)
+                    ((float *)dst)[at + t * PYPTO_TILE_A_ELEMS] = pypto_bf16_to_float(src[t]);
             else
-                memcpy((uint16_t *)dst + at, tile, sizeof tile);
+                for (int64_t t = 0; t < taps; t++)
+                    ((uint16_t *)dst)[at + t * PYPTO_TILE_A_ELEMS] = src[t];
         }
+    }
 }
 
 /* Pair plane k of block b of one image's frame: rows top .. top + hout - 1, columns left ..
@@ -486,7 +497,7 @@ typedef struct {
     uint8_t rows[16];
 } pypto_tile_config;
 
-/* palette 1, every tile 16 rows x 64 bytes: C tiles 0-3, A tiles 4-5, B tiles 6-7 */
+/* palette 1, every tile 16 rows x 64 bytes: C tiles 0-3, the others dy and weight tiles */
 static inline void pypto_amx_begin(void)
 {
     pypto_tile_config cfg;
@@ -501,59 +512,181 @@ static inline void pypto_amx_begin(void)
 
 static inline void pypto_amx_end(void) { _tile_release(); }
 
-/* Every K step for n_tiles pixel tiles (b[i]: the frame at tile i's first pixel) and n_ch
- * channel tiles, on the tile unit (between pypto_amx_begin and _end on this thread); a[ch]:
- * packed bf16 weights. Results in c, per pair of pixel tiles 4 C tiles ((ch * 2 + px) * 256
- * floats). A pair's C tiles stay in tile registers for the whole K loop. Measured on a
- * Sapphire Rapids-class host, builds alternating in one process: keeping the co block outside
- * the pairs (C stored and reloaded between blocks, one block's weights serving every pair from
- * L1) was no faster on 3x3 layers and 5-20% slower on 1x1 ones; software prefetch of the next
- * step's weight or dy tiles moved layers by -7% to +8%, within this VM's noise. */
+/* 16 x 16 32-bit elements: out[j] holds element j of each of in[0..15] (unpack 32 and 64 bit
+ * within lanes, then two rounds of lane shuffles) */
+static inline void pypto_transpose16(__m512i *restrict v)
+{
+    __m512i t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) {   /* u[g + j]: rows g .. g + 3 of columns 4 lane + j */
+        u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+        u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+        u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+        u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+    for (int j = 0; j < 4; j++) {
+        const __m512i lo0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44);
+        const __m512i hi0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xee);
+        const __m512i lo1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
+        const __m512i hi1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xee);
+        v[j] = _mm512_shuffle_i32x4(lo0, lo1, 0x88);
+        v[4 + j] = _mm512_shuffle_i32x4(lo0, lo1, 0xdd);
+        v[8 + j] = _mm512_shuffle_i32x4(hi0, hi1, 0x88);
+        v[12 + j] = _mm512_shuffle_i32x4(hi0, hi1, 0xdd);
+    }
+}
+
+/* Block b of one image's frame in the tile unit's form: per position, the block's 32 channels
+ * (bf16, 64 bytes), so that a tap's dy tile, 16 consecutive positions, is 1 KiB on whole
+ * lines wherever the tap starts (a B tile from the pair planes started mid-line for all but
+ * one tap in 16, and such loads ran at a third of the speed). Rows top .. top + hout - 1,
+ * columns left .. left + wout - 1 from dy, the halo and channels past Cout zero. dy: the
+ * image's first channel. */
+static inline void pypto_tile_frame_block(const uint16_t *restrict dy, int64_t cout, int64_t b,
+                                          int64_t hout, int64_t wout, int64_t top,
+                                          int64_t left, int64_t hf, int64_t wf,
+                                          uint16_t *restrict block)
+{
+    static const uint16_t zeros[PYPTO_TILE_PX];
+    const int64_t co0 = b * PYPTO_TILE_K, area = hout * wout;
+    const int n_co = (int)(cout - co0 < PYPTO_TILE_K ? cout - co0 : PYPTO_TILE_K);
+    const int64_t right = wf - left - wout;
+    memset(block, 0, (size_t)(top * wf + left) * PYPTO_TILE_K * sizeof(uint16_t));
+    for (int64_t h = 0; h < hout; h++) {
+        uint16_t *row = block + ((top + h) * wf + left) * PYPTO_TILE_K;
+        const uint16_t *src = dy + co0 * area + h * wout;
+        for (int64_t x = 0; x < wout; x += PYPTO_TILE_PX) {
+            const int n = (int)(wout - x < PYPTO_TILE_PX ? wout - x : PYPTO_TILE_PX);
+            const __mmask16 keep = (__mmask16)((1u << n) - 1u);   /* no read past the row */
+            __m512i v[16];   /* pair s: channels 2s (low half) and 2s + 1 of 16 positions */
+            for (int s = 0; s < PYPTO_TILE_K / 2; s++) {
+                const uint16_t *lo = 2 * s < n_co ? src + 2 * s * area + x : zeros;
+                const uint16_t *hi = 2 * s + 1 < n_co ? src + (2 * s + 1) * area + x : zeros;
+                v[s] = _mm512_or_si512(
+                    _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(keep, lo)),
+                    _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(keep, hi)),
+                                      16));
+            }
+            pypto_transpose16(v);
+            for (int q = 0; q < n; q++)
+                _mm512_storeu_si512((__m512i *)(row + (x + q) * PYPTO_TILE_K), v[q]);
+        }
+        /* this row's right halo and the next row's left one */
+        memset(row + wout * PYPTO_TILE_K, 0,
+               (size_t)(right + (h + 1 < hout ? left : 0)) * PYPTO_TILE_K * sizeof(uint16_t));
+    }
+    memset(block + (top + hout) * wf * PYPTO_TILE_K, 0,
+           (size_t)((hf - top - hout) * wf) * PYPTO_TILE_K * sizeof(uint16_t));
+}
+
+/* The item's C tiles from p on (a group: n pixel tiles of n_ch channel tiles) in their slots
+ * of c: C tile (ch, pixel tile t) at pair t / 2, slot ch * 2 + t % 2 */
+static inline float *pypto_amx_slot(float *c, int t, int ch)
+{
+    return c + ((t / 2) * 4 + ch * 2 + t % 2) * PYPTO_TILE_CH * PYPTO_TILE_PX;
+}
+
+/* Every K step for n_tiles pixel tiles and n_ch channel tiles on the tile unit (between
+ * pypto_amx_begin and _end on this thread): b[i] the frames (pypto_tile_frame_block) at tile
+ * i's first position, a[ch] the packed weights (PYPTO_TILE_FORM_AMX: pairs of channels, VNNI).
+ * On the unit a C tile is positions x channels (the dy tile is its A operand, the weight its
+ * B); each element's sum is the same, the unit's order being the same for every element.
+ * Results in c, per pair of pixel tiles 4 C tiles ((ch * 2 + px) * 256 floats), channels x
+ * positions. A group of pixel tiles (two pixel tiles and two channel tiles, or four pixel
+ * tiles of one channel tile: layers of few input channels) keeps its C tiles in registers for
+ * a pass of K steps over `pass` co blocks, then stores them in c, where the next pass reloads
+ * them: a pass's weights and the item's frames stay in L1 while its groups run. */
 static inline void pypto_tile_run_amx(const uint16_t *const *a, int n_ch,
                                       const uint32_t *const *b, int n_tiles, int64_t blocks,
                                       int64_t taps, const int64_t *tap_index,
                                       const int64_t *tap_offset, int64_t n_taps, int64_t plane,
                                       float *restrict c)
 {
-    const int64_t tile = PYPTO_TILE_CH * PYPTO_TILE_PX;
-    const int64_t stride = plane * (int64_t)sizeof(uint32_t);
-    const int64_t a_bytes = PYPTO_TILE_K * (int64_t)sizeof(uint16_t);
-    for (int p = 0; p < n_tiles; p += 2) {
-        const int two = p + 1 < n_tiles;
-        const uint32_t *b0 = b[p], *b1 = b[p + two];
-        float *cp = c + (p / 2) * 4 * tile;
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        for (int64_t blk = 0; blk < blocks; blk++)
-            for (int64_t i = 0; i < n_taps; i++) {
-                const int64_t a_at = (blk * taps + tap_index[i]) * PYPTO_TILE_A_ELEMS;
-                const int64_t b_at = blk * (PYPTO_TILE_K / 2) * plane + tap_offset[i];
-                _tile_loadd(6, b0 + b_at, stride);
-                _tile_loadd(4, a[0] + a_at, a_bytes);
-                _tile_dpbf16ps(0, 4, 6);
-                if (two) {
-                    _tile_loadd(7, b1 + b_at, stride);
-                    _tile_dpbf16ps(1, 4, 7);
-                }
-                if (n_ch == 2) {
-                    _tile_loadd(5, a[1] + a_at, a_bytes);
-                    _tile_dpbf16ps(2, 5, 6);
-                    if (two)
-                        _tile_dpbf16ps(3, 5, 7);
-                }
+    const int64_t row = PYPTO_TILE_K * sizeof(uint16_t), c_row = PYPTO_TILE_CH * sizeof(float);
+    const int group = n_ch == 2 ? 2 : 4;
+    int64_t pass = n_taps > 0 ? PYPTO_AMX_PASS_STEPS / n_taps : blocks;
+    pass = pass < 1 ? 1 : (pass > blocks ? blocks : pass);
+    for (int64_t blk0 = 0; blk0 < blocks; blk0 += pass) {
+        const int64_t blk1 = blk0 + pass < blocks ? blk0 + pass : blocks;
+        for (int p = 0; p < n_tiles; p += group) {
+            const int n = n_tiles - p < group ? n_tiles - p : group;
+            const uint32_t *b0 = b[p], *b1 = b[p + (n > 1)];
+            const uint32_t *b2 = b[p + (n > 2 ? 2 : 0)], *b3 = b[p + (n > 3 ? 3 : 0)];
+            /* tile register r holds (pixel tile p + r, ch 0) or, two channel tiles, (p + r % 2,
+             * r / 2); past the item's tiles it repeats one and is never stored */
+            float *cr[4];
+            for (int r = 0; r < 4; r++) {
+                const int t = n_ch == 2 ? r % 2 : r, ch = n_ch == 2 ? r / 2 : 0;
+                cr[r] = pypto_amx_slot(c, p + (t < n ? t : 0), ch);
             }
-        _tile_stored(0, cp, 64);
-        _tile_stored(1, cp + tile, 64);
-        _tile_stored(2, cp + 2 * tile, 64);
-        _tile_stored(3, cp + 3 * tile, 64);
+            if (blk0 == 0) {
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+            } else {
+                _tile_loadd(0, cr[0], c_row);
+                _tile_loadd(1, cr[1], c_row);
+                _tile_loadd(2, cr[2], c_row);
+                _tile_loadd(3, cr[3], c_row);
+            }
+            for (int64_t blk = blk0; blk < blk1; blk++)
+                for (int64_t i = 0; i < n_taps; i++) {
+                    const int64_t a_at = (blk * taps + tap_index[i]) * PYPTO_TILE_A_ELEMS;
+                    const int64_t b_at = (blk * plane + tap_offset[i]) * (PYPTO_TILE_K / 2);
+                    if (n_ch == 2) {
+                        _tile_loadd(6, a[0] + a_at, row);
+                        _tile_loadd(4, b0 + b_at, row);
+                        _tile_dpbf16ps(0, 4, 6);
+                        _tile_loadd(5, b1 + b_at, row);
+                        _tile_dpbf16ps(1, 5, 6);
+                        _tile_loadd(7, a[1] + a_at, row);
+                        _tile_dpbf16ps(2, 4, 7);
+                        _tile_dpbf16ps(3, 5, 7);
+                    } else {
+                        _tile_loadd(4, a[0] + a_at, row);
+                        _tile_loadd(5, b0 + b_at, row);
+                        _tile_dpbf16ps(0, 5, 4);
+                        _tile_loadd(6, b1 + b_at, row);
+                        _tile_dpbf16ps(1, 6, 4);
+                        _tile_loadd(7, b2 + b_at, row);
+                        _tile_dpbf16ps(2, 7, 4);
+                        _tile_loadd(5, b3 + b_at, row);
+                        _tile_dpbf16ps(3, 5, 4);
+                    }
+                }
+            /* stored in reverse: a repeated slot ends with the register that owns it */
+            _tile_stored(3, cr[3], c_row);
+            _tile_stored(2, cr[2], c_row);
+            _tile_stored(1, cr[1], c_row);
+            _tile_stored(0, cr[0], c_row);
+        }
     }
+    for (int t = 0; t < n_tiles; t++)   /* positions x channels -> channels x positions */
+        for (int ch = 0; ch < n_ch; ch++) {
+            __m512i v[16];
+            float *slot = pypto_amx_slot(c, t, ch);
+            for (int r = 0; r < 16; r++)
+                v[r] = _mm512_load_si512((const __m512i *)(slot + r * PYPTO_TILE_PX));
+            pypto_transpose16(v);
+            for (int r = 0; r < 16; r++)
+                _mm512_store_si512((__m512i *)(slot + r * PYPTO_TILE_PX), v[r]);
+        }
 }
 #else
 /* levels without the tile unit: never called (dgrad_tile's use_amx is 0 there) */
 static inline void pypto_amx_begin(void) {}
 static inline void pypto_amx_end(void) {}
+static inline void pypto_tile_frame_block(const uint16_t *dy, int64_t cout, int64_t b,
+                                          int64_t hout, int64_t wout, int64_t top,
+                                          int64_t left, int64_t hf, int64_t wf, uint16_t *block)
+{
+    (void)dy, (void)cout, (void)b, (void)hout, (void)wout, (void)top, (void)left, (void)hf;
+    (void)wf, (void)block;
+}
 static inline void pypto_tile_run_amx(const uint16_t *const *a, int n_ch,
                                       const uint32_t *const *b, int n_tiles, int64_t blocks,
                                       int64_t taps, const int64_t *tap_index,

@@ -21,6 +21,9 @@ cdef extern from "pypto_tile.h" nogil:
     void pypto_tile_frame_plane(const uint16_t *dy, int64_t cout, int form, int64_t b, int64_t k,
                                 int64_t hout, int64_t wout, int64_t top, int64_t left,
                                 int64_t hf, int64_t wf, uint32_t *plane)
+    void pypto_tile_frame_block(const uint16_t *dy, int64_t cout, int64_t b, int64_t hout,
+                                int64_t wout, int64_t top, int64_t left, int64_t hf, int64_t wf,
+                                uint16_t *block)
     ctypedef struct pypto_tile_runs:
         int n[PYPTO_TILE_ITEM_TILES]
         int x[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX]
@@ -54,6 +57,7 @@ HAS_AMX = bool(PYPTO_HAVE_AMX)
 cdef struct TileGeometry:
     int64_t n_img, cout, cin, hout, wout, hin, win, kh, kw, sh, sw, pt, pl, dh, dw
     int64_t taps, blocks, ch_tiles, top, left, hf, wf, plane, pairs
+    int64_t frame_jobs     # jobs filling one image's frames: its pair planes, or (AMX) blocks
     int64_t *rows          # per phase: rows and columns of the phase's pixel grid
     int64_t *cols
     int64_t *tiles         # 16-position tiles of one image's phase rows at the frame's width
@@ -96,6 +100,7 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     g.blocks = (g.cout + PYPTO_TILE_K - 1) // PYPTO_TILE_K
     g.pairs = g.blocks * (PYPTO_TILE_K // 2)
     g.ch_tiles = (g.cin + PYPTO_TILE_CH - 1) // PYPTO_TILE_CH
+    g.frame_jobs = g.blocks if g.form == PYPTO_TILE_FORM_AMX else g.pairs
     n_phases = g.sh * g.sw
     g.rows = <int64_t *>malloc((4 * n_phases + 2 * n_phases * g.taps) * sizeof(int64_t))
     if g.rows == NULL:
@@ -296,7 +301,13 @@ cdef void _tile_prepare(const TileGeometry *g, const uint16_t *dy, const uint16_
         pypto_fp_leave(saved)
         return
     job -= g.ch_tiles
-    n, k = job // g.pairs, job % g.pairs
+    n, k = job // g.frame_jobs, job % g.frame_jobs
+    if g.form == PYPTO_TILE_FORM_AMX:
+        pypto_tile_frame_block(dy + (n0 + n) * g.cout * g.hout * g.wout, g.cout, k, g.hout,
+                               g.wout, g.top, g.left, g.hf, g.wf,
+                               <uint16_t *>(g.frames + (n * g.pairs + k * (PYPTO_TILE_K // 2))
+                                            * g.plane))
+        return
     pypto_tile_frame_plane(dy + (n0 + n) * g.cout * g.hout * g.wout, g.cout, g.form,
                            k // (PYPTO_TILE_K // 2), k % (PYPTO_TILE_K // 2), g.hout, g.wout,
                            g.top, g.left, g.hf, g.wf, g.frames + (n * g.pairs + k) * g.plane)
@@ -334,7 +345,8 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
     else:
         for t in range(n_tiles):   # tile first + t: image n, positions q0 .. q0 + 15
             n, q0 = (first + t) // per_image, ((first + t) % per_image) * PYPTO_TILE_PX
-            b[t] = g.frames + (n - n0) * g.pairs * g.plane + q0
+            b[t] = g.frames + (n - n0) * g.pairs * g.plane \
+                + (q0 * (PYPTO_TILE_K // 2) if g.form == PYPTO_TILE_FORM_AMX else q0)
     if g.use_amx:
         pypto_amx_begin()
     for p in range(phases):    # the item's column phases (paired: both; their C one after another)
@@ -487,7 +499,7 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
         g.frames = <uint32_t *>(<char *>g.w_packed + w_bytes)
         for wv in range(g.n_waves):   # the weight packed with the first wave's frames
             n0, pack = wv * g.wave, wv == 0
-            jobs = (g.ch_tiles if pack else 0) + (min(g.n_img, n0 + g.wave) - n0) * g.pairs
+            jobs = (g.ch_tiles if pack else 0) + (min(g.n_img, n0 + g.wave) - n0) * g.frame_jobs
             if threads == 1:
                 with nogil:
                     for job in range(jobs):
