@@ -54,10 +54,10 @@ LEVELS = (
 # Levels a CPU runs but that are slower there than the level below them, so that the default
 # choice passes them over (PYPTO_CPU_ISA still picks them): level -> (the feature that marks
 # such CPUs, why). Measured with the kernel's own peak loop (docs/performance-log.md, "An
-# Intel host with AMX: Sapphire Rapids class"): there vdpbf16ps ran at half the fp32 FMA's rate (bf16 dot 215 GFLOP/s,
-# fp32 multiply-add 428 on 2 cores), and bf16 networks ran 1.2-1.3x faster on the avx512
-# level's fp32 path. AMX-BF16 marks Intel's Sapphire Rapids and later; AMD's Zen 4 and Zen 5,
-# without it, run vdpbf16ps at twice their FMA's rate.
+# Intel host with AMX: Sapphire Rapids class"): there vdpbf16ps ran at half the fp32 FMA's
+# rate (bf16 dot 215 GFLOP/s, fp32 multiply-add 428 on 2 cores), and bf16 networks ran
+# 1.2-1.3x faster on the avx512 level's fp32 path. AMX-BF16 marks Intel's Sapphire Rapids and
+# later; AMD's Zen 4 and Zen 5, without it, run vdpbf16ps at twice their FMA's rate.
 PASSED_OVER = {
     "avx512_bf16": (
         "amx_bf16",

@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from pypto._kernels import loading as cpu
 from pypto._kernels import levels as isa_levels
+from pypto._kernels import loading as cpu
 from pypto._kernels.dispatch import BUILT_LEVELS, CPU_FEATURES, CPU_LEVELS, kernel_info
 from support.cpuinfo import cpuinfo_flags
 from support.slowdown import limit
