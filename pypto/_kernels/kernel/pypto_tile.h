@@ -68,12 +68,63 @@ static inline int pypto_tile_slot_channel(int form, int k, int frame)
  * dst[(b * taps + t) * 512 + r * 32 + k] = w[32 b + slot_channel(k, 0)][16 cb + r][t], 0 past
  * Cout or Cin; bf16, or fp32 in PYPTO_TILE_FORM_F32; in PYPTO_TILE_FORM_AMX the same elements
  * at (b * taps + t) * 512 + (k / 2) * 32 + 2 r + k % 2 (pairs of channels per input channel). */
+#if PYPTO_HAVE_AMX
+/* pypto_tile_pack in PYPTO_TILE_FORM_AMX: each 64-byte row (co block b, tap t, pair s) from
+ * two gathers of 16 input channels, one per channel of the pair (a 32-bit gather whose low
+ * halves are the elements: the pair holding w's last element is copied one by one, so that
+ * nothing past w is read). Every row is written, zeros included. */
+static inline void pypto_tile_pack_amx(const uint16_t *restrict w, int64_t cout, int64_t cin,
+                                       int64_t taps, int64_t ci0, int rows,
+                                       uint16_t *restrict dst)
+{
+    const int64_t blocks = (cout + PYPTO_TILE_K - 1) / PYPTO_TILE_K;
+    const __m512i index = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi32((int)taps));
+    const __mmask16 valid = (__mmask16)((1u << rows) - 1u);
+    const __m512i low = _mm512_set1_epi32(0xffff);
+    for (int64_t b = 0; b < blocks; b++)
+        for (int s = 0; s < PYPTO_TILE_K / 2; s++) {
+            const int64_t co = b * PYPTO_TILE_K + 2 * s;
+            const uint16_t *even = w + (co * cin + ci0) * taps;
+            const uint16_t *odd = even + cin * taps;
+            const int last = co + 2 >= cout && ci0 + rows == cin;   /* holds w's last element */
+            for (int64_t t = 0; t < taps; t++) {
+                uint16_t *row = dst + (b * taps + t) * PYPTO_TILE_A_ELEMS + s * 2 * PYPTO_TILE_CH;
+                if (last) {
+                    for (int r = 0; r < PYPTO_TILE_CH; r++) {
+                        row[2 * r] = co < cout && r < rows ? even[r * taps + t] : 0;
+                        row[2 * r + 1] = co + 1 < cout && r < rows ? odd[r * taps + t] : 0;
+                    }
+                    continue;
+                }
+                const __m512i e = co < cout
+                    ? _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, index,
+                                                  even + t, 2)
+                    : _mm512_setzero_si512();
+                const __m512i o = co + 1 < cout
+                    ? _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, index,
+                                                  odd + t, 2)
+                    : _mm512_setzero_si512();
+                _mm512_storeu_si512((__m512i *)row, _mm512_or_si512(_mm512_and_si512(e, low),
+                                                                    _mm512_slli_epi32(o, 16)));
+            }
+        }
+}
+#endif
+
 static inline void pypto_tile_pack(const uint16_t *restrict w, int64_t cout, int64_t cin,
                                    int64_t taps, int64_t cb, int form, void *restrict dst)
 {
     const int64_t blocks = (cout + PYPTO_TILE_K - 1) / PYPTO_TILE_K;
     const int64_t ci0 = cb * PYPTO_TILE_CH;
     const int rows = (int)(cin - ci0 < PYPTO_TILE_CH ? cin - ci0 : PYPTO_TILE_CH);
+#if PYPTO_HAVE_AMX
+    if (form == PYPTO_TILE_FORM_AMX) {
+        pypto_tile_pack_amx(w, cout, cin, taps, ci0, rows, (uint16_t *)dst);
+        return;
+    }
+#endif
     int slot_of[PYPTO_TILE_K];   /* the slot of each channel of a block */
     for (int k = 0; k < PYPTO_TILE_K; k++)
         slot_of[pypto_tile_slot_channel(form, k, 0)] = k;
