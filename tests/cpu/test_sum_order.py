@@ -3,6 +3,7 @@
 emulated, for any thread count; the option's scoping and environment variable; the tile
 unit's permission and self-check, faked where this CPU has none."""
 
+import ctypes
 import warnings
 
 import ml_dtypes
@@ -455,3 +456,49 @@ def test_a_small_sigaltstack_gets_the_emulation_not_a_crash(tile_unit_allowed, t
     dy = rng.standard_normal((1, 64, 6, 6)).astype(ml_dtypes.bfloat16)
     w = rng.standard_normal((64, 16, 3, 3)).astype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(np.load(out), _model(layer, dy, w))
+
+
+def _against_a_guard_page(array):
+    """A copy of ``array`` whose last byte ends a page, the next page unreadable: a kernel that
+    reads one element past it faults (the gathers of the weight pack read 32 bits an element).
+    Returns (copy, keep): keep holds the mapping."""
+    import mmap
+
+    page = mmap.PAGESIZE
+    size = array.nbytes
+    pages = (size + page - 1) // page + 1
+    region = mmap.mmap(-1, pages * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    libc = ctypes.CDLL(None, use_errno=True)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    guard = base + (pages - 1) * page
+    offset = (pages - 1) * page - size
+    copy = np.frombuffer(region, dtype=array.dtype, count=array.size, offset=offset)
+    copy = copy.reshape(array.shape)
+    copy[...] = array
+    assert libc.mprotect(ctypes.c_void_p(guard), ctypes.c_size_t(page), 0) == 0
+    return copy, (region, libc, guard, page)
+
+
+@pytest.mark.parametrize("level", RUNNABLE)
+def test_the_weight_pack_reads_nothing_past_the_weight(level, request):
+    """The weight's last element ends a page, the next one unreadable: every form packs it
+    (the tile unit's where this host has one) and gets the model's bits."""
+    layer = (1, 33, 47, 4, 5, 3, 3, (1, 1), (1, 1), (1, 1), 4, 5)  # short blocks, one last row
+    kernel = load_level(level)
+    dy, w = _arrays(layer, seed=9)
+    expected = _model(layer, dy, w)
+    guarded, keep = _against_a_guard_page(w.view(np.uint16))
+    try:
+        forms = [(False, False), (False, True)] if kernel.HAS_BF16_DOT else [(False, False)]
+        if getattr(kernel, "HAS_AMX", False):
+            request.getfixturevalue("tile_unit_allowed")
+            forms.append((True, False))
+        for use_amx, use_dot in forms:
+            path, out = _kernel_tile(
+                kernel, layer, dy, guarded.view(ml_dtypes.bfloat16), 1, use_amx, use_dot
+            )
+            np.testing.assert_array_equal(out, expected, err_msg=path)
+    finally:
+        region, libc, guard, page = keep
+        libc.mprotect(ctypes.c_void_p(guard), ctypes.c_size_t(page), 3)
+        del guarded

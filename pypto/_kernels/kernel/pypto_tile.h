@@ -113,6 +113,65 @@ static inline void pypto_tile_pack_amx(const uint16_t *restrict w, int64_t cout,
 }
 #endif
 
+#if defined(__AVX512F__)
+/* pypto_tile_pack in PYPTO_TILE_FORM_F32 or _DOT: each weight row (co block b, tap t, input
+ * channel r) from two 32-bit gathers of 16 channel slots (F32: the block's even channels,
+ * then its odd ones, each widened to fp32; DOT: each pair's low halves, then its high ones),
+ * written whole; a row that reads w's last element is copied one by one, so that nothing
+ * past w is read. */
+static inline void pypto_tile_pack_rows(const uint16_t *restrict w, int64_t cout, int64_t cin,
+                                        int64_t taps, int64_t ci0, int rows, int form,
+                                        void *restrict dst)
+{
+    const int64_t blocks = (cout + PYPTO_TILE_K - 1) / PYPTO_TILE_K;
+    const int64_t step = cin * taps;   /* between two channels of w */
+    int32_t first[16], second[16];    /* per lane, the channels of its two gathers */
+    for (int l = 0; l < 16; l++) {
+        const int dot = form == PYPTO_TILE_FORM_DOT;
+        first[l] = pypto_tile_slot_channel(form, dot ? 2 * l : l, 0);
+        second[l] = pypto_tile_slot_channel(form, dot ? 2 * l + 1 : 16 + l, 0);
+    }
+    const __m512i first_ch = _mm512_loadu_si512(first), second_ch = _mm512_loadu_si512(second);
+    const __m512i first_at = _mm512_mullo_epi32(first_ch, _mm512_set1_epi32((int)step));
+    const __m512i second_at = _mm512_mullo_epi32(second_ch, _mm512_set1_epi32((int)step));
+    const __m512i zero = _mm512_setzero_si512();
+    for (int64_t b = 0; b < blocks; b++) {
+        const int n_co = (int)(cout - b * PYPTO_TILE_K < PYPTO_TILE_K ? cout - b * PYPTO_TILE_K
+                                                                       : PYPTO_TILE_K);
+        const __m512i n = _mm512_set1_epi32(n_co);
+        const __mmask16 first_in = _mm512_cmplt_epi32_mask(first_ch, n);
+        const __mmask16 second_in = _mm512_cmplt_epi32_mask(second_ch, n);
+        for (int r = 0; r < PYPTO_TILE_CH; r++)
+            for (int64_t t = 0; t < taps; t++) {
+                const int64_t at = (b * taps + t) * PYPTO_TILE_A_ELEMS + r * PYPTO_TILE_K;
+                const uint16_t *src = w + (b * PYPTO_TILE_K * cin + ci0 + r) * taps + t;
+                __m512i lo = zero, hi = zero;
+                if (r < rows && ci0 + r == cin - 1 && t == taps - 1
+                    && (b + 1) * PYPTO_TILE_K >= cout) {   /* reads w's last element */
+                    int32_t a[16], c[16];
+                    for (int l = 0; l < 16; l++) {
+                        a[l] = first[l] < n_co ? src[first[l] * step] : 0;
+                        c[l] = second[l] < n_co ? src[second[l] * step] : 0;
+                    }
+                    lo = _mm512_loadu_si512(a);
+                    hi = _mm512_loadu_si512(c);
+                } else if (r < rows) {
+                    lo = _mm512_mask_i32gather_epi32(zero, first_in, first_at, src, 2);
+                    hi = _mm512_mask_i32gather_epi32(zero, second_in, second_at, src, 2);
+                }
+                if (form == PYPTO_TILE_FORM_F32) {   /* bf16 in the low half -> fp32 */
+                    _mm512_storeu_si512((float *)dst + at, _mm512_slli_epi32(lo, 16));
+                    _mm512_storeu_si512((float *)dst + at + 16, _mm512_slli_epi32(hi, 16));
+                } else {
+                    const __m512i low = _mm512_and_si512(lo, _mm512_set1_epi32(0xffff));
+                    _mm512_storeu_si512((uint16_t *)dst + at,
+                                        _mm512_or_si512(low, _mm512_slli_epi32(hi, 16)));
+                }
+            }
+    }
+}
+#endif
+
 static inline void pypto_tile_pack(const uint16_t *restrict w, int64_t cout, int64_t cin,
                                    int64_t taps, int64_t cb, int form, void *restrict dst)
 {
@@ -124,6 +183,10 @@ static inline void pypto_tile_pack(const uint16_t *restrict w, int64_t cout, int
         pypto_tile_pack_amx(w, cout, cin, taps, ci0, rows, (uint16_t *)dst);
         return;
     }
+#endif
+#if defined(__AVX512F__)
+    pypto_tile_pack_rows(w, cout, cin, taps, ci0, rows, form, dst);
+    return;
 #endif
     int slot_of[PYPTO_TILE_K];   /* the slot of each channel of a block */
     for (int k = 0; k < PYPTO_TILE_K; k++)
