@@ -133,7 +133,16 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
                 g.tap_index[ph * g.taps + g.n_taps[ph]] = kh * g.kw + kw
                 g.n_taps[ph] += 1
     g.top, g.left = top, left
-    g.wf = left + g.wout + right
+    # the zeros between two rows serve as the right halo of one and the left halo of the next
+    # (a read left of column 0 lands in the previous row's tail): max(left, right) of them, or
+    # up to left + right where a width that lays rows on whole tiles (a divisor or multiple of
+    # 16) lies between, as a tile of one or whole rows is written in fewer runs (d: 15 wide,
+    # 4% slower than 16)
+    g.wf = g.wout + max(left, right)
+    for x in range(g.wf, left + g.wout + right + 1):
+        if x % PYPTO_TILE_PX == 0 or PYPTO_TILE_PX % x == 0:
+            g.wf = x
+            break
     for ph in range(n_phases):   # every phase's columns fit in a frame row (wf >= cols)
         g.wf = max(g.wf, g.cols[ph])
     # below the last row, room for a tile's 15 positions past it and a row's tap offset
