@@ -89,6 +89,18 @@ static inline void pypto_tile_pack_amx(const uint16_t *restrict w, int64_t cout,
             const uint16_t *even = w + (co * cin + ci0) * taps;
             const uint16_t *odd = even + cin * taps;
             const int last = co + 2 >= cout && ci0 + rows == cin;   /* holds w's last element */
+            if (taps == 1) {   /* 1x1: a row is two runs of w, widened and interleaved */
+                const __m512i e = co < cout
+                    ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(valid, even))
+                    : _mm512_setzero_si512();
+                const __m512i o = co + 1 < cout
+                    ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(valid, odd))
+                    : _mm512_setzero_si512();
+                _mm512_storeu_si512((__m512i *)(dst + b * PYPTO_TILE_A_ELEMS
+                                                + s * 2 * PYPTO_TILE_CH),
+                                    _mm512_or_si512(e, _mm512_slli_epi32(o, 16)));
+                continue;
+            }
             for (int64_t t = 0; t < taps; t++) {
                 uint16_t *row = dst + (b * taps + t) * PYPTO_TILE_A_ELEMS + s * 2 * PYPTO_TILE_CH;
                 if (last) {
