@@ -45,7 +45,7 @@ enum { PYPTO_TILE_CH = 16, PYPTO_TILE_PX = 16, PYPTO_TILE_K = 32 };
  * write-out */
 enum { PYPTO_TILE_ITEM_TILES = 16 };
 /* K steps (co block, tap) a group of C tiles runs on the tile unit between its loads and
- * stores (pypto_tile_run_amx) */
+ * stores (pypto_tile_run_amx), in whole co blocks: max(1, this / taps) of them a pass */
 enum { PYPTO_AMX_PASS_STEPS = 8 };
 #define PYPTO_TILE_A_ELEMS (PYPTO_TILE_CH * PYPTO_TILE_K) /* one packed (block, tap) */
 
