@@ -191,14 +191,16 @@ static inline void pypto_tile_pack(const uint16_t *restrict w, int64_t cout, int
     const int64_t ci0 = cb * PYPTO_TILE_CH;
     const int rows = (int)(cin - ci0 < PYPTO_TILE_CH ? cin - ci0 : PYPTO_TILE_CH);
 #if PYPTO_HAVE_AMX
-    if (form == PYPTO_TILE_FORM_AMX) {
+    if (form == PYPTO_TILE_FORM_AMX && taps <= INT32_MAX / PYPTO_TILE_CH) {
         pypto_tile_pack_amx(w, cout, cin, taps, ci0, rows, (uint16_t *)dst);
         return;
     }
 #endif
 #if defined(__AVX512F__)
-    pypto_tile_pack_rows(w, cout, cin, taps, ci0, rows, form, dst);
-    return;
+    if (cin * taps <= INT32_MAX / PYPTO_TILE_K) {   /* the gathers' 32-bit element indexes */
+        pypto_tile_pack_rows(w, cout, cin, taps, ci0, rows, form, dst);
+        return;
+    }
 #endif
     int slot_of[PYPTO_TILE_K];   /* the slot of each channel of a block */
     for (int k = 0; k < PYPTO_TILE_K; k++)
