@@ -227,6 +227,20 @@ static inline void pypto_tile_pack(const uint16_t *restrict w, int64_t cout, int
     }
 }
 
+/* Zeros a frame's halo: of hf x wf positions of `size` bytes each, every one but the data at
+ * rows top .. top + hout - 1, columns left .. left + wout - 1 (both frame forms fill around
+ * it: pair planes, pypto_tile_frame_plane, and the tile unit's blocks). */
+static inline void pypto_tile_frame_halo(void *frame, size_t size, int64_t top, int64_t left,
+                                         int64_t hout, int64_t wout, int64_t hf, int64_t wf)
+{
+    char *f = (char *)frame;
+    memset(f, 0, (size_t)(top * wf + left) * size);
+    for (int64_t h = 0; h < hout; h++)   /* this row's right halo and the next row's left one */
+        memset(f + (size_t)((top + h) * wf + left + wout) * size, 0,
+               (size_t)(wf - wout - (h + 1 < hout ? 0 : left)) * size);
+    memset(f + (size_t)((top + hout) * wf) * size, 0, (size_t)((hf - top - hout) * wf) * size);
+}
+
 /* Pair plane k of block b of one image's frame: rows top .. top + hout - 1, columns left ..
  * left + wout - 1 from the dy rows of the pair's two channels (low and high halves), the halo
  * zero; a channel past Cout is zero. dy: the image's first channel. */
@@ -243,8 +257,7 @@ static inline void pypto_tile_frame_plane(const uint16_t *restrict dy, int64_t c
         memset(plane, 0, (size_t)(hf * wf) * sizeof(uint32_t));
         return;
     }
-    const int64_t right = wf - left - wout;
-    memset(plane, 0, (size_t)(top * wf + left) * sizeof(uint32_t));
+    pypto_tile_frame_halo(plane, sizeof(uint32_t), top, left, hout, wout, hf, wf);
     for (int64_t h = 0; h < hout; h++) {
         uint32_t *row = plane + (top + h) * wf + left;
         const uint16_t *l = low != NULL ? low + h * wout : NULL;
@@ -258,10 +271,7 @@ static inline void pypto_tile_frame_plane(const uint16_t *restrict dy, int64_t c
         else
             for (int64_t x = 0; x < wout; x++)
                 row[x] = (uint32_t)l[x] | ((uint32_t)u[x] << 16);
-        /* this row's right halo and the next row's left one */
-        memset(row + wout, 0, (size_t)(right + (h + 1 < hout ? left : 0)) * sizeof(uint32_t));
     }
-    memset(plane + (top + hout) * wf, 0, (size_t)((hf - top - hout) * wf) * sizeof(uint32_t));
 }
 
 /* ---- the emulation: the same order on any CPU ------------------------------------------- */
@@ -681,8 +691,7 @@ static inline void pypto_tile_frame_block(const uint16_t *restrict dy, int64_t c
     static const uint16_t zeros[PYPTO_TILE_PX];
     const int64_t co0 = b * PYPTO_TILE_K, area = hout * wout;
     const int n_co = (int)(cout - co0 < PYPTO_TILE_K ? cout - co0 : PYPTO_TILE_K);
-    const int64_t right = wf - left - wout;
-    memset(block, 0, (size_t)(top * wf + left) * PYPTO_TILE_K * sizeof(uint16_t));
+    pypto_tile_frame_halo(block, PYPTO_TILE_K * sizeof(uint16_t), top, left, hout, wout, hf, wf);
     for (int64_t h = 0; h < hout; h++) {
         uint16_t *row = block + ((top + h) * wf + left) * PYPTO_TILE_K;
         const uint16_t *src = dy + co0 * area + h * wout;
@@ -702,12 +711,7 @@ static inline void pypto_tile_frame_block(const uint16_t *restrict dy, int64_t c
             for (int q = 0; q < n; q++)
                 _mm512_storeu_si512((__m512i *)(row + (x + q) * PYPTO_TILE_K), v[q]);
         }
-        /* this row's right halo and the next row's left one */
-        memset(row + wout * PYPTO_TILE_K, 0,
-               (size_t)(right + (h + 1 < hout ? left : 0)) * PYPTO_TILE_K * sizeof(uint16_t));
     }
-    memset(block + (top + hout) * wf * PYPTO_TILE_K, 0,
-           (size_t)((hf - top - hout) * wf) * PYPTO_TILE_K * sizeof(uint16_t));
 }
 
 /* The item's C tiles from p on (a group: n pixel tiles of n_ch channel tiles) in their slots
