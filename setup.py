@@ -113,6 +113,13 @@ def extensions():
     call_key = Extension(
         "pypto._core.callkey", ["pypto/_core/callkey.pyx"], extra_compile_args=["-O2"]
     )
+    # The judgement's element-wise pass (pypto/_golden/elementwise.pyx): plain C, baseline flags,
+    # no contraction, so that its sums have the same bits on every CPU.
+    judging = Extension(
+        "pypto._golden.elementwise",
+        ["pypto/_golden/elementwise.pyx"],
+        extra_compile_args=["-O2", "-ffp-contract=off"],
+    )
     kernels = [
         Extension(
             f"pypto._kernels.kernel.dgrad_{level.name}",
@@ -128,7 +135,7 @@ def extensions():
         for level in isa_levels()
     ]
     return cythonize(
-        [features, call_key] + kernels,
+        [features, call_key, judging] + kernels,
         language_level=3,
         compiler_directives={
             "boundscheck": False,

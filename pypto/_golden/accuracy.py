@@ -33,11 +33,23 @@ against a published copy; every verdict carries its source (``Verdict.source``, 
 """
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from .._dtypes import DataType, dtype_name
-from .grid import GoldenGrid, golden_grid, grid_round, ordinal, to_float64, ulp_at, ulp_distance
+from .elementwise import judge_pass
+from .grid import (
+    GRID_LIMITS,
+    GoldenGrid,
+    golden_grid,
+    grid_round,
+    ordinal,
+    pattern_values,
+    to_float64,
+    ulp_at,
+    ulp_distance,
+)
 
 __all__ = [
     "STANDARDS",
@@ -70,16 +82,91 @@ ULP_BINS = (
 
 
 # --- element errors and the metrics ------------------------------------------------------------
-@dataclass
-class ElementErrors:
-    """Per-element errors of one result: absolute, relative, in ulps; the non-finite masks."""
+ABOVE_KEPT = 1 << 13  # elements more than one ulp off that ElementErrors lists (bound.DIRECT_MAX)
 
-    abs: np.ndarray  # |a - g|; 0 where non-finite values match, inf on a mismatch
-    rel: np.ndarray  # abs / (|g| + 1e-7), same conventions
-    ulp: np.ndarray  # abs / ulp(g)
-    distance: np.ndarray  # representable values between a and round(g); -1 where not finite
-    finite: np.ndarray  # both sides finite: the elements the metrics cover
-    mismatch: np.ndarray  # non-finite on either side, and not equal
+
+class ElementErrors:
+    """Per-element errors of one result against the golden, from the judgement's one pass
+    (``elementwise.judge_pass``): ``sums``, the pass's sums and counts (``measure`` reads
+    them), and ``row_max_abs`` / ``row_max_ulp``, the largest of each dx row (N, C, H). The
+    arrays of every element are made when first asked for: ``abs`` = |a - g| (0 where
+    non-finite values match, inf on a mismatch) and ``ulp`` = abs / ulp(g) by the pass again;
+    ``rel`` (abs / (|g| + 1e-7)), ``distance`` (representable values between a and the golden
+    rounded once; -1 where not compared), ``finite`` (both sides finite: the elements the
+    metrics cover) and ``mismatch`` (a non-finite side, and not equal) from the grid's
+    definitions. ``above``: (flat index, abs, ulp) of the elements more than one ulp off, when
+    they are at most ABOVE_KEPT (else None): what the error bound's test needs."""
+
+    def __init__(self, actual, golden, grid):
+        self._actual, self._golden, self._grid = actual, golden, grid
+        self.sums, self.row_max_abs, self.row_max_ulp, self.above = self._pass(write=False)
+
+    def _pass(self, write):
+        """Run the pass: (sums, row maxima of abs, of ulp, above[, abs, ulp] when ``write``)."""
+        dtype, shape = self._grid.dtype, np.shape(self._golden)
+        values = np.ascontiguousarray(self._golden, dtype=np.float64).reshape(-1)
+        bits = np.ascontiguousarray(self._actual).view(np.uint16).reshape(-1)
+        if bits.size != values.size:
+            raise ValueError(f"shapes differ: {np.shape(self._actual)} and {shape}")
+        row = shape[-1] if shape and shape[-1] else 1  # a dx row: the last axis
+        rows = shape[:-1] if shape and shape[-1] else (values.size,)
+        row_abs, row_ulp = np.empty(rows), np.empty(rows)
+        out = (np.empty(shape), np.empty(shape)) if write else ()
+        per_distance = np.zeros(_LAST_BOUND + 1, dtype=np.int64)
+        above = np.empty(ABOVE_KEPT, np.int64), np.empty(ABOVE_KEPT), np.empty(ABOVE_KEPT)
+        mantissa, emin, emax = GRID_LIMITS[dtype]
+        sums = judge_pass(
+            values,
+            bits,
+            pattern_values(dtype),
+            mantissa,
+            emin,
+            emax,
+            SINGLE_2026_07[dtype][0],
+            DUAL_SMALL[dtype],
+            DUAL_SMALL_ERROR,
+            per_distance,
+            row,
+            row_abs.reshape(-1),
+            row_ulp.reshape(-1),
+            *above,
+            *(o.reshape(-1) for o in out),
+        )
+        sums["per_distance"] = per_distance
+        count = sums["above_1ulp"]
+        above = tuple(a[:count] for a in above) if count <= ABOVE_KEPT else None
+        return (sums, row_abs, row_ulp, above, *out)
+
+    @cached_property
+    def _arrays(self):
+        return self._pass(write=True)[4:]
+
+    @property
+    def abs(self):
+        return self._arrays[0]
+
+    @property
+    def ulp(self):
+        return self._arrays[1]
+
+    @cached_property
+    def finite(self):
+        return np.isfinite(to_float64(self._actual)) & self._grid.rounded_finite
+
+    @cached_property
+    def mismatch(self):
+        if not self.sums["mismatches"]:
+            return np.zeros(np.shape(self._golden), dtype=bool)
+        return self.abs == np.inf
+
+    @cached_property
+    def rel(self):
+        return self.abs / (self._grid.magnitude + EPS)
+
+    @cached_property
+    def distance(self):
+        actual = ordinal(np.ascontiguousarray(self._actual).view(np.uint16))
+        return np.where(self.finite, np.abs(actual - self._grid.ordinal), -1)
 
 
 def element_errors(actual, golden, dtype, grid=None):
@@ -87,35 +174,7 @@ def element_errors(actual, golden, dtype, grid=None):
     ``grid``: its :class:`GoldenGrid`, when the caller judges more than one result."""
     if grid is None:
         grid = golden_grid(golden, dtype)
-    a = to_float64(actual)
-    finite = np.isfinite(a)
-    finite &= grid.rounded_finite
-    every = bool(finite.all())
-    if every:
-        mismatch = np.zeros(finite.shape, dtype=bool)
-    else:  # before a is overwritten by the error below
-        rounded = grid.rounded
-        same_nonfinite = ~finite & ((np.isnan(a) & np.isnan(rounded)) | (a == rounded))
-        mismatch = ~finite & ~same_nonfinite
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = np.subtract(a, grid.value, out=a)
-        np.abs(err, out=err)
-    distance = ordinal(np.ascontiguousarray(actual).view(np.uint16))
-    np.subtract(distance, grid.ordinal, out=distance)
-    np.abs(distance, out=distance)
-    if not every:
-        err = np.where(finite, err, np.where(mismatch, np.inf, 0.0))
-        distance = np.where(finite, distance, -1)
-    rel = err / _shared(grid, "relative_denominator", lambda: grid.magnitude + EPS)
-    ulp = err / grid.ulp
-    return ElementErrors(err, rel, ulp, distance, finite, mismatch)
-
-
-def _shared(grid, key, make):
-    """``grid.shared[key]``, made by ``make()`` the first time."""
-    if key not in grid.shared:
-        grid.shared[key] = make()
-    return grid.shared[key]
+    return ElementErrors(actual, golden, grid)
 
 
 @dataclass
@@ -153,61 +212,45 @@ class Metrics:
         )
 
 
-def _stats(mask, errors, diff):
-    """(MARE, MERE, RMSE) over ``mask`` (None: every element)."""
-    rel = errors.rel if mask is None else errors.rel[mask]
-    if rel.size == 0:
-        return 0.0, 0.0, 0.0
-    diff = diff if mask is None else diff[mask]
-    return float(rel.max()), float(rel.mean()), float(np.sqrt(np.mean(diff**2)))
-
-
 # distances past the last bound share its bin; the bins are consecutive runs of distances, so a
 # count per distance (0 ... _LAST_BOUND) summed from each bin's first distance is the histogram
 _LAST_BOUND = ULP_BINS[-2][1] + 1
 _BIN_STARTS = np.array([lo for lo, _, _ in ULP_BINS], dtype=np.intp)
 
 
+def _mean(total, count):
+    return total / count if count else 0.0
+
+
 def measure(errors, golden, dtype, grid=None):
-    """:class:`Metrics` from :func:`element_errors`' result (``grid``: the golden's
-    :class:`GoldenGrid`, when the caller has it)."""
-    if grid is None:
-        grid = golden_grid(golden, dtype)
-    fin = errors.finite
-    every = bool(fin.all())
-    total = errors.abs.size
-    diff = errors.abs if every else np.where(fin, errors.abs, 0.0)
-    mare, mere, rmse = _stats(None if every else fin, errors, diff)
-    dist = errors.distance if every else errors.distance[fin]
-    per_distance = np.bincount(np.minimum(dist, _LAST_BOUND).reshape(-1), minlength=_LAST_BOUND + 1)
-    counts = np.add.reduceat(per_distance, _BIN_STARTS)
-    histogram = {label: int(n) for (_, _, label), n in zip(ULP_BINS, counts)}
-    tol = SINGLE_2026_07[dtype][0]
-    limit = _shared(grid, ("single-2026-07", dtype), lambda: tol + tol * grid.magnitude)
-    small = _shared(grid, ("small", dtype), lambda: grid.magnitude < DUAL_SMALL[dtype])
-    if not every:
-        small = fin & small
-    large = ~small if every else fin & ~small
-    l_mare, l_mere, l_rmse = _stats(large, errors, diff)
+    """:class:`Metrics` from :func:`element_errors`' result (its pass's sums; ``golden``,
+    ``dtype`` and ``grid`` are those it was made with)."""
+    s = errors.sums
+    total = int(np.size(golden))
+    compared, large = s["compared"], s["large"]
+    counts = np.add.reduceat(s["per_distance"], _BIN_STARTS)
+    share = max(total, 1)
     return Metrics(
         elements=total,
-        compared=int(fin.sum()),
-        nonfinite_equal=int(total - fin.sum() - errors.mismatch.sum()),
-        nonfinite_mismatch=int(errors.mismatch.sum()),
-        mare=mare,
-        mere=mere,
-        rmse=rmse,
-        max_abs=float(diff.max()) if total else 0.0,
-        max_ulp=float((errors.ulp if every else np.where(fin, errors.ulp, 0.0)).max())
-        if total
-        else 0.0,
-        ulp_histogram=histogram,
-        share_rel_below_1e3=float(np.count_nonzero(errors.rel < 1e-3)) / max(total, 1),
-        share_rel_below_1e2=float(np.count_nonzero(errors.rel < 1e-2)) / max(total, 1),
-        share_within_2026_07=float(np.count_nonzero(errors.abs <= limit)) / max(total, 1),
-        large={"mare": l_mare, "mere": l_mere, "rmse": l_rmse},
-        small_values=int(small.sum()),
-        small_errors=int(np.count_nonzero(small & (errors.abs > DUAL_SMALL_ERROR))),
+        compared=compared,
+        nonfinite_equal=total - compared - s["mismatches"],
+        nonfinite_mismatch=s["mismatches"],
+        mare=s["max_rel"],
+        mere=_mean(s["sum_rel"], compared),
+        rmse=float(np.sqrt(_mean(s["sum_sq"], compared))),
+        max_abs=s["max_abs"],
+        max_ulp=s["max_ulp"],
+        ulp_histogram={label: int(n) for (_, _, label), n in zip(ULP_BINS, counts)},
+        share_rel_below_1e3=s["below_1e3"] / share,
+        share_rel_below_1e2=s["below_1e2"] / share,
+        share_within_2026_07=s["within"] / share,
+        large={
+            "mare": s["large_max_rel"],
+            "mere": _mean(s["large_sum_rel"], large),
+            "rmse": float(np.sqrt(_mean(s["large_sum_sq"], large))),
+        },
+        small_values=s["small_values"],
+        small_errors=s["small_errors"],
     )
 
 

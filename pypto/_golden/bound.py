@@ -13,6 +13,7 @@ element's bound (``full``) only when many elements need it or when asked (the lo
 import numpy as np
 
 from .case import _dx_at, accumulation_share, error_bound
+from .grid import ulp_at
 
 __all__ = ["ErrorBound", "DIRECT_SHARE"]
 
@@ -50,25 +51,36 @@ class ErrorBound:
             return self._full.reshape(-1)[flat]
         positions = np.stack(np.unravel_index(flat, self._golden.shape), axis=1)
         _, magnitude = _dx_at(self.case, self._dy, self._w, positions)
+        if "ulp" in vars(self._grid):  # made already (GoldenGrid's arrays are made when asked)
+            spacing = self._grid.ulp.reshape(-1)[flat]
+        else:
+            golden = self._golden.reshape(-1)[flat]
+            spacing = ulp_at(np.where(np.isfinite(golden), golden, 0.0), self.case.dtype)
         with np.errstate(invalid="ignore"):
-            return (
-                magnitude * accumulation_share(self.case)
-                + self.rounding_ulps * self._grid.ulp.reshape(-1)[flat]
-            )
+            return magnitude * accumulation_share(self.case) + self.rounding_ulps * spacing
 
     def outside(self, errors):
         """Where ``errors`` (``accuracy.ElementErrors``) lie outside the bound: a NaN/Inf
         mismatch, or an error above the bound, which only an error above the ulp term can be."""
-        outside = errors.mismatch.copy()
-        with np.errstate(invalid="ignore"):
-            above = errors.abs > self.rounding_ulps * self._grid.ulp
-        above &= ~errors.mismatch
-        flat = np.flatnonzero(above)
-        if flat.size > min(DIRECT_MAX, DIRECT_SHARE * above.size):
+        if not errors.sums["mismatches"] and self.rounding_ulps >= 1 and errors.above is not None:
+            # the pass listed every element more than one ulp off: no array of every element
+            flat, errors_at, ulps = errors.above
+            keep = ulps > self.rounding_ulps
+            flat, errors_at = flat[keep], errors_at[keep]
+            outside = np.zeros(np.shape(self._golden), dtype=bool)
+        else:
+            outside = errors.mismatch.copy()
+            # errors.ulp is abs / ulp(g), ulp a power of two: the same test as abs > r ulp(g)
+            with np.errstate(invalid="ignore"):
+                above = errors.ulp > self.rounding_ulps
+            above &= ~errors.mismatch
+            flat = np.flatnonzero(above)
+            errors_at = errors.abs.reshape(-1)[flat]
+        if flat.size > min(DIRECT_MAX, DIRECT_SHARE * outside.size):
             self.full()
         else:
             self.direct = int(flat.size)
         if flat.size:
             with np.errstate(invalid="ignore"):
-                outside.reshape(-1)[flat] = errors.abs.reshape(-1)[flat] > self.at(flat)
+                outside.reshape(-1)[flat] = errors_at > self.at(flat)
         return outside

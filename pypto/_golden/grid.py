@@ -1,12 +1,12 @@
 """The fp16 / bf16 grids: the spacing at a value (ulp), the once-rounded value, the distance in
 representable values, and what every judgement of one golden shares (:class:`GoldenGrid`).
 
-Judging spends most of its time here, on arrays of every dx element: the spacing and the
-rounding come from the float64 bits (a few integer passes), and a golden's grid is computed once
-for all the results judged against it.
+These are the definitions, in NumPy. The judgement's own pass over every element
+(``elementwise``, compiled) computes the same per element and is tested against them; the arrays
+here serve the error bound, the localisation and whoever asks, each made once a golden.
 """
 
-from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -22,16 +22,17 @@ __all__ = [
     "GoldenGrid",
     "golden_grid",
     "MANTISSA_BITS",
+    "GRID_LIMITS",
+    "pattern_values",
 ]
 
 # (explicit mantissa bits, exponent of the smallest normal, exponent of the largest finite)
 _GRID = {DataType.DT_FP16: (10, -14, 15), DataType.DT_BF16: (7, -126, 127)}
 _BF16 = numpy_dtype(DataType.DT_BF16)
 MANTISSA_BITS = {dtype: grid[0] for dtype, grid in _GRID.items()}
+GRID_LIMITS = dict(_GRID)  # dtype -> (mantissa bits, emin, emax)
 # --- the fp16 / bf16 grids ---------------------------------------------------------------------
-# Judging spends most of its time here, on arrays of every dx element: the grid's spacing and
-# the once-rounded golden come from the float64 bits (a few integer passes), and what several
-# judgements of one golden share is computed once (GoldenGrid).
+# The spacing and the once-rounded value come from the float64 bits (a few integer passes).
 _SIGN = np.uint64(1 << 63)
 _EXPONENT_SHIFT = np.uint64(52)
 
@@ -140,33 +141,61 @@ def ulp_distance(actual, golden64, dtype):
     return np.abs(ordinal(np.ascontiguousarray(actual).view(np.uint16)) - rounded)
 
 
-@dataclass
 class GoldenGrid:
-    """What every judgement of one golden needs, computed once: where it is finite, its value
-    (0 where not), its magnitude, the grid's spacing there, and the golden rounded once to the
-    output dtype (NaN and Inf kept) with the ordinals of its 16-bit patterns."""
+    """What judgements of one golden may need, each made when first asked for and then kept:
+    where it is finite, its value (0 where not), its magnitude, the grid's spacing there, and
+    the golden rounded once to the output dtype (NaN and Inf kept) with the ordinals of its
+    16-bit patterns. The judgement's own pass (``elementwise``) reads the golden itself; these
+    arrays serve the error bound, the localisation's lazy views and the tests."""
 
-    finite: np.ndarray
-    value: np.ndarray
-    magnitude: np.ndarray
-    ulp: np.ndarray
-    rounded: np.ndarray
-    ordinal: np.ndarray
-    rounded_finite: np.ndarray
-    shared: dict = field(default_factory=dict)  # what the metrics derive from it, made once
+    def __init__(self, golden, dtype):
+        self.golden, self.dtype = golden, dtype
+        self.shared = {}  # what the metrics derive from it, made once
+
+    @cached_property
+    def finite(self):
+        return np.isfinite(self.golden)
+
+    @cached_property
+    def value(self):
+        return self.golden if self.finite.all() else np.where(self.finite, self.golden, 0.0)
+
+    @cached_property
+    def magnitude(self):
+        return np.abs(self.value)
+
+    @cached_property
+    def ulp(self):
+        return ulp_at(self.value, self.dtype)
+
+    @cached_property
+    def rounded(self):
+        return grid_round(self.golden, self.dtype)
+
+    @cached_property
+    def ordinal(self):
+        return ordinal(_grid_bits(self.rounded, self.dtype))
+
+    @cached_property
+    def rounded_finite(self):
+        return np.isfinite(self.rounded)
 
 
 def golden_grid(golden, dtype):
     """:class:`GoldenGrid` of ``golden`` (float64) for the output ``dtype``."""
-    finite = np.isfinite(golden)
-    value = golden if finite.all() else np.where(finite, golden, 0.0)
-    rounded = grid_round(golden, dtype)
-    return GoldenGrid(
-        finite,
-        value,
-        np.abs(value),
-        ulp_at(value, dtype),
-        rounded,
-        ordinal(_grid_bits(rounded, dtype)),
-        np.isfinite(rounded),
-    )
+    return GoldenGrid(golden, dtype)
+
+
+_PATTERN_VALUES = {}
+
+
+def pattern_values(dtype):
+    """Every 16-bit pattern's value in ``dtype`` (fp16 / bf16) as float64, indexed by the
+    pattern (65,536 values, made once)."""
+    if dtype not in _PATTERN_VALUES:
+        patterns = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+        with np.errstate(invalid="ignore"):  # the signalling NaN patterns
+            values = to_float64(patterns.view(numpy_dtype(dtype)))
+        values.flags.writeable = False
+        _PATTERN_VALUES[dtype] = values
+    return _PATTERN_VALUES[dtype]

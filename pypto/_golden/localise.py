@@ -99,9 +99,9 @@ class WorstElement:
     tile: int  # M tile index
 
 
-def _reduce(values, op, c_starts, h_starts):
-    """(N, C, H, W) -> (N, channel blocks, M tiles) with ``op`` (np.add or np.maximum)."""
-    per_row = op.reduce(values, axis=3)
+def _reduce(per_row, op, c_starts, h_starts):
+    """(N, C, H) of each dx row's -> (N, channel blocks, M tiles) with ``op`` (np.add or
+    np.maximum)."""
     return op.reduceat(op.reduceat(per_row, c_starts, axis=1), h_starts, axis=2)
 
 
@@ -131,15 +131,21 @@ class Localisation:
         else:
             outside = bound.outside(errors)
         self.outside = outside
-        self.outside_count = int(outside.sum())
+        self.outside_count = int(np.count_nonzero(outside))
         c_starts = np.arange(0, p.cin, self.channels_per_block)
         h_starts = np.arange(0, p.hin, self.rows_per_tile)
         self.channel_starts = c_starts
-        # per task (image, channel block, M tile)
-        self.task_outside = _reduce(outside.astype(np.int64), np.add, c_starts, h_starts)
-        self.task_max_ulp = _reduce(errors.ulp, np.maximum, c_starts, h_starts)
-        self.task_reference_max_ulp = _reduce(reference_errors.ulp, np.maximum, c_starts, h_starts)
-        self.task_max_abs = _reduce(errors.abs, np.maximum, c_starts, h_starts)
+        # per task (image, channel block, M tile), from each dx row's (the judgement's pass)
+        if self.outside_count:
+            per_row = np.count_nonzero(outside, axis=3)
+        else:
+            per_row = np.zeros(outside.shape[:3], dtype=np.int64)
+        self.task_outside = _reduce(per_row, np.add, c_starts, h_starts)
+        self.task_max_ulp = _reduce(errors.row_max_ulp, np.maximum, c_starts, h_starts)
+        self.task_reference_max_ulp = _reduce(
+            reference_errors.row_max_ulp, np.maximum, c_starts, h_starts
+        )
+        self.task_max_abs = _reduce(errors.row_max_abs, np.maximum, c_starts, h_starts)
         block_sizes = np.diff(np.append(c_starts, p.cin))
         tile_rows = np.diff(np.append(h_starts, p.hin))
         self.task_elements = (

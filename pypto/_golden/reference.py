@@ -30,8 +30,11 @@ def dgrad_gemm_col2im(dy, w, input_hw, strides, paddings, dilations, dtype=np.fl
     w_t = w.reshape(cout, cin * kh * kw).T  # [Cin*Kh*Kw, Cout]
     dx = np.zeros((n, cin, hin, win), dtype=dtype)
     frame = np.empty((cin, hp, wp), dtype=dtype)
+    # one column matrix for every image: fresh pages for each would cost as much as its GEMM
+    columns = np.empty((cin * kh * kw, hout * wout), dtype=dtype)
     for img in range(n):
-        cols = (w_t @ dy[img].reshape(cout, hout * wout)).reshape(cin, kh, kw, hout, wout)
+        np.matmul(w_t, dy[img].reshape(cout, hout * wout), out=columns)
+        cols = columns.reshape(cin, kh, kw, hout, wout)
         frame.fill(0)
         for i in range(kh):
             for j in range(kw):
