@@ -3,7 +3,7 @@
 One ResNet-18 (torchvision's layout, built here: 7x7/2 stem, max pool, four stages of two
 basic blocks, 1x1/2 downsampling, global pool, fc) trains in bf16 with SGD. Each round times,
 interleaved in one process, a plain step; a step inside the mode with nothing judged (the
-dispatch mode and the rows alone: what every call pays); and a step inside the mode for each
+mode, its hooks and the rows alone: what every call pays); and a step inside the mode for each
 ``--every`` and ``--budget`` asked, each also with each ``--images`` asked. The medians and
 their ratios to the plain step are printed, with the calls judged and the seconds spent
 judging them. Needs PyTorch.
@@ -108,11 +108,11 @@ def main(argv=None):
     import pypto.torch as pt
     from pypto._kernels import kernel_info
 
-    class DispatchOnly(pt.crosscheck):
-        """The mode with every call left out: what the dispatch and the rows cost."""
+    class ModeOnly(pt.crosscheck):
+        """The mode with every call left out: what the mode, its hooks and the rows cost."""
 
         def _left_out(self, position):
-            return "benchmark: dispatch only"
+            return "benchmark: the mode alone"
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -126,7 +126,7 @@ def main(argv=None):
         torch.nn.functional.cross_entropy(model(x).float(), labels).backward()
         opt.step()
 
-    variants = {"plain": None, "mode, nothing judged": DispatchOnly(threads=args.judging_threads)}
+    variants = {"plain": None, "mode, nothing judged": ModeOnly(threads=args.judging_threads)}
     for images in [None, *args.images]:
         sample = "" if images is None else f" images={images}"
         common = {
@@ -161,7 +161,7 @@ def main(argv=None):
     for name, mode in variants.items():
         t = statistics.median(times[name])
         line = f"  {name:<24} {t * 1e3:9.1f} ms  {t / plain:5.2f}x"
-        if mode is not None and not isinstance(mode, DispatchOnly):
+        if mode is not None and not isinstance(mode, ModeOnly):
             rows = [r for r in mode.rows if r["seconds"] is not None]
             per_step = len(rows) / (args.rounds + 1)
             seconds = sum(r["seconds"] for r in rows) / (args.rounds + 1)

@@ -14,9 +14,9 @@ conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1) and Conv2d
     ``F.conv2d`` / ``nn.Conv2d`` whose backward computes grad_input with pypto (grad_weight and
     grad_bias by torch).
 crosscheck(standard="dual-L0", report=None, on_fail="warn")
-    A ``TorchDispatchMode`` that judges the grad_input of every ``aten.convolution_backward``
-    call by ``pypto.testing.compare`` and keeps a table (``.rows``), written at exit as JSON or
-    CSV.
+    A ``TorchFunctionMode`` that judges the grad_input of every convolution's backward
+    (``aten.convolution_backward``, hooked on autograd's nodes as each backward starts) by
+    ``pypto.testing.compare`` and keeps a table (``.rows``), written at exit as JSON or CSV.
 
 Tiles: each call uses the L1/L0 tiles set with ``pypto.set_convbp_input_tile_shapes`` (or
 ``pypto.options``) when set, else the suggested ones; the vector tiles likewise, else
@@ -33,7 +33,7 @@ names the PyptoError.
 # _op          the custom operator and all its torch.library registrations
 # _functional  conv2d_input, conv2d
 # _layer       Conv2d
-# _crosscheck  the crosscheck dispatch mode
+# _crosscheck  the crosscheck mode (a function mode hooking the backward's conv nodes)
 # _report      its rows as a failure message, a table, JSON or CSV
 
 try:  # first: a missing torch is named here, before a submodule needs it

@@ -252,15 +252,16 @@ def test_calls_outside_the_domain_are_skipped_with_the_rule_or_reason():
     assert pads["status"] == "pass" and pads["paddings"] == [0, 0, 1, 1]
 
 
-def test_pypto_conv2d_calls_are_seen_and_not_judged_twice():
-    """Under pypto.torch.Conv2d, grad_input is pypto's (its own op) and torch computes only the
-    weight gradient: that call is listed, with no grad_input to judge."""
+def test_pypto_conv2d_calls_are_not_torchs_and_have_no_row():
+    """Under pypto.torch.Conv2d grad_input is pypto's own operator's, not autograd's
+    ConvolutionBackward0: the mode lists no call for it (and changes nothing); a torch conv
+    beside it in the same backward is judged."""
     layer = pt.Conv2d(8, 16, 3, padding=1).bfloat16()
+    torch_conv = nn.Conv2d(16, 8, 3, padding=1).bfloat16()
     x = torch.randn(2, 8, 6, 6).bfloat16().requires_grad_()
     with pt.crosscheck(on_fail="raise") as xc:
-        layer(x).float().sum().backward()
-    assert len(xc.rows) == 1 and xc.rows[0]["status"] == "skipped"
-    assert "grad_input not asked for" in xc.rows[0]["reason"]
+        torch_conv(layer(x)).float().sum().backward()
+    assert [(r["weight"], r["status"]) for r in xc.rows] == [([8, 16, 3, 3], "pass")]
     assert x.grad is not None
 
 
@@ -388,3 +389,31 @@ if (
     if len(sys.argv) > 2:
         torch.set_num_threads(int(sys.argv[2]))
     measure_overhead(repeats=int(sys.argv[1]) if len(sys.argv) > 1 else 5)
+
+
+def test_the_nodes_hooks_keep_no_graph_alive_repeat_with_the_graph_and_end_with_the_mode():
+    """The mode hooks each ConvolutionBackward0 node as a backward starts: the hook holds
+    what the node saved, not the node (a weight copy dies with its graph); a graph backwarded
+    twice is judged twice and hooked once; a backward after the mode's exit adds no row."""
+    import gc
+    import weakref
+
+    w = torch.randn(8, 8, 3, 3, requires_grad=True)
+    x = torch.randn(1, 8, 6, 6).bfloat16().requires_grad_()
+    with pt.crosscheck(on_fail="raise") as xc:
+        copy = w.bfloat16()
+        alive = weakref.ref(copy)
+        loss = nn.functional.conv2d(x, copy, padding=1).float().sum()
+        loss.backward()
+    assert [r["status"] for r in xc.rows] == ["pass"]
+    del copy, loss
+    gc.collect()
+    assert alive() is None
+    conv = nn.Conv2d(8, 8, 3, padding=1).bfloat16()
+    with pt.crosscheck(on_fail="raise") as xc:
+        loss = conv(x).float().sum()
+        loss.backward(retain_graph=True)
+        torch.autograd.grad(loss, x, retain_graph=True)
+    loss.backward()
+    assert [r["status"] for r in xc.rows] == ["pass", "pass"]
+    assert [r["call"] for r in xc.rows] == [0, 1]
