@@ -12,6 +12,7 @@ operators, +17 ms of 190); a function mode sees the ~550 Python-level calls of t
 the optimizer, at about a quarter of that."""
 
 import contextlib
+import itertools
 import math
 import os
 import sys
@@ -78,6 +79,7 @@ _CONVOLUTIONS = frozenset(
     if hasattr(torch, name)
 )
 _CONV_NODE = "ConvolutionBackward0"
+_MODES = itertools.count()  # each mode's own key in node.metadata
 _MODULE_KEY = "pypto.crosscheck.module"  # node.metadata: the module that ran the forward
 
 
@@ -333,7 +335,7 @@ class crosscheck(TorchFunctionMode):
         self.budget = _share(budget)
         self.images = None if images is None else _positive_int(images, "images")
         self._image_turns = {}  # position in the pass -> judgements of it so far (images=)
-        self._key = f"pypto.crosscheck.{id(self)}"  # node.metadata: hooked by this mode
+        self._key = f"pypto.crosscheck.{next(_MODES)}"  # node.metadata: hooked by this mode
         if model is not None and not isinstance(model, torch.nn.Module):
             raise FeError(
                 TypeError(f"model must be a torch.nn.Module or None, not {type(model).__name__}")
@@ -369,8 +371,13 @@ class crosscheck(TorchFunctionMode):
         for node in _convolution_nodes(roots):
             if self._key in node.metadata:
                 continue
+            try:
+                call = _call_of(node, node.metadata.get(_MODULE_KEY))
+            except RuntimeError:
+                # its saved tensors are gone (a backward already ran through it): torch
+                # raises if this backward needs it, and it has nothing for a hook otherwise
+                continue
             node.metadata[self._key] = True
-            call = _call_of(node, node.metadata.get(_MODULE_KEY))
             node.register_hook(self._hook(call))
 
     def _hook(self, call):

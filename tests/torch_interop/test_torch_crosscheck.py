@@ -417,3 +417,18 @@ def test_the_nodes_hooks_keep_no_graph_alive_repeat_with_the_graph_and_end_with_
     loss.backward()
     assert [r["status"] for r in xc.rows] == ["pass", "pass"]
     assert [r["call"] for r in xc.rows] == [0, 1]
+
+
+def test_a_graph_partly_freed_before_the_mode_is_judged_where_it_runs():
+    """A conv whose saved tensors a backward outside the mode already freed is not hooked
+    (reading them would raise although this backward never reaches it); the one it reaches
+    is judged."""
+    first = nn.Conv2d(8, 8, 3, padding=1).bfloat16()
+    second = nn.Conv2d(8, 4, 3, padding=1).bfloat16()
+    x = torch.randn(1, 8, 6, 6).bfloat16().requires_grad_()
+    hidden = first(x)
+    out = second(hidden)
+    hidden.float().sum().backward()  # frees first's saved tensors, outside the mode
+    with pt.crosscheck(on_fail="raise") as xc:
+        torch.autograd.grad(out.float().sum(), hidden)
+    assert [(r["weight"], r["status"]) for r in xc.rows] == [([4, 8, 3, 3], "pass")]
