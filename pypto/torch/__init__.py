@@ -34,6 +34,7 @@ names the PyptoError.
 # _functional  conv2d_input, conv2d
 # _layer       Conv2d
 # _crosscheck  the crosscheck mode (a function mode hooking the backward's conv nodes)
+# _graph       what it sees: the graph's conv nodes, the calls, the modules that ran them
 # _report      its rows as a failure message, a table, JSON or CSV
 
 try:  # first: a missing torch is named here, before a submodule needs it

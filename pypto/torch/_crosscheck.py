@@ -12,13 +12,11 @@ operators, +17 ms of 190); a function mode sees the ~550 Python-level calls of t
 the optimizer, at about a quarter of that."""
 
 import contextlib
-import itertools
 import math
 import os
 import sys
 import time
 import warnings
-from typing import NamedTuple
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -30,6 +28,16 @@ from .._golden import calls as _calls
 from .._golden.judge import check_count, check_standard, check_top
 from ..error import FeError, PyptoError
 from ._convert import _dtype_name, _host, _without_data
+from ._graph import (
+    BACKWARDS,
+    CONVOLUTIONS,
+    MODES,
+    MODULE_KEY,
+    ModuleNames,
+    call_of,
+    convolution_nodes,
+    graph_roots,
+)
 from ._plan import _run_plan, _scope_of
 from ._report import failure_text, report_dict, table_text, write_report
 
@@ -58,57 +66,6 @@ class CrosscheckWarning(UserWarning):
 
 
 _ON_FAIL = ("warn", "raise", "ignore")
-
-
-# the calls that start a backward pass (the mode hooks the graph's convolutions first) and the
-# Python-level convolutions (a forward after a backward starts a new pass; the module running
-# one is noted on its node)
-_BACKWARDS = frozenset((torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad))
-_CONVOLUTIONS = frozenset(
-    getattr(torch, name)
-    for name in (
-        "conv1d",
-        "conv2d",
-        "conv3d",
-        "conv_transpose1d",
-        "conv_transpose2d",
-        "conv_transpose3d",
-        "convolution",
-        "_convolution",
-    )
-    if hasattr(torch, name)
-)
-_CONV_NODE = "ConvolutionBackward0"
-_MODES = itertools.count()  # each mode's own key in node.metadata
-_MODULE_KEY = "pypto.crosscheck.module"  # node.metadata: the module that ran the forward
-
-
-def _graph_roots(func, args, kwargs):
-    """The tensors a backward call starts from."""
-    if args:
-        roots = args[0]
-    else:
-        roots = kwargs.get("tensors", kwargs.get("outputs"))
-    if isinstance(roots, torch.Tensor):
-        return [roots]
-    return [t for t in (roots or ()) if isinstance(t, torch.Tensor)]
-
-
-def _convolution_nodes(roots):
-    """Every ConvolutionBackward0 node of the graph below ``roots``."""
-    seen, stack, found = set(), [], []
-    for root in roots:
-        if root.grad_fn is not None:
-            stack.append(root.grad_fn)
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if type(node).__name__ == _CONV_NODE:
-            found.append(node)
-        stack.extend(n for n, _ in node.next_functions if n is not None)
-    return found
 
 
 _BLAS = []  # threadpoolctl's controller of NumPy's BLAS, made on first use (or False)
@@ -147,89 +104,6 @@ def _share(value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise FeError(ValueError(f"budget must be a number in (0, 1] or None, but got {value!r}"))
     return float(value)
-
-
-class _ModuleNames:
-    """Which module of ``model`` ran a convolution: forward hooks keep the innermost module
-    running, and the mode notes it on the convolution's autograd node. Without a forward in
-    the mode, a weight that is a parameter of the model is named after its module."""
-
-    def __init__(self, model):
-        self.model = model
-        self._owners = {}  # id(parameter) -> (parameter, module name)
-        self._running = []  # names of the modules whose forward is running, innermost last
-        self._handles = []
-        for name, module in self._modules():
-            for p in module.parameters(recurse=False):
-                self._owners[id(p)] = (p, name)
-
-    def _modules(self):
-        """(name, module) of every module of the model, the model itself by its class."""
-        if self.model is None:
-            return
-        for name, module in self.model.named_modules():
-            yield name or type(self.model).__name__, module
-
-    def attach(self):
-        if self._handles:
-            return
-        for name, module in self._modules():
-            self._handles.append(module.register_forward_pre_hook(self._entering(name)))
-            self._handles.append(module.register_forward_hook(self._leaving))
-
-    def _entering(self, name):
-        def hook(module, args):
-            self._running.append(name)
-
-        return hook
-
-    def _leaving(self, module, args, output):
-        if self._running:
-            self._running.pop()
-
-    def detach(self):
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-        self._running.clear()
-
-    def running(self):
-        """The innermost module whose forward is running, or None."""
-        return self._running[-1] if self._running else None
-
-    def of(self, weight):
-        owner = self._owners.get(id(weight))
-        if owner is not None and owner[0] is weight:
-            return owner[1]
-        return None
-
-
-class _Call(NamedTuple):
-    """A convolution's backward as its autograd node saved it."""
-
-    weight: torch.Tensor
-    input_shape: list
-    stride: list
-    padding: list
-    dilation: list
-    groups: int
-    transposed: bool
-    output_padding: list
-    module: object  # the module's name, or None
-
-
-def _call_of(node, module):
-    return _Call(
-        node._saved_weight,
-        list(node._saved_input.shape),
-        list(node._saved_stride),
-        list(node._saved_padding),
-        list(node._saved_dilation),
-        node._saved_groups,
-        node._saved_transposed,
-        list(node._saved_output_padding),
-        module,
-    )
 
 
 class crosscheck(TorchFunctionMode):
@@ -335,12 +209,12 @@ class crosscheck(TorchFunctionMode):
         self.budget = _share(budget)
         self.images = None if images is None else _positive_int(images, "images")
         self._image_turns = {}  # position in the pass -> judgements of it so far (images=)
-        self._key = f"pypto.crosscheck.{next(_MODES)}"  # node.metadata: hooked by this mode
+        self._key = f"pypto.crosscheck.{next(MODES)}"  # node.metadata: hooked by this mode
         if model is not None and not isinstance(model, torch.nn.Module):
             raise FeError(
                 TypeError(f"model must be a torch.nn.Module or None, not {type(model).__name__}")
             )
-        self._names = _ModuleNames(model)
+        self._names = ModuleNames(model)
         self._pass = -1  # the backward pass, as the mode sees them (every's phase)
         self._pass_calls = 0  # convolution backward calls so far in this pass
         self._backward_seen = False
@@ -355,24 +229,24 @@ class crosscheck(TorchFunctionMode):
     # --- the mode ---------------------------------------------------------------------------
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in _BACKWARDS:
-            self._hook_graph(_graph_roots(func, args, kwargs))
+        if func in BACKWARDS:
+            self._hook_graph(graph_roots(func, args, kwargs))
         out = func(*args, **kwargs)
-        if func in _CONVOLUTIONS:
+        if func in CONVOLUTIONS:
             if self._backward_seen:
                 self._next_pass()
             module = self._names.running()
             if module is not None and getattr(out, "grad_fn", None) is not None:
-                out.grad_fn.metadata[_MODULE_KEY] = module
+                out.grad_fn.metadata[MODULE_KEY] = module
         return out
 
     def _hook_graph(self, roots):
         """Hook each convolution node below ``roots`` that this mode has not hooked yet."""
-        for node in _convolution_nodes(roots):
+        for node in convolution_nodes(roots):
             if self._key in node.metadata:
                 continue
             try:
-                call = _call_of(node, node.metadata.get(_MODULE_KEY))
+                call = call_of(node, node.metadata.get(MODULE_KEY))
             except RuntimeError:
                 # its saved tensors are gone (a backward already ran through it): torch
                 # raises if this backward needs it, and it has nothing for a hook otherwise
