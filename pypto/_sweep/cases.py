@@ -21,6 +21,7 @@ import csv
 import os
 
 from .._core.fileio import parse_json, read_text, show
+from .._golden.files.dims import LAYOUTS
 from ..error import FeError, PyptoError
 from .schema import (
     CaseCountError,
@@ -65,6 +66,7 @@ FIELDS = {
     "dist": "uniform (default), normal, ints, truncated_normal",
     "range": "lo,hi of the distribution (see docs/sweep.md)",
     "seed": "an int >= 0 (default: derived from the case's id)",
+    "format": "the files' layout: NCHW (default), NHWC, or data/filter (NHWC/HWCN)",
 }
 _DIMS = ("N", "Cin", "H", "W", "Cout", "kh", "kw")
 
@@ -194,6 +196,7 @@ def _from_fields(fields, where):
     name = fields.get("name")
     if name is not None and not isinstance(name, str):
         name = str(name)
+    layouts = _layouts(fields.get("format", "NCHW"), where)
     case = canonical(
         grad_output,
         weight,
@@ -208,8 +211,28 @@ def _from_fields(fields, where):
         seed,
         name,
         where,
+        layouts,
     )
     return expand_all_tiles(case, limit) if tiles == "all" else [case]
+
+
+_DATA_LAYOUTS = ("NCHW", "NHWC")  # CANN's data_format values
+
+
+def _layouts(text, where):
+    """The layouts of a case's files from its ``format`` field, as a row's format column
+    writes them: one layout for dy, w and dx alike (NCHW or NHWC), or the data's and the
+    filter's, "NHWC/HWCN". The shapes in the case stay NCHW."""
+    parts = text.strip().upper().split("/") if isinstance(text, str) else []
+    data = parts[0] if parts else None
+    weight = parts[1] if len(parts) == 2 else data
+    if len(parts) not in (1, 2) or data not in _DATA_LAYOUTS or weight not in LAYOUTS:
+        raise CaseFileError(
+            where,
+            f"field 'format' must be {', '.join(_DATA_LAYOUTS)} or DATA/FILTER (a filter in "
+            f"{', '.join(LAYOUTS)}), but is {show(text)}",
+        )
+    return {"grad_output": data, "weight": weight, "grad_input": data}
 
 
 def _line_cases(fields, where):

@@ -164,3 +164,48 @@ def test_a_manifest_without_layouts_reads_as_nchw(tmp_path, capsys):
     assert "files 'weight' 'layout' must be one of NCHW, NHWC, HWCN, CHWN" in err, err
     with pytest.raises(Exception, match="'layout' must be one of"):
         read_case(str(folder))
+
+
+def test_pyptos_own_case_files_take_a_format(tmp_path, capsys):
+    """A JSONL or CSV case's ``format`` (as a row's format column writes it) sets the layout of
+    its files; the shapes stay NCHW, NCHW keeps the id a case without the field has, every
+    layout of the problem draws the same data, and a format pypto does not write is a refused
+    row while the file's other cases run."""
+    import ml_dtypes  # noqa: F401 - registers the "bfloat16" NumPy dtype
+
+    base = {"N": 2, "Cin": 16, "H": 7, "W": 9, "Cout": 32, "kh": 3, "kw": 3}
+    base.update(strides=[2, 2], paddings=[1, 1, 1, 1], dtype="bf16")
+    lines = [base, dict(base, format="NCHW"), dict(base, format="nhwc")]
+    lines += [dict(base, format="NHWC/HWCN"), dict(base, format="NC1HWC0")]
+    lines += [dict(base, format="HWCN"), dict(base, format=4)]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    cases = read_cases(str(path))
+    # "NCHW" is the case without the field: one id, read once
+    assert len(cases) == len(lines) - 1
+    plain, nhwc, hwcn, *bad = cases
+    assert plain["layouts"] is None and plain["source"].endswith(":1")
+    assert nhwc["layouts"] == {"grad_output": "NHWC", "weight": "NHWC", "grad_input": "NHWC"}
+    assert hwcn["layouts"] == {"grad_output": "NHWC", "weight": "HWCN", "grad_input": "NHWC"}
+    assert nhwc["grad_output"] == plain["grad_output"] == [2, 32, 4, 5]
+    assert len({plain["id"], nhwc["id"], hwcn["id"]}) == 3
+    assert all(c["unreadable"] and "field 'format'" in c["unreadable"] for c in bad)
+    rows = [run_case(case, str(tmp_path / "out")) for case in (plain, nhwc, hwcn)]
+    assert [r["format"] for r in rows] == ["NCHW", "NHWC", "NHWC/HWCN"]
+    assert len({r["seed"] for r in rows}) == 1 and all(r["status"] == "pass" for r in rows)
+    folder = tmp_path / "out" / "cases" / hwcn["id"]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["files"]["weight"]["shape"] == [3, 3, 16, 32]  # HWCN
+    assert manifest["files"]["golden"]["layout"] == "NHWC"
+    w = [
+        np.fromfile(tmp_path / "out" / "cases" / c["id"] / "input" / "weight.bin", "<u2")
+        for c in (plain, hwcn)
+    ]
+    np.testing.assert_array_equal(
+        w[0].reshape(32, 16, 3, 3).transpose(2, 3, 1, 0), w[1].reshape(3, 3, 16, 32)
+    )
+    # the same through CSV, the format in a column
+    csv_path = tmp_path / "cases.csv"
+    csv_path.write_text("N,Cin,H,W,Cout,kh,kw,dtype,format\n2,16,7,9,32,3,3,bf16,NHWC/HWCN\n")
+    (from_csv,) = read_cases(str(csv_path))
+    assert from_csv["layouts"] == hwcn["layouts"]
