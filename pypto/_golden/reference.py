@@ -30,26 +30,43 @@ def dgrad_gemm_col2im(dy, w, input_hw, strides, paddings, dilations, dtype=np.fl
     w_t = w.reshape(cout, cin * kh * kw).T  # [Cin*Kh*Kw, Cout]
     dx = np.zeros((n, cin, hin, win), dtype=dtype)
     frame = np.empty((cin, hp, wp), dtype=dtype)
-    # one column matrix for every image: fresh pages for each would cost as much as its GEMM
-    columns = np.empty((cin * kh * kw, hout * wout), dtype=dtype)
-    for img in range(n):
-        np.matmul(w_t, dy[img].reshape(cout, hout * wout), out=columns)
-        cols = columns.reshape(cin, kh, kw, hout, wout)
-        frame.fill(0)
-        for i in range(kh):
-            for j in range(kw):
-                frame[
-                    :,
-                    i * dh : i * dh + (hout - 1) * sh + 1 : sh,
-                    j * dw : j * dw + (wout - 1) * sw + 1 : sw,
-                ] += cols[:, i, j]
-        dx[img] = frame[:, pt : pt + hin, pl : pl + win]
+    # images in groups whose column matrix fits GROUP_BYTES: one GEMM over a group's pixels
+    # (a 7x7 layer's 49 pixels alone leave the GEMM a third slower); one matrix for every
+    # group: fresh pages for each would cost as much as its GEMM
+    pixels = hout * wout
+    group = images_per_gemm(n, cin * kh * kw, pixels, dy.itemsize)
+    columns = np.empty((cin * kh * kw, group * pixels), dtype=dtype)
+    for first in range(0, n, group):
+        count = min(group, n - first)
+        block = dy[first : first + count].reshape(count, cout, pixels)
+        gemm = columns[:, : count * pixels]
+        np.matmul(w_t, block.transpose(1, 0, 2).reshape(cout, count * pixels), out=gemm)
+        for g in range(count):
+            cols = gemm[:, g * pixels : (g + 1) * pixels].reshape(cin, kh, kw, hout, wout)
+            frame.fill(0)
+            for i in range(kh):
+                for j in range(kw):
+                    frame[
+                        :,
+                        i * dh : i * dh + (hout - 1) * sh + 1 : sh,
+                        j * dw : j * dw + (wout - 1) * sw + 1 : sw,
+                    ] += cols[:, i, j]
+            dx[first + g] = frame[:, pt : pt + hin, pl : pl + win]
     return dx
+
+
+GROUP_BYTES = 16 << 20  # a group of images' column matrix, at most (one image's may be larger)
+
+
+def images_per_gemm(n, rows, pixels, itemsize):
+    """How many images one GEMM takes: as many as keep the column matrix (``rows`` by their
+    pixels) within GROUP_BYTES, at least one."""
+    return max(1, min(n, GROUP_BYTES // max(1, rows * pixels * itemsize)))
 
 
 def gemm_col2im_bytes(dy_shape, w_shape, input_hw, strides, dilations, itemsize=8):
     """Upper bound of what ``dgrad_gemm_col2im`` allocates: the converted inputs, dx, the
-    padded frame and one image's column matrix."""
+    padded frame, one group's column matrix and its copy of the group's dy."""
     n, cout, hout, wout = dy_shape
     _, cin, kh, kw = w_shape
     hin, win = input_hw
@@ -60,6 +77,9 @@ def gemm_col2im_bytes(dy_shape, w_shape, input_hw, strides, dilations, itemsize=
         + cout * cin * kh * kw
         + n * cin * hin * win
         + cin * hp * wp
-        + cin * kh * kw * hout * wout
+        + images_per_gemm(n, cin * kh * kw, hout * wout, itemsize)
+        * (cin * kh * kw + cout)
+        * hout
+        * wout
     )
     return elements * itemsize
