@@ -150,7 +150,6 @@ class GoldenGrid:
 
     def __init__(self, golden, dtype):
         self.golden, self.dtype = golden, dtype
-        self.shared = {}  # what the metrics derive from it, made once
 
     @cached_property
     def finite(self):
