@@ -230,7 +230,7 @@ class crosscheck(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in BACKWARDS:
-            self._hook_graph(graph_roots(func, args, kwargs))
+            self._hook_graph(graph_roots(args, kwargs))
         out = func(*args, **kwargs)
         if func in CONVOLUTIONS:
             if self._backward_seen:

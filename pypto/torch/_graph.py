@@ -31,7 +31,7 @@ MODES = itertools.count()  # each mode's own key in node.metadata
 MODULE_KEY = "pypto.crosscheck.module"  # node.metadata: the module that ran the forward
 
 
-def graph_roots(func, args, kwargs):
+def graph_roots(args, kwargs):
     """The tensors a backward call starts from."""
     if args:
         roots = args[0]
@@ -44,7 +44,9 @@ def graph_roots(func, args, kwargs):
 
 def convolution_nodes(roots):
     """Every ConvolutionBackward0 node of the graph below ``roots``."""
-    seen, stack, found = set(), [], []
+    # the visited nodes are kept, not only their ids: a node's Python object can die once
+    # dropped, and a new one could reuse its id and be taken for visited
+    seen, stack, found = {}, [], []
     for root in roots:
         if root.grad_fn is not None:
             stack.append(root.grad_fn)
@@ -52,7 +54,7 @@ def convolution_nodes(roots):
         node = stack.pop()
         if id(node) in seen:
             continue
-        seen.add(id(node))
+        seen[id(node)] = node
         if type(node).__name__ == CONV_NODE:
             found.append(node)
         stack.extend(n for n, _ in node.next_functions if n is not None)
