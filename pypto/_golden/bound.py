@@ -13,7 +13,6 @@ element's bound (``full``) only when many elements need it or when asked (the lo
 import numpy as np
 
 from .case import _dx_at, accumulation_share, error_bound
-from .grid import ulp_at
 
 __all__ = ["ErrorBound", "DIRECT_SHARE"]
 
@@ -51,11 +50,7 @@ class ErrorBound:
             return self._full.reshape(-1)[flat]
         positions = np.stack(np.unravel_index(flat, self._golden.shape), axis=1)
         _, magnitude = _dx_at(self.case, self._dy, self._w, positions)
-        if "ulp" in vars(self._grid):  # made already (GoldenGrid's arrays are made when asked)
-            spacing = self._grid.ulp.reshape(-1)[flat]
-        else:
-            golden = self._golden.reshape(-1)[flat]
-            spacing = ulp_at(np.where(np.isfinite(golden), golden, 0.0), self.case.dtype)
+        spacing = self._grid.ulp_of(flat)
         with np.errstate(invalid="ignore"):
             return magnitude * accumulation_share(self.case) + self.rounding_ulps * spacing
 

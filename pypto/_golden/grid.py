@@ -167,6 +167,14 @@ class GoldenGrid:
     def ulp(self):
         return ulp_at(self.value, self.dtype)
 
+    def ulp_of(self, flat):
+        """The spacing at the flat indices ``flat``: read from ``ulp`` when that is made, else
+        computed at those elements alone (the bound's few)."""
+        if "ulp" in vars(self):  # cached_property keeps a made array in the instance
+            return self.ulp.reshape(-1)[flat]
+        golden = self.golden.reshape(-1)[flat]
+        return ulp_at(np.where(np.isfinite(golden), golden, 0.0), self.dtype)
+
     @cached_property
     def rounded(self):
         return grid_round(self.golden, self.dtype)
