@@ -291,7 +291,11 @@ enum { PYPTO_TV = 16, PYPTO_TM = 4, PYPTO_TNV = 2 };
 #define PYPTO_TV_FUSED 1
 #elif defined(__AVX2__) && defined(__FMA__)
 typedef __m256 pypto_tv;
-enum { PYPTO_TV = 8, PYPTO_TM = 2, PYPTO_TNV = 2 };
+/* 16 ymm registers hold 8 chains with E and O together (2 channels x 2 vectors): too few to
+ * cover the FMA's latency at two a cycle; run apart (PYPTO_TILE_CHAINS_APART), 4 channels'
+ * E chains, then their O chains, each 8 chains with a dy vector serving 4 FMAs */
+enum { PYPTO_TV = 8, PYPTO_TM = 4, PYPTO_TNV = 2 };
+#define PYPTO_TILE_CHAINS_APART 1
 #define PYPTO_TV_LOAD(p) _mm256_loadu_ps(p)
 #define PYPTO_TV_STORE(p, v) _mm256_storeu_ps(p, v)
 #define PYPTO_TV_SET1(x) _mm256_set1_ps(x)
@@ -441,6 +445,31 @@ static inline void pypto_tile_step_scalar(const float *restrict a, const float *
         }
 }
 
+#ifdef PYPTO_TILE_CHAINS_APART
+/* One chain of the K step (a: PYPTO_TM channels' weights for it, 32 floats apart; b: its split
+ * B) over its 16 slots for PYPTO_TM channels x nv pixel vectors, from +0, into x */
+static inline __attribute__((always_inline)) void
+pypto_tile_chains(const float *restrict a, const float *restrict b, const int *v,
+                  pypto_tv x[PYPTO_TM][PYPTO_TNV], const int nv)
+{
+    const int row = 2 * PYPTO_TILE_PX;
+    for (int m = 0; m < PYPTO_TM; m++)
+        for (int j = 0; j < PYPTO_TNV; j++)
+            x[m][j] = PYPTO_TV_ZERO();
+#pragma GCC unroll 4
+    for (int s = 0; s < PYPTO_TILE_K / 2; s++) {
+        pypto_tv bv[PYPTO_TNV];
+        for (int j = 0; j < nv; j++)
+            bv[j] = PYPTO_TV_LOAD(b + s * row + v[j]);
+        for (int m = 0; m < PYPTO_TM; m++) {
+            const pypto_tv w = PYPTO_TV_SET1(a[m * PYPTO_TILE_K + s]);
+            for (int j = 0; j < nv; j++)
+                x[m][j] = PYPTO_TV_FMA(w, bv[j], x[m][j]);
+        }
+    }
+}
+#endif
+
 #ifndef PYPTO_TV_NONE
 /* One K step of PYPTO_TM channels (a: the first one's row of the step's weights) x nv pixel
  * vectors of the split B (even + v[j], odd + v[j]; rows 32 apart) into C (cp[j]; channel rows
@@ -449,6 +478,22 @@ static inline __attribute__((always_inline)) void
 pypto_tile_step_f32(const float *restrict a, const float *restrict even,
                     const float *restrict odd, const int *v, float *const *cp, const int nv)
 {
+#ifdef PYPTO_TILE_CHAINS_APART   /* E to the stack (L1), then O; each element's sums unchanged */
+    pypto_tv e[PYPTO_TM][PYPTO_TNV], o[PYPTO_TM][PYPTO_TNV];
+    pypto_tile_chains(a, even, v, e, nv);
+    float kept[PYPTO_TM * PYPTO_TNV * PYPTO_TV];
+    for (int m = 0; m < PYPTO_TM; m++)
+        for (int j = 0; j < nv; j++)
+            PYPTO_TV_STORE(kept + (m * PYPTO_TNV + j) * PYPTO_TV, e[m][j]);
+    pypto_tile_chains(a + PYPTO_TILE_K / 2, odd, v, o, nv);
+    for (int m = 0; m < PYPTO_TM; m++)
+        for (int j = 0; j < nv; j++) {
+            float *to = cp[j] + m * PYPTO_TILE_PX;
+            const pypto_tv sum = PYPTO_TV_ADD(PYPTO_TV_LOAD(kept + (m * PYPTO_TNV + j) * PYPTO_TV),
+                                              o[m][j]);
+            PYPTO_TV_STORE(to, PYPTO_TV_ADD(PYPTO_TV_LOAD(to), sum));
+        }
+#else
     const int half = PYPTO_TILE_K / 2, row = 2 * PYPTO_TILE_PX;
     pypto_tv e[PYPTO_TM][PYPTO_TNV], o[PYPTO_TM][PYPTO_TNV];
     for (int m = 0; m < PYPTO_TM; m++)
@@ -475,6 +520,7 @@ pypto_tile_step_f32(const float *restrict a, const float *restrict even,
             float *to = cp[j] + m * PYPTO_TILE_PX;
             PYPTO_TV_STORE(to, PYPTO_TV_ADD(PYPTO_TV_LOAD(to), PYPTO_TV_ADD(e[m][j], o[m][j])));
         }
+#endif
 }
 #endif
 
