@@ -373,22 +373,23 @@ typedef struct {
 #if defined(__AVX512F__)
 enum { PYPTO_TILE_DENSE_FAST = 1 };
 
-/* Tile t's lanes of each run, for pypto_tile_run_plane */
-static inline void pypto_tile_run_lanes(const pypto_tile_runs *runs, int t, __mmask16 *lanes)
+/* Tile t's 16 pairs of each of the 16 pair planes from b_at on (plane apart) into v, each run
+ * one masked load a plane placed at its lanes (a masked lane reads no memory); 0 past the
+ * wave. Runs outermost: every plane's loads of a run are one unrolled loop, so that the
+ * branches follow the runs (1-4 a tile), not the 16 planes times the runs. */
+static inline __attribute__((always_inline)) void
+pypto_tile_run_planes(const pypto_tile_runs *runs, int t, int64_t b_at, int64_t plane,
+                      __m512i v[PYPTO_TILE_K / 2])
 {
-    for (int k = 0; k < runs->n[t]; k++)
-        lanes[k] = (__mmask16)(((1u << runs->len[t][k]) - 1u) << runs->x[t][k]);
-}
-
-/* Tile t's 16 pairs of one pair plane (at: its offset from the runs' frame rows), each run one
- * masked load placed at its lanes (a masked lane reads no memory); 0 past the wave. */
-static inline __m512i pypto_tile_run_plane(const pypto_tile_runs *runs, int t,
-                                           const __mmask16 *lanes, int64_t at)
-{
-    __m512i v = _mm512_setzero_si512();
-    for (int k = 0; k < runs->n[t]; k++)
-        v = _mm512_mask_loadu_epi32(v, lanes[k], runs->src[t][k] + at - runs->x[t][k]);
-    return v;
+    for (int s = 0; s < PYPTO_TILE_K / 2; s++)
+        v[s] = _mm512_setzero_si512();
+    for (int k = 0; k < runs->n[t]; k++) {
+        const __mmask16 lanes = (__mmask16)(((1u << runs->len[t][k]) - 1u) << runs->x[t][k]);
+        const uint32_t *src = runs->src[t][k] + b_at - runs->x[t][k];
+#pragma GCC unroll 16
+        for (int s = 0; s < PYPTO_TILE_K / 2; s++)
+            v[s] = _mm512_mask_loadu_epi32(v[s], lanes, src + s * plane);
+    }
 }
 
 /* pypto_tile_split from tiles t and t + n_px - 1 of `runs` (b_at: the K step's offset) */
@@ -398,13 +399,12 @@ static inline void pypto_tile_split_runs(const pypto_tile_runs *runs, int t, int
 {
     const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
     for (int px = 0; px < n_px; px++) {
-        __mmask16 lanes[PYPTO_TILE_PX];
-        pypto_tile_run_lanes(runs, t + px, lanes);
+        __m512i v[PYPTO_TILE_K / 2];
+        pypto_tile_run_planes(runs, t + px, b_at, plane, v);
         for (int s = 0; s < PYPTO_TILE_K / 2; s++) {
-            const __m512i v = pypto_tile_run_plane(runs, t + px, lanes, b_at + s * plane);
             const int64_t at = s * 2 * PYPTO_TILE_PX + px * PYPTO_TILE_PX;
-            _mm512_store_ps(even + at, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
-            _mm512_store_ps(odd + at, _mm512_castsi512_ps(_mm512_and_si512(v, high)));
+            _mm512_store_ps(even + at, _mm512_castsi512_ps(_mm512_slli_epi32(v[s], 16)));
+            _mm512_store_ps(odd + at, _mm512_castsi512_ps(_mm512_and_si512(v[s], high)));
         }
     }
 }
@@ -416,11 +416,10 @@ static inline void pypto_tile_gather_runs(const pypto_tile_runs *runs, int t, in
                                           int64_t b_at, int64_t plane, uint32_t *restrict pairs)
 {
     for (int px = 0; px < n_px; px++) {
-        __mmask16 lanes[PYPTO_TILE_PX];
-        pypto_tile_run_lanes(runs, t + px, lanes);
+        __m512i v[PYPTO_TILE_K / 2];
+        pypto_tile_run_planes(runs, t + px, b_at, plane, v);
         for (int s = 0; s < PYPTO_TILE_K / 2; s++)
-            _mm512_store_si512(pairs + s * 2 * PYPTO_TILE_PX + px * PYPTO_TILE_PX,
-                               pypto_tile_run_plane(runs, t + px, lanes, b_at + s * plane));
+            _mm512_store_si512(pairs + s * 2 * PYPTO_TILE_PX + px * PYPTO_TILE_PX, v[s]);
     }
 }
 #else
