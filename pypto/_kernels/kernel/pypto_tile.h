@@ -354,11 +354,11 @@ static inline void pypto_tile_split(const uint32_t *const *b, int n_px, int64_t 
         }
 }
 
-/* Dense positions pay where a run is one masked load with merge (AVX-512); AVX2's masked
- * loads made ResNet-50's pass slower (1.254x -> 1.285x the sequential order's time, one
- * thread), so other levels keep frame positions (PYPTO_TILE_DENSE_FAST 0: no call is dense
- * there, and the helpers below are not built). The tile unit reads frames as they are and
- * keeps frame positions. */
+/* Dense positions pay where a run is one masked load with merge (AVX-512) or a whole load
+ * ANDed with its lanes (AVX2: its masked loads made ResNet-50's pass slower, 1.254x -> 1.285x
+ * the sequential order's time, one thread); other levels keep frame positions
+ * (PYPTO_TILE_DENSE_FAST 0: no call is dense there, and the helpers below are not built). The
+ * tile unit reads frames as they are and keeps frame positions. */
 
 /* The emulation's tiles in dense positions (the phase's pixels of the wave's images one
  * after another, no halo column and no image's end padded to a whole tile): tile t's 16
@@ -422,9 +422,56 @@ static inline void pypto_tile_gather_runs(const pypto_tile_runs *runs, int t, in
             _mm512_store_si512(pairs + s * 2 * PYPTO_TILE_PX + px * PYPTO_TILE_PX, v[s]);
     }
 }
+#elif defined(__AVX2__)
+enum { PYPTO_TILE_DENSE_FAST = 1 };
+
+/* pypto_tile_split from tiles t and t + n_px - 1 of `runs` (b_at: the K step's offset), 8
+ * lanes and 8 planes at a time (16 ymm registers): a run's lanes of a plane are a whole
+ * 8-lane load from the run's frame row, shifted to its lanes and ANDed with them (its other
+ * lanes read neighbouring frame positions, or up to 15 positions before the frames or past
+ * their end: inside the buffer, PYPTO_TILE_READ_SLACK), ORed into the plane's vector; no masked
+ * load (AVX2's made dense positions slower than frame positions). */
+static inline void pypto_tile_split_runs(const pypto_tile_runs *runs, int t, int n_px,
+                                         int64_t b_at, int64_t plane, float *restrict even,
+                                         float *restrict odd)
+{
+    const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256i lane = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+    const int group = PYPTO_TILE_K / 4;   /* planes a pass */
+    for (int px = 0; px < n_px; px++)
+        for (int h = 0; h < PYPTO_TILE_PX; h += 8)
+            for (int s0 = 0; s0 < PYPTO_TILE_K / 2; s0 += group) {
+                __m256i v[PYPTO_TILE_K / 4];
+                for (int s = 0; s < group; s++)
+                    v[s] = _mm256_setzero_si256();
+                for (int k = 0; k < runs->n[t + px]; k++) {
+                    const int x = runs->x[t + px][k], end = x + runs->len[t + px][k];
+                    if (end <= h || x >= h + 8)
+                        continue;
+                    const __m256i at = _mm256_add_epi32(lane, _mm256_set1_epi32(h));
+                    const __m256i keep = _mm256_andnot_si256(
+                        _mm256_cmpgt_epi32(_mm256_set1_epi32(x), at),
+                        _mm256_cmpgt_epi32(_mm256_set1_epi32(end), at));
+                    const uint32_t *src = runs->src[t + px][k] + b_at + s0 * plane - x + h;
+#pragma GCC unroll 8
+                    for (int s = 0; s < group; s++)
+                        v[s] = _mm256_or_si256(
+                            v[s], _mm256_and_si256(
+                                      keep, _mm256_loadu_si256((const __m256i *)(src + s * plane))));
+                }
+                for (int s = 0; s < group; s++) {
+                    const int64_t to = (s0 + s) * 2 * PYPTO_TILE_PX + px * PYPTO_TILE_PX + h;
+                    _mm256_storeu_ps(even + to, _mm256_castsi256_ps(_mm256_slli_epi32(v[s], 16)));
+                    _mm256_storeu_ps(odd + to, _mm256_castsi256_ps(_mm256_and_si256(v[s], high)));
+                }
+            }
+}
 #else
 enum { PYPTO_TILE_DENSE_FAST = 0 };
 #endif
+/* bytes of the frames' buffer before and after them that an 8-lane load of a dense run may
+ * read (AVX2: up to 15 positions either side of a run) */
+enum { PYPTO_TILE_READ_SLACK = 64 };
 
 /* One K step of one channel tile and one pixel tile, scalar fmaf (where vectors lack the FMA
  * and a product may round): a: the step's 16 x 32 weights (E slots, then O slots); even, odd:
@@ -659,7 +706,7 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch,
                     continue;
                 }
 #endif
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
                 if (runs != NULL)
                     pypto_tile_split_runs(runs, p, n_px, b_at, plane, even, odd);
                 else

@@ -16,6 +16,7 @@ cdef extern from "pypto_tile.h" nogil:
     enum: PYPTO_TILE_FORM_F32
     enum: PYPTO_TILE_FORM_DOT
     enum: PYPTO_TILE_DENSE_FAST
+    enum: PYPTO_TILE_READ_SLACK
     void pypto_tile_pack(const uint16_t *w, int64_t cout, int64_t cin, int64_t taps, int64_t cb,
                          int form, void *dst)
     void pypto_tile_frame_plane(const uint16_t *dy, int64_t cout, int form, int64_t b, int64_t k,
@@ -272,9 +273,10 @@ cdef void _tile_free(TileGeometry *g) noexcept nogil:
 
 
 cdef int64_t _tile_buffer_bytes(const TileGeometry *g, int form) noexcept nogil:
-    """The packed weight and a wave's dy frames in this form."""
+    """The packed weight and a wave's dy frames in this form (then the bytes a dense run's
+    whole-vector load may read past them; before them it reads the packed weight)."""
     return g.ch_tiles * g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K * _weight_bytes(form) \
-        + g.wave * g.pairs * g.plane * 4
+        + g.wave * g.pairs * g.plane * 4 + PYPTO_TILE_READ_SLACK
 
 
 cdef inline int _weight_bytes(int form) noexcept nogil:
