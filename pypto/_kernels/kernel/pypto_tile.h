@@ -184,6 +184,54 @@ static inline void pypto_tile_pack_rows(const uint16_t *restrict w, int64_t cout
 }
 #endif
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+/* pypto_tile_pack in PYPTO_TILE_FORM_F32 on AVX2: each weight row (co block b, tap t, input
+ * channel r), the block's even channels then its odd ones, from four 8-lane 32-bit gathers
+ * (the element in each lane's low half, widened to fp32), written whole; a row that reads w's
+ * last element is copied one by one, so that nothing past w is read. */
+static inline void pypto_tile_pack_rows_avx2(const uint16_t *restrict w, int64_t cout,
+                                             int64_t cin, int64_t taps, int64_t ci0, int rows,
+                                             float *restrict dst)
+{
+    const int64_t blocks = (cout + PYPTO_TILE_K - 1) / PYPTO_TILE_K;
+    const int64_t step = cin * taps;   /* between two channels of w */
+    int32_t channel[PYPTO_TILE_K];     /* of each slot */
+    for (int k = 0; k < PYPTO_TILE_K; k++)
+        channel[k] = pypto_tile_slot_channel(PYPTO_TILE_FORM_F32, k, 0);
+    __m256i ch[4], at[4];
+    for (int q = 0; q < 4; q++) {
+        ch[q] = _mm256_loadu_si256((const __m256i *)(channel + 8 * q));
+        at[q] = _mm256_mullo_epi32(ch[q], _mm256_set1_epi32((int)step));
+    }
+    for (int64_t b = 0; b < blocks; b++) {
+        const int n_co = (int)(cout - b * PYPTO_TILE_K < PYPTO_TILE_K ? cout - b * PYPTO_TILE_K
+                                                                       : PYPTO_TILE_K);
+        __m256i in[4];   /* the lanes whose channel is below Cout */
+        for (int q = 0; q < 4; q++)
+            in[q] = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_co), ch[q]);
+        for (int r = 0; r < PYPTO_TILE_CH; r++)
+            for (int64_t t = 0; t < taps; t++) {
+                float *row = dst + (b * taps + t) * PYPTO_TILE_A_ELEMS + r * PYPTO_TILE_K;
+                const uint16_t *src = w + (b * PYPTO_TILE_K * cin + ci0 + r) * taps + t;
+                if (r >= rows) {
+                    memset(row, 0, PYPTO_TILE_K * sizeof(float));
+                } else if (ci0 + r == cin - 1 && t == taps - 1
+                           && (b + 1) * PYPTO_TILE_K >= cout) {   /* reads w's last element */
+                    for (int k = 0; k < PYPTO_TILE_K; k++)
+                        row[k] = channel[k] < n_co
+                                     ? pypto_bf16_to_float(src[channel[k] * step]) : 0.0f;
+                } else {
+                    for (int q = 0; q < 4; q++) {
+                        const __m256i v = _mm256_mask_i32gather_epi32(
+                            _mm256_setzero_si256(), (const int *)src, at[q], in[q], 2);
+                        _mm256_storeu_ps(row + 8 * q, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+                    }
+                }
+            }
+    }
+}
+#endif
+
 static inline void pypto_tile_pack(const uint16_t *restrict w, int64_t cout, int64_t cin,
                                    int64_t taps, int64_t cb, int form, void *restrict dst)
 {
@@ -199,6 +247,11 @@ static inline void pypto_tile_pack(const uint16_t *restrict w, int64_t cout, int
 #if defined(__AVX512F__)
     if (cin * taps <= INT32_MAX / PYPTO_TILE_K) {   /* the gathers' 32-bit element indexes */
         pypto_tile_pack_rows(w, cout, cin, taps, ci0, rows, form, dst);
+        return;
+    }
+#elif defined(__AVX2__)
+    if (form == PYPTO_TILE_FORM_F32 && cin * taps <= INT32_MAX / PYPTO_TILE_K) {
+        pypto_tile_pack_rows_avx2(w, cout, cin, taps, ci0, rows, (float *)dst);
         return;
     }
 #endif
