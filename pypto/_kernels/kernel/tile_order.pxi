@@ -297,6 +297,14 @@ def tile_buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs
         _tile_free(&g)
 
 
+cdef int64_t _frame_chunk(const TileGeometry *g, int64_t frame_jobs, int threads) noexcept nogil:
+    """Frame jobs a thread takes at once: about 4096 positions' worth, at most 16, and at
+    least four chunks a thread where there are that many jobs."""
+    cdef int64_t positions = g.plane * (PYPTO_TILE_K // 2 if g.form == PYPTO_TILE_FORM_AMX else 1)
+    cdef int64_t chunk = min(16, max(1, 4096 // max(1, positions)))
+    return max(1, min(chunk, frame_jobs // (4 * threads)))
+
+
 cdef void _tile_prepare(const TileGeometry *g, const uint16_t *dy, const uint16_t *w,
                         int64_t job, int64_t n0, bint pack) noexcept nogil:
     """With ``pack``, job j < ch_tiles packs the weight of 16-channel block j; the rest fill
@@ -463,7 +471,7 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
     cdef const uint16_t *dy_p = <const uint16_t *>dy.buf
     cdef const uint16_t *w_p = <const uint16_t *>w.buf
     cdef uint16_t *dx_p = <uint16_t *>dx.buf
-    cdef int64_t job, jobs, item, first, last, macs, wv, n0
+    cdef int64_t job, jobs, item, first, last, macs, wv, n0, packs, frame_jobs, chunk, part
     cdef bint pack
     cdef int threads
     if dy.shape[0] != dx.shape[0] or w.shape[0] != dy.shape[1] or w.shape[1] != dx.shape[1]:
@@ -525,9 +533,18 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
                     PyErr_CheckSignals()
             else:
                 first, last = g.wave_items[wv], g.wave_items[wv + 1]
+                # the pack's jobs one at a time; the frames' in chunks (a 7x7 plane is a job of
+                # ~40 ns, and two threads taking jobs one by one from a shared counter filled
+                # them slower than one thread)
+                packs = g.ch_tiles if pack else 0
+                frame_jobs = jobs - packs
+                chunk = _frame_chunk(&g, frame_jobs, threads)
                 with nogil, parallel(num_threads=threads):
-                    for job in prange(jobs, schedule="dynamic"):
-                        _tile_prepare(&g, dy_p, w_p, job, n0, pack)
+                    for job in prange(packs, schedule="dynamic"):
+                        _tile_prepare(&g, dy_p, w_p, job, n0, True)
+                    for part in prange((frame_jobs + chunk - 1) // chunk, schedule="dynamic"):
+                        for job in range(part * chunk, min(frame_jobs, (part + 1) * chunk)):
+                            _tile_prepare(&g, dy_p, w_p, job, n0, False)
                 with nogil, parallel(num_threads=threads):
                     for item in prange(first, last, schedule="dynamic"):
                         if pypto_stopped(stop):
