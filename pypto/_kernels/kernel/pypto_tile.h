@@ -394,12 +394,13 @@ enum { PYPTO_TV = 4, PYPTO_TM = 2, PYPTO_TNV = 2 };
 
 /* The fp32 emulation's B operand of one K step for a pair of pixel tiles (b[px]: the step's
  * first pair plane at tile px's first pixel): even[s][32] and odd[s][32] hold channels 2s and
- * 2s + 1 of the block, pixels 0-15 from tile 0 and 16-31 from tile 1 (n_px 2). Once a step, so
- * the register blocks read fp32 from L1 and the frames stay bf16 (half the memory traffic). */
+ * 2s + 1 of the block for s below `slots`, pixels 0-15 from tile 0 and 16-31 from tile 1
+ * (n_px 2). Once a step, so the register blocks read fp32 from L1 and the frames stay bf16
+ * (half the memory traffic). */
 static inline void pypto_tile_split(const uint32_t *const *b, int n_px, int64_t plane,
-                                    float *restrict even, float *restrict odd)
+                                    float *restrict even, float *restrict odd, int slots)
 {
-    for (int s = 0; s < PYPTO_TILE_K / 2; s++)
+    for (int s = 0; s < slots; s++)   /* the planes the chains read */
         for (int px = 0; px < n_px; px++) {
             const uint32_t *restrict from = b[px] + s * plane;
             float *restrict e = even + s * 2 * PYPTO_TILE_PX + px * PYPTO_TILE_PX;
@@ -534,13 +535,14 @@ enum { PYPTO_TILE_READ_SLACK = 64 };
  * and a product may round): a: the step's 16 x 32 weights (E slots, then O slots); even, odd:
  * the split B at the tile's first pixel, rows 32 apart. */
 static inline void pypto_tile_step_scalar(const float *restrict a, const float *restrict even,
-                                          const float *restrict odd, float *restrict c)
+                                          const float *restrict odd, float *restrict c,
+                                          int slots)
 {
     const int half = PYPTO_TILE_K / 2;
     for (int m = 0; m < PYPTO_TILE_CH; m++)
         for (int n = 0; n < PYPTO_TILE_PX; n++) {
             float e = 0.0f, o = 0.0f;
-            for (int s = 0; s < half; s++) {
+            for (int s = 0; s < slots; s++) {
                 e = fmaf(a[m * PYPTO_TILE_K + s], even[s * 2 * PYPTO_TILE_PX + n], e);
                 o = fmaf(a[m * PYPTO_TILE_K + half + s], odd[s * 2 * PYPTO_TILE_PX + n], o);
             }
@@ -550,17 +552,17 @@ static inline void pypto_tile_step_scalar(const float *restrict a, const float *
 
 #ifdef PYPTO_TILE_CHAINS_APART
 /* One chain of the K step (a: PYPTO_TM channels' weights for it, 32 floats apart; b: its split
- * B) over its 16 slots for PYPTO_TM channels x nv pixel vectors, from +0, into x */
+ * B) over its first `slots` slots for PYPTO_TM channels x nv pixel vectors, from +0, into x */
 static inline __attribute__((always_inline)) void
 pypto_tile_chains(const float *restrict a, const float *restrict b, const int *v,
-                  pypto_tv x[PYPTO_TM][PYPTO_TNV], const int nv)
+                  pypto_tv x[PYPTO_TM][PYPTO_TNV], const int nv, const int slots)
 {
     const int row = 2 * PYPTO_TILE_PX;
     for (int m = 0; m < PYPTO_TM; m++)
         for (int j = 0; j < PYPTO_TNV; j++)
             x[m][j] = PYPTO_TV_ZERO();
 #pragma GCC unroll 4
-    for (int s = 0; s < PYPTO_TILE_K / 2; s++) {
+    for (int s = 0; s < slots; s++) {
         pypto_tv bv[PYPTO_TNV];
         for (int j = 0; j < nv; j++)
             bv[j] = PYPTO_TV_LOAD(b + s * row + v[j]);
@@ -576,19 +578,21 @@ pypto_tile_chains(const float *restrict a, const float *restrict b, const int *v
 #ifndef PYPTO_TV_NONE
 /* One K step of PYPTO_TM channels (a: the first one's row of the step's weights) x nv pixel
  * vectors of the split B (even + v[j], odd + v[j]; rows 32 apart) into C (cp[j]; channel rows
- * PYPTO_TILE_PX apart): E and O chains in registers, then C += E + O. */
+ * PYPTO_TILE_PX apart): E and O chains in registers over their first `slots` slots, then
+ * C += E + O. */
 static inline __attribute__((always_inline)) void
 pypto_tile_step_f32(const float *restrict a, const float *restrict even,
-                    const float *restrict odd, const int *v, float *const *cp, const int nv)
+                    const float *restrict odd, const int *v, float *const *cp, const int nv,
+                    const int slots)
 {
 #ifdef PYPTO_TILE_CHAINS_APART   /* E to the stack (L1), then O; each element's sums unchanged */
     pypto_tv e[PYPTO_TM][PYPTO_TNV], o[PYPTO_TM][PYPTO_TNV];
-    pypto_tile_chains(a, even, v, e, nv);
+    pypto_tile_chains(a, even, v, e, nv, slots);
     float kept[PYPTO_TM * PYPTO_TNV * PYPTO_TV];
     for (int m = 0; m < PYPTO_TM; m++)
         for (int j = 0; j < nv; j++)
             PYPTO_TV_STORE(kept + (m * PYPTO_TNV + j) * PYPTO_TV, e[m][j]);
-    pypto_tile_chains(a + PYPTO_TILE_K / 2, odd, v, o, nv);
+    pypto_tile_chains(a + PYPTO_TILE_K / 2, odd, v, o, nv, slots);
     for (int m = 0; m < PYPTO_TM; m++)
         for (int j = 0; j < nv; j++) {
             float *to = cp[j] + m * PYPTO_TILE_PX;
@@ -603,7 +607,7 @@ pypto_tile_step_f32(const float *restrict a, const float *restrict even,
         for (int j = 0; j < PYPTO_TNV; j++)
             e[m][j] = o[m][j] = PYPTO_TV_ZERO();
 #pragma GCC unroll 4
-    for (int s = 0; s < half; s++) {
+    for (int s = 0; s < slots; s++) {
         pypto_tv ev[PYPTO_TNV], ov[PYPTO_TNV];
         for (int j = 0; j < nv; j++) {
             ev[j] = PYPTO_TV_LOAD(even + s * row + v[j]);
@@ -635,7 +639,7 @@ pypto_tile_step_f32(const float *restrict a, const float *restrict even,
  * pixels). Only where nothing can be subnormal (the instruction flushes). */
 static inline __attribute__((always_inline)) void
 pypto_tile_step_dot(const uint32_t *restrict a, const uint32_t *const *bp, float *const *cp,
-                    int64_t plane, const int nv)
+                    int64_t plane, const int nv, const int quarters)
 {
     const int quarter = PYPTO_TILE_K / 4, half = PYPTO_TILE_K / 2;
     __m512 e[PYPTO_TM][PYPTO_TNV], o[PYPTO_TM][PYPTO_TNV];
@@ -643,7 +647,7 @@ pypto_tile_step_dot(const uint32_t *restrict a, const uint32_t *const *bp, float
         for (int j = 0; j < PYPTO_TNV; j++)
             e[m][j] = o[m][j] = _mm512_setzero_ps();
 #pragma GCC unroll 4
-    for (int s = 0; s < quarter; s++) {
+    for (int s = 0; s < quarters; s++) {
         __m512bh ev[PYPTO_TNV], ov[PYPTO_TNV];
         for (int j = 0; j < nv; j++) {
             ev[j] = (__m512bh)_mm512_loadu_si512(bp[j] + s * plane);
@@ -668,10 +672,10 @@ pypto_tile_step_dot(const uint32_t *restrict a, const uint32_t *const *bp, float
 #endif
 
 /* One K step of a pair of pixel tiles for one channel tile (a: the step's weights), emulated in
- * fp32 from the split B. */
-static inline void pypto_tile_step_tiles_f32(const float *restrict a, const float *even,
-                                             const float *odd, int n_px, float *pair_c,
-                                             int exact)
+ * fp32 from the split B, the chains over their first `slots` slots. */
+static inline __attribute__((always_inline)) void
+pypto_tile_step_tiles_n(const float *restrict a, const float *even, const float *odd, int n_px,
+                        float *pair_c, int exact, const int slots)
 {
     const int64_t tile = PYPTO_TILE_CH * PYPTO_TILE_PX;
 #ifndef PYPTO_TV_NONE
@@ -682,9 +686,9 @@ static inline void pypto_tile_step_tiles_f32(const float *restrict a, const floa
             const int v[2] = {0, PYPTO_TILE_PX};
             float *cp[2] = {pair_c + m * PYPTO_TILE_PX, pair_c + tile + m * PYPTO_TILE_PX};
             if (n_px == 2)
-                pypto_tile_step_f32(am, even, odd, v, cp, 2);
+                pypto_tile_step_f32(am, even, odd, v, cp, 2, slots);
             else
-                pypto_tile_step_f32(am, even, odd, v, cp, 1);
+                pypto_tile_step_f32(am, even, odd, v, cp, 1, slots);
 #else
             for (int px = 0; px < n_px; px++)
                 for (int x = 0; x < PYPTO_TILE_PX; x += PYPTO_TILE_BLOCK_PX) {
@@ -694,7 +698,7 @@ static inline void pypto_tile_step_tiles_f32(const float *restrict a, const floa
                         v[j] = px * PYPTO_TILE_PX + x + j * PYPTO_TV;
                         cp[j] = pair_c + px * tile + m * PYPTO_TILE_PX + x + j * PYPTO_TV;
                     }
-                    pypto_tile_step_f32(am, even, odd, v, cp, PYPTO_TNV);
+                    pypto_tile_step_f32(am, even, odd, v, cp, PYPTO_TNV, slots);
                 }
 #endif
         }
@@ -704,7 +708,20 @@ static inline void pypto_tile_step_tiles_f32(const float *restrict a, const floa
     (void)exact;
     for (int px = 0; px < n_px; px++)
         pypto_tile_step_scalar(a, even + px * PYPTO_TILE_PX, odd + px * PYPTO_TILE_PX,
-                               pair_c + px * tile);
+                               pair_c + px * tile, slots);
+}
+
+/* A co block's chains need only the slots of its channels below Cout (a padded channel's
+ * products are +0, and a chain from +0 is never -0, so adding them changes no bit): a whole
+ * block's 16 with the count a constant, a short last block's fewer. */
+static inline void pypto_tile_step_tiles_f32(const float *restrict a, const float *even,
+                                             const float *odd, int n_px, float *pair_c,
+                                             int exact, int slots)
+{
+    if (slots == PYPTO_TILE_K / 2)
+        pypto_tile_step_tiles_n(a, even, odd, n_px, pair_c, exact, PYPTO_TILE_K / 2);
+    else
+        pypto_tile_step_tiles_n(a, even, odd, n_px, pair_c, exact, slots);
 }
 
 /* pypto_tile_run_amx's contract, emulated: a[ch] the channel tiles' packed weights and b[t] the
@@ -721,13 +738,19 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch,
                                            int64_t blocks, int64_t taps,
                                            const int64_t *tap_index, const int64_t *tap_offset,
                                            int64_t n_taps, int64_t plane, float *restrict c,
-                                           float *restrict scratch, int form, int exact)
+                                           float *restrict scratch, int form, int exact,
+                                           int64_t cout)
 {
     const int64_t tile = PYPTO_TILE_CH * PYPTO_TILE_PX;
     float *even = scratch, *odd = scratch + PYPTO_TILE_K * PYPTO_TILE_PX;
     memset(c, 0, (size_t)((n_tiles + 1) / 2) * 4 * (size_t)tile * sizeof(float));
     (void)form;
-    for (int64_t blk = 0; blk < blocks; blk++)
+    for (int64_t blk = 0; blk < blocks; blk++) {
+        /* the block's channels below Cout: the chains' slots that hold one (F32: channels
+         * 2s and 2s + 1 in slot s; dot: 4s .. 4s + 3 in quarter s) */
+        const int n_co = (int)(cout - blk * PYPTO_TILE_K < PYPTO_TILE_K ? cout - blk * PYPTO_TILE_K
+                                                                         : PYPTO_TILE_K);
+        const int slots = (n_co + 1) / 2;
         for (int64_t i = 0; i < n_taps; i++) {
             const int64_t a_at = (blk * taps + tap_index[i]) * PYPTO_TILE_A_ELEMS;
             const int64_t b_at = blk * (PYPTO_TILE_K / 2) * plane + tap_offset[i];
@@ -755,10 +778,13 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch,
                                                  + m * (PYPTO_TILE_K / 2);
                             float *cp[2] = {pair + ch * 2 * tile + m * PYPTO_TILE_PX,
                                             pair + (ch * 2 + 1) * tile + m * PYPTO_TILE_PX};
-                            if (n_px == 2)
-                                pypto_tile_step_dot(am, bp, cp, step_plane, 2);
+                            const int quarters = (n_co + 3) / 4;
+                            if (n_px == 2 && quarters == PYPTO_TILE_K / 4)
+                                pypto_tile_step_dot(am, bp, cp, step_plane, 2, PYPTO_TILE_K / 4);
+                            else if (n_px == 2)
+                                pypto_tile_step_dot(am, bp, cp, step_plane, 2, quarters);
                             else
-                                pypto_tile_step_dot(am, bp, cp, step_plane, 1);
+                                pypto_tile_step_dot(am, bp, cp, step_plane, 1, quarters);
                         }
                     continue;
                 }
@@ -768,12 +794,13 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch,
                     pypto_tile_split_runs(runs, p, n_px, b_at, plane, even, odd);
                 else
 #endif
-                    pypto_tile_split(bp, n_px, plane, even, odd);
+                    pypto_tile_split(bp, n_px, plane, even, odd, slots);
                 for (int ch = 0; ch < n_ch; ch++)
                     pypto_tile_step_tiles_f32((const float *)a[ch] + a_at, even, odd, n_px,
-                                              pair + ch * 2 * tile, exact);
+                                              pair + ch * 2 * tile, exact, slots);
             }
         }
+    }
 }
 
 /* ---- the tile unit ----------------------------------------------------------------------- */

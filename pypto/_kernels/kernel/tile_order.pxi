@@ -36,7 +36,7 @@ cdef extern from "pypto_tile.h" nogil:
                                  int64_t taps,
                                  const int64_t *tap_index, const int64_t *tap_offset,
                                  int64_t n_taps, int64_t plane, float *c, float *scratch,
-                                 int form, int exact)
+                                 int form, int exact, int64_t cout)
     void pypto_amx_begin()
     void pypto_amx_end()
     void pypto_tile_run_amx(const uint16_t *const *a, int n_ch, const uint32_t *const *b,
@@ -379,7 +379,7 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
             pypto_tile_run_emulated(a, n_ch, b, &runs if g.dense else NULL, n_tiles, g.blocks,
                                     g.taps, g.tap_index + run_ph * g.taps,
                                     g.tap_offset + run_ph * g.taps, g.n_taps[run_ph], g.plane,
-                                    c + p * c_phase, split, g.form, g.exact)
+                                    c + p * c_phase, split, g.form, g.exact, g.cout)
     if g.use_amx:
         pypto_amx_end()
     for t in range(n_tiles):   # C tile (ch, t): pair t // 2, slot ch * 2 + t % 2
