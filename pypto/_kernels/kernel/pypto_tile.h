@@ -636,14 +636,17 @@ pypto_tile_step_f32(const float *restrict a, const float *restrict even,
  * rounded as an FMA: pair planes 0-7 hold the E chain two steps at a time (channels 4s in the
  * odd slot, 4s + 2 in the even one), planes 8-15 the O chain (4s + 1, 4s + 3); the weight rows
  * the same pairs. The frames are read as they are (bp[j]: the step's first plane at vector j's
- * pixels). Only where nothing can be subnormal (the instruction flushes). */
+ * pixels). Only where nothing can be subnormal (the instruction flushes). Its register block
+ * keeps E and O together, PYPTO_DOT_TM channels x 2 tiles: 16 chains (the fp32 form's 8
+ * channels would be 32 chains, more than the registers: 4% slower with the spills). */
+enum { PYPTO_DOT_TM = 4 };
 static inline __attribute__((always_inline)) void
 pypto_tile_step_dot(const uint32_t *restrict a, const uint32_t *const *bp, float *const *cp,
                     int64_t plane, const int nv, const int quarters)
 {
     const int quarter = PYPTO_TILE_K / 4, half = PYPTO_TILE_K / 2;
-    __m512 e[PYPTO_TM][PYPTO_TNV], o[PYPTO_TM][PYPTO_TNV];
-    for (int m = 0; m < PYPTO_TM; m++)
+    __m512 e[PYPTO_DOT_TM][PYPTO_TNV], o[PYPTO_DOT_TM][PYPTO_TNV];
+    for (int m = 0; m < PYPTO_DOT_TM; m++)
         for (int j = 0; j < PYPTO_TNV; j++)
             e[m][j] = o[m][j] = _mm512_setzero_ps();
 #pragma GCC unroll 4
@@ -653,7 +656,7 @@ pypto_tile_step_dot(const uint32_t *restrict a, const uint32_t *const *bp, float
             ev[j] = (__m512bh)_mm512_loadu_si512(bp[j] + s * plane);
             ov[j] = (__m512bh)_mm512_loadu_si512(bp[j] + (quarter + s) * plane);
         }
-        for (int m = 0; m < PYPTO_TM; m++) {
+        for (int m = 0; m < PYPTO_DOT_TM; m++) {
             const __m512bh ae = (__m512bh)_mm512_set1_epi32((int)a[m * half + s]);
             const __m512bh ao = (__m512bh)_mm512_set1_epi32((int)a[m * half + quarter + s]);
             for (int j = 0; j < nv; j++) {
@@ -662,7 +665,7 @@ pypto_tile_step_dot(const uint32_t *restrict a, const uint32_t *const *bp, float
             }
         }
     }
-    for (int m = 0; m < PYPTO_TM; m++)
+    for (int m = 0; m < PYPTO_DOT_TM; m++)
         for (int j = 0; j < nv; j++) {
             float *to = cp[j] + m * PYPTO_TILE_PX;
             _mm512_storeu_ps(to, _mm512_add_ps(_mm512_loadu_ps(to),
@@ -773,7 +776,7 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch,
                         step_plane = 2 * PYPTO_TILE_PX;
                     }
                     for (int ch = 0; ch < n_ch; ch++)
-                        for (int m = 0; m < PYPTO_TILE_CH; m += PYPTO_TM) {
+                        for (int m = 0; m < PYPTO_TILE_CH; m += PYPTO_DOT_TM) {
                             const uint32_t *am = (const uint32_t *)a[ch] + a_at / 2
                                                  + m * (PYPTO_TILE_K / 2);
                             float *cp[2] = {pair + ch * 2 * tile + m * PYPTO_TILE_PX,
