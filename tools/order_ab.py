@@ -1,0 +1,91 @@
+"""Time bf16 in sum_order "tile" layer by layer on the layers of ``python -m pypto.bench
+--networks``: against the sequential order of the same build, or (``--old``) against another
+build's tile order, in one process, alternating call by call.
+
+    PYPTO_CPU_ISA=avx2 python tools/order_ab.py --networks resnet50 --threads 2
+    PYPTO_CPU_ISA=avx2 python tools/order_ab.py --old /tmp/old --networks resnet50 --threads 2
+
+The tile order runs as the emulation (``dgrad_tile`` with the tile unit off; ``--tile-unit``
+lets it serve where the process may use it). ``--old`` is a folder holding another build's
+kernel modules (``cp pypto/_kernels/kernel/dgrad_*.so /tmp/old/`` before the change); both
+builds must give the same bits (checked on each layer). Per layer the best of ``--calls``,
+after a warm-up; totals weight each layer by its count. This VM moved whole-network runs by
+several percent between minutes: the ratios of one run, taken call by call, are what to trust.
+"""
+
+import argparse
+import glob
+import importlib.machinery
+import importlib.util
+import os
+import time
+from functools import partial
+
+import numpy as np
+from kernel_shapes import add_layer_options, layer_calls  # this folder, on sys.path
+
+from pypto._kernels import dispatch
+
+
+def _load(folder, module_name):
+    """The kernel module ``module_name`` built into ``folder``, loaded under its own file."""
+    leaf = module_name.rsplit(".", 1)[1]
+    found = glob.glob(os.path.join(folder, leaf + ".*so"))
+    if not found:
+        raise SystemExit(f"order_ab: no {leaf} build in {folder}")
+    loader = importlib.machinery.ExtensionFileLoader(module_name, found[0])
+    module = importlib.util.module_from_spec(
+        importlib.util.spec_from_file_location(module_name, found[0], loader=loader)
+    )
+    loader.exec_module(module)
+    return module
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_layer_options(parser)
+    parser.add_argument("--old", help="a folder with another build's kernel modules")
+    parser.add_argument("--calls", type=int, default=3)
+    parser.add_argument("--tile-unit", action="store_true", help="let the AMX unit serve")
+    args = parser.parse_args()
+    args.dtype = "bf16"
+    kernel = dispatch._kernel()
+    use_unit = args.tile_unit and dispatch.tile_unit_usable(kernel)
+    old = _load(args.old, kernel.__name__) if args.old else None
+    labels = ("old tile", "new tile") if old else ("sequential", "tile")
+    print(f"{kernel.__name__}, {args.threads} thread(s), tile unit {use_unit}: {labels}")
+    totals = [0.0, 0.0]
+    for net_name, layers in layer_calls(args):
+        for layer, _, arguments in layers:
+            dy, w, out, _, attrs, _, _, threads = arguments
+            outs = (out.copy(), out.copy())
+            tile = (dy, w), (attrs, threads, use_unit)
+            runs = (
+                (partial(old.dgrad_tile, *tile[0], outs[0], *tile[1]) if old
+                 else partial(kernel.dgrad, *arguments)),
+                partial(kernel.dgrad_tile, *tile[0], outs[1], *tile[1]),
+            )  # fmt: skip
+            for run in runs:
+                run()
+            if old and not np.array_equal(*outs):
+                raise SystemExit(f"order_ab: {layer.name}: the builds' bits differ")
+            best = [float("inf")] * 2
+            for call in range(args.calls):
+                for i in (0, 1) if call % 2 == 0 else (1, 0):
+                    start = time.perf_counter()
+                    runs[i]()
+                    best[i] = min(best[i], time.perf_counter() - start)
+            for i in (0, 1):
+                totals[i] += best[i] * layer.count * 1e3
+            print(
+                f"{net_name:14s} {layer.name:34s} x{layer.count:<2d} {best[0] * 1e3:9.3f} ms "
+                f"{best[1] * 1e3:9.3f} ms  {best[1] / best[0]:.3f}"
+            )
+    print(
+        f"total (each layer times its count): {labels[0]} {totals[0]:.1f} ms, {labels[1]} "
+        f"{totals[1]:.1f} ms, ratio {totals[1] / totals[0]:.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
