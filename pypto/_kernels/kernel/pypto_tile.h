@@ -186,46 +186,43 @@ static inline void pypto_tile_pack_rows(const uint16_t *restrict w, int64_t cout
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
 /* pypto_tile_pack in PYPTO_TILE_FORM_F32 on AVX2: each weight row (co block b, tap t, input
- * channel r), the block's even channels then its odd ones, from four 8-lane 32-bit gathers
- * (the element in each lane's low half, widened to fp32), written whole; a row that reads w's
- * last element is copied one by one, so that nothing past w is read. */
+ * channel r), the block's even channels then its odd ones, 8 slots at a time from 8 scalar
+ * loads placed in a vector (widened to fp32 by a shift), written whole; the lanes past Cout
+ * read nothing. Not vpgatherdd: QEMU 7.2's Haswell (the CI's stand-in for AVX2 CPUs) gave
+ * wrong lanes from this function's gathers, though not from a small test's. */
 static inline void pypto_tile_pack_rows_avx2(const uint16_t *restrict w, int64_t cout,
                                              int64_t cin, int64_t taps, int64_t ci0, int rows,
                                              float *restrict dst)
 {
     const int64_t blocks = (cout + PYPTO_TILE_K - 1) / PYPTO_TILE_K;
     const int64_t step = cin * taps;   /* between two channels of w */
-    int32_t channel[PYPTO_TILE_K];     /* of each slot */
+    int64_t at[PYPTO_TILE_K];          /* of each slot's channel, from the block's first */
     for (int k = 0; k < PYPTO_TILE_K; k++)
-        channel[k] = pypto_tile_slot_channel(PYPTO_TILE_FORM_F32, k, 0);
-    __m256i ch[4], at[4];
-    for (int q = 0; q < 4; q++) {
-        ch[q] = _mm256_loadu_si256((const __m256i *)(channel + 8 * q));
-        at[q] = _mm256_mullo_epi32(ch[q], _mm256_set1_epi32((int)step));
-    }
+        at[k] = pypto_tile_slot_channel(PYPTO_TILE_FORM_F32, k, 0) * step;
     for (int64_t b = 0; b < blocks; b++) {
         const int n_co = (int)(cout - b * PYPTO_TILE_K < PYPTO_TILE_K ? cout - b * PYPTO_TILE_K
                                                                        : PYPTO_TILE_K);
-        __m256i in[4];   /* the lanes whose channel is below Cout */
-        for (int q = 0; q < 4; q++)
-            in[q] = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_co), ch[q]);
         for (int r = 0; r < PYPTO_TILE_CH; r++)
             for (int64_t t = 0; t < taps; t++) {
                 float *row = dst + (b * taps + t) * PYPTO_TILE_A_ELEMS + r * PYPTO_TILE_K;
                 const uint16_t *src = w + (b * PYPTO_TILE_K * cin + ci0 + r) * taps + t;
                 if (r >= rows) {
                     memset(row, 0, PYPTO_TILE_K * sizeof(float));
-                } else if (ci0 + r == cin - 1 && t == taps - 1
-                           && (b + 1) * PYPTO_TILE_K >= cout) {   /* reads w's last element */
-                    for (int k = 0; k < PYPTO_TILE_K; k++)
-                        row[k] = channel[k] < n_co
-                                     ? pypto_bf16_to_float(src[channel[k] * step]) : 0.0f;
-                } else {
-                    for (int q = 0; q < 4; q++) {
-                        const __m256i v = _mm256_mask_i32gather_epi32(
-                            _mm256_setzero_si256(), (const int *)src, at[q], in[q], 2);
-                        _mm256_storeu_ps(row + 8 * q, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+                    continue;
+                }
+                for (int q = 0; q < PYPTO_TILE_K; q += 8) {
+                    uint32_t v[8];
+                    for (int l = 0; l < 8; l++) {
+                        const int k = q + l;   /* slot k's channel is below Cout: read it */
+                        v[l] = pypto_tile_slot_channel(PYPTO_TILE_FORM_F32, k, 0) < n_co
+                                   ? src[at[k]] : 0u;
                     }
+                    _mm256_storeu_ps(row + q, _mm256_castsi256_ps(_mm256_slli_epi32(
+                                                  _mm256_setr_epi32((int)v[0], (int)v[1],
+                                                                    (int)v[2], (int)v[3],
+                                                                    (int)v[4], (int)v[5],
+                                                                    (int)v[6], (int)v[7]),
+                                                  16)));
                 }
             }
     }
