@@ -64,6 +64,13 @@ static inline int pypto_tile_slot_channel(int form, int k, int frame)
     return k;
 }
 
+/* Channels of co block b below Cout (32 but in a short last block) */
+static inline int pypto_tile_block_channels(int64_t cout, int64_t b)
+{
+    const int64_t left = cout - b * PYPTO_TILE_K;
+    return (int)(left < PYPTO_TILE_K ? left : PYPTO_TILE_K);
+}
+
 /* The packed weight of input channels 16 cb .. 16 cb + 15, every co block and tap:
  * dst[(b * taps + t) * 512 + r * 32 + k] = w[32 b + slot_channel(k, 0)][16 cb + r][t], 0 past
  * Cout or Cin; bf16, or fp32 in PYPTO_TILE_FORM_F32; in PYPTO_TILE_FORM_AMX the same elements
@@ -148,8 +155,7 @@ static inline void pypto_tile_pack_rows(const uint16_t *restrict w, int64_t cout
     const __m512i second_at = _mm512_mullo_epi32(second_ch, _mm512_set1_epi32((int)step));
     const __m512i zero = _mm512_setzero_si512();
     for (int64_t b = 0; b < blocks; b++) {
-        const int n_co = (int)(cout - b * PYPTO_TILE_K < PYPTO_TILE_K ? cout - b * PYPTO_TILE_K
-                                                                       : PYPTO_TILE_K);
+        const int n_co = pypto_tile_block_channels(cout, b);
         const __m512i n = _mm512_set1_epi32(n_co);
         const __mmask16 first_in = _mm512_cmplt_epi32_mask(first_ch, n);
         const __mmask16 second_in = _mm512_cmplt_epi32_mask(second_ch, n);
@@ -200,8 +206,7 @@ static inline void pypto_tile_pack_rows_avx2(const uint16_t *restrict w, int64_t
     for (int k = 0; k < PYPTO_TILE_K; k++)
         at[k] = pypto_tile_slot_channel(PYPTO_TILE_FORM_F32, k, 0) * step;
     for (int64_t b = 0; b < blocks; b++) {
-        const int n_co = (int)(cout - b * PYPTO_TILE_K < PYPTO_TILE_K ? cout - b * PYPTO_TILE_K
-                                                                       : PYPTO_TILE_K);
+        const int n_co = pypto_tile_block_channels(cout, b);
         for (int r = 0; r < PYPTO_TILE_CH; r++)
             for (int64_t t = 0; t < taps; t++) {
                 float *row = dst + (b * taps + t) * PYPTO_TILE_A_ELEMS + r * PYPTO_TILE_K;
@@ -247,7 +252,7 @@ static inline void pypto_tile_pack(const uint16_t *restrict w, int64_t cout, int
         return;
     }
 #elif defined(__AVX2__)
-    if (form == PYPTO_TILE_FORM_F32 && cin * taps <= INT32_MAX / PYPTO_TILE_K) {
+    if (form == PYPTO_TILE_FORM_F32) {
         pypto_tile_pack_rows_avx2(w, cout, cin, taps, ci0, rows, (float *)dst);
         return;
     }
@@ -494,7 +499,8 @@ static inline void pypto_tile_split_runs(const pypto_tile_runs *runs, int t, int
     const __m256i lane = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
     const int group = PYPTO_TILE_K / 4;   /* planes a pass */
     for (int px = 0; px < n_px; px++)
-        for (int h = 0; h < PYPTO_TILE_PX; h += 8)
+        for (int h = 0; h < PYPTO_TILE_PX; h += 8) {
+            const __m256i at = _mm256_add_epi32(lane, _mm256_set1_epi32(h));   /* lanes' x */
             for (int s0 = 0; s0 < PYPTO_TILE_K / 2; s0 += group) {
                 __m256i v[PYPTO_TILE_K / 4];
                 for (int s = 0; s < group; s++)
@@ -503,7 +509,6 @@ static inline void pypto_tile_split_runs(const pypto_tile_runs *runs, int t, int
                     const int x = runs->x[t + px][k], end = x + runs->len[t + px][k];
                     if (end <= h || x >= h + 8)
                         continue;
-                    const __m256i at = _mm256_add_epi32(lane, _mm256_set1_epi32(h));
                     const __m256i keep = _mm256_andnot_si256(
                         _mm256_cmpgt_epi32(_mm256_set1_epi32(x), at),
                         _mm256_cmpgt_epi32(_mm256_set1_epi32(end), at));
@@ -520,6 +525,7 @@ static inline void pypto_tile_split_runs(const pypto_tile_runs *runs, int t, int
                     _mm256_storeu_ps(odd + to, _mm256_castsi256_ps(_mm256_and_si256(v[s], high)));
                 }
             }
+        }
 }
 #else
 enum { PYPTO_TILE_DENSE_FAST = 0 };
@@ -748,8 +754,7 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch,
     for (int64_t blk = 0; blk < blocks; blk++) {
         /* the block's channels below Cout: the chains' slots that hold one (F32: channels
          * 2s and 2s + 1 in slot s; dot: 4s .. 4s + 3 in quarter s) */
-        const int n_co = (int)(cout - blk * PYPTO_TILE_K < PYPTO_TILE_K ? cout - blk * PYPTO_TILE_K
-                                                                         : PYPTO_TILE_K);
+        const int n_co = pypto_tile_block_channels(cout, blk);
         const int slots = (n_co + 1) / 2;
         for (int64_t i = 0; i < n_taps; i++) {
             const int64_t a_at = (blk * taps + tap_index[i]) * PYPTO_TILE_A_ELEMS;
@@ -764,6 +769,7 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch,
                 }
 #ifdef PYPTO_ISA_AVX512BF16
                 if (form == PYPTO_TILE_FORM_DOT) {
+                    const int quarters = (n_co + 3) / 4;
                     int64_t step_plane = plane;
                     if (runs != NULL) {   /* dense: the pairs gathered, 32 positions a plane */
                         uint32_t *pairs = (uint32_t *)scratch;
@@ -778,7 +784,6 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch,
                                                  + m * (PYPTO_TILE_K / 2);
                             float *cp[2] = {pair + ch * 2 * tile + m * PYPTO_TILE_PX,
                                             pair + (ch * 2 + 1) * tile + m * PYPTO_TILE_PX};
-                            const int quarters = (n_co + 3) / 4;
                             if (n_px == 2 && quarters == PYPTO_TILE_K / 4)
                                 pypto_tile_step_dot(am, bp, cp, step_plane, 2, PYPTO_TILE_K / 4);
                             else if (n_px == 2)
@@ -866,7 +871,7 @@ static inline void pypto_tile_frame_block(const uint16_t *restrict dy, int64_t c
 {
     static const uint16_t zeros[PYPTO_TILE_PX];
     const int64_t co0 = b * PYPTO_TILE_K, area = hout * wout;
-    const int n_co = (int)(cout - co0 < PYPTO_TILE_K ? cout - co0 : PYPTO_TILE_K);
+    const int n_co = pypto_tile_block_channels(cout, b);
     pypto_tile_frame_halo(block, PYPTO_TILE_K * sizeof(uint16_t), top, left, hout, wout, hf, wf);
     for (int64_t h = 0; h < hout; h++) {
         uint16_t *row = block + ((top + h) * wf + left) * PYPTO_TILE_K;
