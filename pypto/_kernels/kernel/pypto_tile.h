@@ -1039,6 +1039,18 @@ static inline void pypto_tile_write(const float *restrict c, int64_t n_ch, int64
             x += run;
             continue;
         }
+#elif defined(__AVX2__)
+        if (col_step == 1 && valid >= 8) {   /* 8 values, then the run's last 8 (overlapping) */
+            for (int64_t m = 0; m < n_ch; m++) {
+                const float *from = c + m * PYPTO_TILE_PX + x;
+                uint16_t *to = out + m * ch_stride;
+                _mm_storeu_si128((__m128i *)to, pypto_narrow8(_mm256_loadu_ps(from), PYPTO_BF16));
+                _mm_storeu_si128((__m128i *)(to + valid - 8),
+                                 pypto_narrow8(_mm256_loadu_ps(from + valid - 8), PYPTO_BF16));
+            }
+            x += run;
+            continue;
+        }
 #endif
         for (int64_t m = 0; m < n_ch; m++) {
             const float *from = c + m * PYPTO_TILE_PX + x;

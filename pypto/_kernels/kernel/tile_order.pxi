@@ -386,6 +386,9 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
         for ch in range(n_ch):
             ci0 = (2 * cb + ch) * PYPTO_TILE_CH
             slot = ((t // 2) * 4 + ch * 2 + t % 2) * PYPTO_TILE_CH * PYPTO_TILE_PX
+            if g.dense and g.sh == 1 and g.sw == 1:
+                _write_contiguous(g, c + slot, ci0, first + t * PYPTO_TILE_PX, end, dx)
+                continue
             if g.dense:
                 for k in range(runs.n[t]):
                     _write_run(g, c + slot, c_phase, phases, ci0, grid, rh, rw,
@@ -423,6 +426,21 @@ cdef void _dense_runs(const TileGeometry *g, int64_t grid, int64_t first, int64_
             runs.n[t] += 1
             x += <int>length
             pos += length
+
+
+cdef void _write_contiguous(const TileGeometry *g, const float *c, int64_t ci0, int64_t pos,
+                            int64_t end, uint16_t *dx) noexcept nogil:
+    """A dense C tile of a stride-1 call (positions pos .. below end) rounded into dx: there a
+    phase's pixels are dx's own, so the tile is one run of dx a channel (two where it crosses
+    into the next image), not a run a row."""
+    cdef int64_t area = g.hin * g.win, n_ch = min(PYPTO_TILE_CH, g.cin - ci0)
+    cdef int64_t x = 0, limit = min(<int64_t>PYPTO_TILE_PX, end - pos), n, length
+    while x < limit:
+        n = (pos + x) // area
+        length = min(limit - x, area - (pos + x) % area)
+        pypto_tile_write(c + x, n_ch, 0, length, length, 1,
+                         dx + (n * g.cin + ci0) * area + (pos + x) % area, 0, 1, area)
+        x += length
 
 
 cdef void _write_run(const TileGeometry *g, const float *c, int64_t c_phase, int phases,
