@@ -41,9 +41,13 @@
 #include "pypto_isa.h"
 
 enum { PYPTO_TILE_CH = 16, PYPTO_TILE_PX = 16, PYPTO_TILE_K = 32 };
-/* pixel tiles per work item (even): their results wait in the item's buffer (32 KiB) for the
- * write-out */
-enum { PYPTO_TILE_ITEM_TILES = 16 };
+/* A work item's C tiles wait in its buffer (32 KiB) for the write-out: PYPTO_TILE_ITEM_C of
+ * them, channel tiles x pixel tiles (an even count), at most PYPTO_TILE_ITEM_TILES pixel tiles.
+ * The tile unit's items take 2 channel tiles (its 4 C registers: 2 x 2), the emulation's 4:
+ * each split B (pypto_tile_split) then serves 64 channels, not 32 (ResNet-50's avx2 pass spent
+ * 11% of its time splitting). C tile (ch, pixel tile t) sits at pypto_tile_c_slot. */
+enum { PYPTO_TILE_ITEM_C = 32, PYPTO_TILE_ITEM_TILES = 16 };
+enum { PYPTO_AMX_ITEM_CH = 2, PYPTO_EMU_ITEM_CH = 4 };
 /* K steps (co block, tap) a group of C tiles runs on the tile unit between its loads and
  * stores (pypto_tile_run_amx), in whole co blocks: max(1, this / taps) of them a pass */
 enum { PYPTO_AMX_PASS_STEPS = 8 };
@@ -62,6 +66,13 @@ static inline int pypto_tile_slot_channel(int form, int k, int frame)
         return first + ((k & 1) ? 0 : 2);
     }
     return k;
+}
+
+/* C tile (channel tile ch, pixel tile t) of an item of item_ch channel tiles in its buffer c:
+ * pixel pairs outermost, each pair's tiles (ch, t) at ch * 2 + t % 2 */
+static inline float *pypto_tile_c_slot(float *c, int t, int ch, int item_ch)
+{
+    return c + ((t / 2) * 2 * item_ch + ch * 2 + t % 2) * PYPTO_TILE_CH * PYPTO_TILE_PX;
 }
 
 /* Channels of co block b below Cout (32 but in a short last block) */
@@ -732,13 +743,14 @@ static inline void pypto_tile_step_tiles_f32(const float *restrict a, const floa
 
 /* pypto_tile_run_amx's contract, emulated: a[ch] the channel tiles' packed weights and b[t] the
  * frames at tile t's first pixel, in `form` (PYPTO_TILE_FORM_F32 or _DOT), or (runs not NULL)
- * the tiles in dense positions. K steps outermost:
+ * the tiles in dense positions; C at pypto_tile_c_slot(c, t, ch, item_ch) (n_ch <= item_ch).
+ * K steps outermost:
  * a step reads each of its 16 planes as one run over the item's tiles (a step per pixel pair
  * would stream 16 planes per block and tap at once, more than the hardware prefetchers
  * follow: 1x1 layers of many channels were memory-bound so), while the item's C (32 KiB)
  * stays in cache. scratch: 1024 floats. exact: every product is exact in fp32 (the caller's
  * scan), needed only where the vectors have no FMA. */
-static inline void pypto_tile_run_emulated(const void *const *a, int n_ch,
+static inline void pypto_tile_run_emulated(const void *const *a, int n_ch, int item_ch,
                                            const uint32_t *const *b,
                                            const pypto_tile_runs *runs, int n_tiles,
                                            int64_t blocks, int64_t taps,
@@ -749,7 +761,8 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch,
 {
     const int64_t tile = PYPTO_TILE_CH * PYPTO_TILE_PX;
     float *even = scratch, *odd = scratch + PYPTO_TILE_K * PYPTO_TILE_PX;
-    memset(c, 0, (size_t)((n_tiles + 1) / 2) * 4 * (size_t)tile * sizeof(float));
+    memset(c, 0, (size_t)((n_tiles + 1) / 2) * 2 * (size_t)item_ch * (size_t)tile
+                     * sizeof(float));
     (void)form;
     for (int64_t blk = 0; blk < blocks; blk++) {
         /* the block's channels below Cout: the chains' slots that hold one (F32: channels
@@ -761,7 +774,7 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch,
             const int64_t b_at = blk * (PYPTO_TILE_K / 2) * plane + tap_offset[i];
             for (int p = 0; p < n_tiles; p += 2) {
                 const int n_px = p + 1 < n_tiles ? 2 : 1;
-                float *pair = c + (p / 2) * 4 * tile;
+                float *pair = pypto_tile_c_slot(c, p, 0, item_ch);
                 const uint32_t *bp[2] = {NULL, NULL};
                 if (runs == NULL) {
                     bp[0] = b[p] + b_at;
@@ -895,13 +908,6 @@ static inline void pypto_tile_frame_block(const uint16_t *restrict dy, int64_t c
     }
 }
 
-/* The item's C tiles from p on (a group: n pixel tiles of n_ch channel tiles) in their slots
- * of c: C tile (ch, pixel tile t) at pair t / 2, slot ch * 2 + t % 2 */
-static inline float *pypto_amx_slot(float *c, int t, int ch)
-{
-    return c + ((t / 2) * 4 + ch * 2 + t % 2) * PYPTO_TILE_CH * PYPTO_TILE_PX;
-}
-
 /* Every K step for n_tiles pixel tiles and n_ch channel tiles on the tile unit (between
  * pypto_amx_begin and _end on this thread): b[i] the frames (pypto_tile_frame_block) at tile
  * i's first position, a[ch] the packed weights (PYPTO_TILE_FORM_AMX: pairs of channels, VNNI).
@@ -933,7 +939,7 @@ static inline void pypto_tile_run_amx(const uint16_t *const *a, int n_ch,
             float *cr[4];
             for (int r = 0; r < 4; r++) {
                 const int t = n_ch == 2 ? r % 2 : r, ch = n_ch == 2 ? r / 2 : 0;
-                cr[r] = pypto_amx_slot(c, p + (t < n ? t : 0), ch);
+                cr[r] = pypto_tile_c_slot(c, p + (t < n ? t : 0), ch, PYPTO_AMX_ITEM_CH);
             }
             if (blk0 == 0) {
                 _tile_zero(0);
@@ -981,7 +987,7 @@ static inline void pypto_tile_run_amx(const uint16_t *const *a, int n_ch,
     for (int t = 0; t < n_tiles; t++)   /* positions x channels -> channels x positions */
         for (int ch = 0; ch < n_ch; ch++) {
             __m512i v[16];
-            float *slot = pypto_amx_slot(c, t, ch);
+            float *slot = pypto_tile_c_slot(c, t, ch, PYPTO_AMX_ITEM_CH);
             for (int r = 0; r < 16; r++)
                 v[r] = _mm512_load_si512((const __m512i *)(slot + r * PYPTO_TILE_PX));
             pypto_transpose16(v);

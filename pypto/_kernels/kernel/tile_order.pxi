@@ -1,8 +1,9 @@
 # sum_order "tile" (bf16): dgrad summed in the order of AMX's TDPBF16PS (pypto_tile.h says the
 # order), on the tile unit where this level has one and the caller allows it, else emulated in
-# IEEE fp32 with the same bits. One work item = (32 input channels, stride phase, a run of
-# 16-position tiles of the phase's rows, images one after another); each C tile runs every K
-# step (co block, tap) before its one rounding, so no sum depends on the threads or items.
+# IEEE fp32 with the same bits. One work item = (a block of input channels, 32 on the tile unit
+# and 64 emulated; stride phase; a run of 16-position tiles of the phase's rows, images one
+# after another); each C tile runs every K step (co block, tap) before its one rounding, so no
+# sum depends on the threads or items.
 # Images go in waves: a wave's dy frames are filled, then its items run, so the frames are
 # read while a cache still holds them (a call's frames at once: 1x1 layers of many channels
 # spent a third of their time writing and reading them from memory).
@@ -12,6 +13,9 @@ cdef extern from "pypto_tile.h" nogil:
     enum: PYPTO_TILE_PX
     enum: PYPTO_TILE_K
     enum: PYPTO_TILE_ITEM_TILES
+    enum: PYPTO_TILE_ITEM_C
+    enum: PYPTO_AMX_ITEM_CH
+    enum: PYPTO_EMU_ITEM_CH
     enum: PYPTO_TILE_FORM_AMX
     enum: PYPTO_TILE_FORM_F32
     enum: PYPTO_TILE_FORM_DOT
@@ -31,7 +35,8 @@ cdef extern from "pypto_tile.h" nogil:
         int x[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX]
         int len[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX]
         const uint32_t *src[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX]
-    void pypto_tile_run_emulated(const void *const *a, int n_ch, const uint32_t *const *b,
+    void pypto_tile_run_emulated(const void *const *a, int n_ch, int item_ch,
+                                 const uint32_t *const *b,
                                  const pypto_tile_runs *runs, int n_tiles, int64_t blocks,
                                  int64_t taps,
                                  const int64_t *tap_index, const int64_t *tap_offset,
@@ -42,6 +47,7 @@ cdef extern from "pypto_tile.h" nogil:
     void pypto_tile_run_amx(const uint16_t *const *a, int n_ch, const uint32_t *const *b,
                             int n_tiles, int64_t blocks, int64_t taps, const int64_t *tap_index,
                             const int64_t *tap_offset, int64_t n_taps, int64_t plane, float *c)
+    float *pypto_tile_c_slot(float *c, int t, int ch, int item_ch)
     void pypto_tile_write(const float *c, int64_t n_ch, int64_t q0, int64_t wf, int64_t cols,
                           int64_t rows, uint16_t *dst, int64_t row_step, int64_t col_step,
                           int64_t ch_stride)
@@ -66,10 +72,12 @@ cdef struct TileGeometry:
     int64_t *n_taps        # per phase: its taps, ascending, and each tap's frame offset
     int64_t *tap_index     # [phase * taps + i]
     int64_t *tap_offset
-    int64_t *items         # per work item: 32-channel block, phase, first tile (of all images)
+    int64_t *items         # per work item: channel block, phase, first tile (of all images)
     int64_t n_items
     bint paired            # stride 2 across: an item's phase is a row phase, both columns
     bint dense             # emulation: items over dense positions (pypto_tile_runs)
+    int64_t item_ch        # channel tiles of an item's channel block (pypto_tile.h)
+    int64_t ch_blocks      # channel blocks: ch_tiles / item_ch, rounded up
     int64_t item_tiles, item_phases
     int64_t wave, n_waves  # images per wave; waves
     int64_t *wave_items    # wave w's items: wave_items[w] .. wave_items[w + 1] - 1
@@ -86,6 +94,7 @@ cdef double DENSE_WASTE = 0.05
 
 cdef enum:
     WAVE_FRAME_BYTES = 1 << 20   # a thread's share of a wave's frames: what its L2 keeps
+    WRITE_PAGES = 32             # 4 KiB pages an item's write-out may hold open
     WAVE_ITEMS = 4               # a thread's items in a wave, at least
 
 
@@ -164,7 +173,15 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     # stride 2 across: an item runs both column phases of a row phase on half the tiles, so
     # that the write-out interleaves them into whole dx rows (pypto_tile_write_pair)
     g.paired = g.sw == 2
-    g.item_tiles = PYPTO_TILE_ITEM_TILES // 2 if g.paired else PYPTO_TILE_ITEM_TILES
+    # the fp32 emulation's items take 4 channel tiles (a split B serves 64 channels) where their
+    # write-out's 64 dx channel planes lie on at most WRITE_PAGES pages (the L2 streamer follows
+    # so many store streams: 64 planes of 56x56 took 1.2x the time of 32); the dot form, which
+    # splits nothing, gained nothing measurable here from 4
+    g.item_ch = PYPTO_EMU_ITEM_CH if g.form == PYPTO_TILE_FORM_F32 and PYPTO_EMU_ITEM_CH \
+        * PYPTO_TILE_CH * g.hin * g.win * 2 <= WRITE_PAGES * 4096 else PYPTO_AMX_ITEM_CH
+    g.ch_blocks = (g.ch_tiles + g.item_ch - 1) // g.item_ch
+    g.item_tiles = min(PYPTO_TILE_ITEM_TILES, PYPTO_TILE_ITEM_C // g.item_ch) \
+        // (2 if g.paired else 1)
     g.item_phases = g.sh if g.paired else n_phases
     g.dense = g.form != PYPTO_TILE_FORM_AMX and PYPTO_TILE_DENSE_FAST \
         and _frame_waste(g) > DENSE_WASTE
@@ -174,7 +191,7 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     image_items = 0
     for ph in range(g.item_phases):
         image_items += (_phase_tiles(g, ph) + g.item_tiles - 1) // g.item_tiles
-    image_items *= (g.ch_tiles + 1) // 2
+    image_items *= g.ch_blocks
     g.wave = g.n_img
     if threads > 0:
         g.wave = min(g.n_img, max(1, threads * WAVE_FRAME_BYTES // per_image,
@@ -184,7 +201,7 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
         for ph in range(g.item_phases):
             _item_range(g, ph, wv, &first, &last, &step)
             g.n_items += (last - first + step - 1) // step
-    g.n_items *= (g.ch_tiles + 1) // 2
+    g.n_items *= g.ch_blocks
     g.items = <int64_t *>malloc((3 * max(g.n_items, 1) + g.n_waves + 1) * sizeof(int64_t))
     if g.items == NULL:
         raise MemoryError("pypto: no memory for the tile order's work items")
@@ -197,12 +214,12 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
             for ph in range(g.item_phases):
                 _item_range(g, ph, wv, &first, &last, &step)
                 while first < last:
-                    for cb in range((g.ch_tiles + 1) // 2):
+                    for cb in range(g.ch_blocks):
                         g.items[3 * i], g.items[3 * i + 1], g.items[3 * i + 2] = cb, ph, first
                         i += 1
                     first += step
         else:
-            for cb in range((g.ch_tiles + 1) // 2):
+            for cb in range(g.ch_blocks):
                 for ph in range(g.item_phases):
                     _item_range(g, ph, wv, &first, &last, &step)
                     while first < last:
@@ -247,15 +264,15 @@ cdef inline int64_t _phase_tiles(const TileGeometry *g, int64_t ph) noexcept nog
 
 
 cdef bint _channel_blocks_inside(const TileGeometry *g) noexcept nogil:
-    """Whether a wave's work items take the 32-channel blocks innermost (items that follow each
-    other read the same dy tiles and every block's weight) rather than outermost (they read one
-    block's weight and all of the wave's dy). The order whose data a core's L2 keeps: one block's weight
-    and all of dy, else all of the weight and one item's dy, else the one that reads less from
-    L3."""
+    """Whether a wave's work items take the input channel blocks innermost (items that follow
+    each other read the same dy tiles and every block's weight) rather than outermost (they read
+    one block's weight and all of the wave's dy). The order whose data a core's L2 keeps: one
+    block's weight and all of dy, else all of the weight and one item's dy, else the one that
+    reads less from L3."""
     cdef double budget = 1 << 20
-    cdef double block_weight = 2.0 * g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K \
-        * _weight_bytes(g.form)
-    cdef double weight = block_weight * ((g.ch_tiles + 1) // 2)
+    cdef double block_weight = 1.0 * g.item_ch * g.blocks * g.taps * PYPTO_TILE_CH \
+        * PYPTO_TILE_K * _weight_bytes(g.form)
+    cdef double weight = block_weight * g.ch_blocks
     cdef double dy = 4.0 * g.wave * g.pairs * g.plane   # a wave's frames
     cdef double item_dy = dy / max(1, g.wave * g.plane // PYPTO_TILE_PX) * g.item_tiles
     cdef double items = max(1.0, g.wave * g.plane / (PYPTO_TILE_PX * g.item_tiles))
@@ -263,7 +280,7 @@ cdef bint _channel_blocks_inside(const TileGeometry *g) noexcept nogil:
         return False
     if weight + item_dy <= budget:
         return True
-    return weight * items < dy * ((g.ch_tiles + 1) // 2)
+    return weight * items < dy * g.ch_blocks
 
 
 cdef void _tile_free(TileGeometry *g) noexcept nogil:
@@ -337,11 +354,11 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
                      int64_t n0) noexcept nogil:
     """Every output element of one work item of the wave from image n0, in the kernel's
     floating-point environment."""
-    cdef float c_space[2 * PYPTO_TILE_ITEM_TILES * PYPTO_TILE_CH * PYPTO_TILE_PX + 16]
+    cdef float c_space[PYPTO_TILE_ITEM_C * PYPTO_TILE_CH * PYPTO_TILE_PX + 16]
     cdef float *c = c_space + (-<size_t>c_space // sizeof(float)) % 16   # a whole line each row
     cdef float scratch[PYPTO_TILE_K * PYPTO_TILE_PX * 2 + 16]
     cdef float *split = scratch + (-<size_t>scratch // sizeof(float)) % 16
-    cdef const void *a[2]
+    cdef const void *a[PYPTO_EMU_ITEM_CH]
     cdef const uint32_t *b[PYPTO_TILE_ITEM_TILES]
     cdef pypto_tile_runs runs
     cdef int64_t cb = g.items[3 * item], ph = g.items[3 * item + 1]
@@ -352,14 +369,14 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
     cdef int64_t end = min(g.n_img, n0 + g.wave) * per_image   # this wave's
     cdef int n_tiles = <int>(min(g.item_tiles * PYPTO_TILE_PX, end - first) + PYPTO_TILE_PX - 1) \
         // PYPTO_TILE_PX if g.dense else <int>min(g.item_tiles, end - first)
-    cdef int n_ch = 2 if 2 * cb + 1 < g.ch_tiles else 1
+    cdef int n_ch = <int>min(g.item_ch, g.ch_tiles - cb * g.item_ch)
     cdef int phases = 2 if g.paired and g.cols[2 * ph + 1] > 0 else 1
     cdef int64_t t, n, q0, ch, ci0, p, run_ph, slot, k
     cdef size_t a_bytes = g.w_block_elems * _weight_bytes(g.form)
-    cdef int64_t c_phase = (n_tiles + 1) // 2 * 4 * PYPTO_TILE_CH * PYPTO_TILE_PX
+    cdef int64_t c_phase = (n_tiles + 1) // 2 * 2 * g.item_ch * PYPTO_TILE_CH * PYPTO_TILE_PX
     cdef pypto_fpenv saved = pypto_fp_enter()
-    a[0] = <const char *>g.w_packed + 2 * cb * a_bytes
-    a[1] = <const char *>g.w_packed + (2 * cb + 1) * a_bytes if n_ch == 2 else a[0]
+    for ch in range(g.item_ch):   # past the last channel tile: its first (never read)
+        a[ch] = <const char *>g.w_packed + (cb * g.item_ch + (ch if ch < n_ch else 0)) * a_bytes
     if g.dense:
         _dense_runs(g, grid, first, end, n_tiles, n0, &runs)
     else:
@@ -376,16 +393,19 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
                                g.tap_index + run_ph * g.taps, g.tap_offset + run_ph * g.taps,
                                g.n_taps[run_ph], g.plane, c + p * c_phase)
         else:
-            pypto_tile_run_emulated(a, n_ch, b, &runs if g.dense else NULL, n_tiles, g.blocks,
-                                    g.taps, g.tap_index + run_ph * g.taps,
+            pypto_tile_run_emulated(a, n_ch, <int>g.item_ch, b, &runs if g.dense else NULL,
+                                    n_tiles, g.blocks, g.taps, g.tap_index + run_ph * g.taps,
                                     g.tap_offset + run_ph * g.taps, g.n_taps[run_ph], g.plane,
                                     c + p * c_phase, split, g.form, g.exact, g.cout)
     if g.use_amx:
         pypto_amx_end()
-    for t in range(n_tiles):   # C tile (ch, t): pair t // 2, slot ch * 2 + t % 2
-        for ch in range(n_ch):
-            ci0 = (2 * cb + ch) * PYPTO_TILE_CH
-            slot = ((t // 2) * 4 + ch * 2 + t % 2) * PYPTO_TILE_CH * PYPTO_TILE_PX
+    # a channel tile's rows of dx at a time, along them tile by tile: 16 store streams (64, the
+    # channel tiles innermost, were more than the prefetchers follow: 1.6x the time of a 56x56
+    # 1x1 layer)
+    for ch in range(n_ch):
+        for t in range(n_tiles):
+            ci0 = (cb * g.item_ch + ch) * PYPTO_TILE_CH
+            slot = pypto_tile_c_slot(c, <int>t, <int>ch, <int>g.item_ch) - c
             if g.dense and g.sh == 1 and g.sw == 1:
                 _write_contiguous(g, c + slot, ci0, first + t * PYPTO_TILE_PX, end, dx)
                 continue
