@@ -509,7 +509,18 @@ static inline void pypto_tile_split_runs(const pypto_tile_runs *runs, int t, int
     const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
     const __m256i lane = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
     const int group = PYPTO_TILE_K / 4;   /* planes a pass */
-    for (int px = 0; px < n_px; px++)
+    for (int px = 0; px < n_px; px++) {
+        if (runs->n[t + px] == 1 && runs->len[t + px][0] == PYPTO_TILE_PX) {   /* one run */
+            const uint32_t *src = runs->src[t + px][0] + b_at;
+            for (int s = 0; s < PYPTO_TILE_K / 2; s++)
+                for (int h = 0; h < PYPTO_TILE_PX; h += 8) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(src + s * plane + h));
+                    const int64_t to = s * 2 * PYPTO_TILE_PX + px * PYPTO_TILE_PX + h;
+                    _mm256_storeu_ps(even + to, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+                    _mm256_storeu_ps(odd + to, _mm256_castsi256_ps(_mm256_and_si256(v, high)));
+                }
+            continue;
+        }
         for (int h = 0; h < PYPTO_TILE_PX; h += 8) {
             const __m256i at = _mm256_add_epi32(lane, _mm256_set1_epi32(h));   /* lanes' x */
             for (int s0 = 0; s0 < PYPTO_TILE_K / 2; s0 += group) {
@@ -537,6 +548,7 @@ static inline void pypto_tile_split_runs(const pypto_tile_runs *runs, int t, int
                 }
             }
         }
+    }
 }
 #else
 enum { PYPTO_TILE_DENSE_FAST = 0 };

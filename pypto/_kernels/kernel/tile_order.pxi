@@ -432,15 +432,19 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
 cdef void _dense_runs(const TileGeometry *g, int64_t grid, int64_t first, int64_t end,
                       int n_tiles, int64_t n0, pypto_tile_runs *runs) noexcept nogil:
     """The runs of an item's tiles from dense position ``first`` (phase ``grid``'s pixels of
-    every image in order, up to ``end``): each a piece of one frame row."""
+    every image in order, up to ``end``): each a piece of one frame row, or of one image's
+    frame where its rows follow each other without a halo column (a stride-1 1x1 layer: a tile
+    is one run, two across an image's end; the write-out then takes whole tiles too)."""
     cdef int64_t area = g.rows[grid] * g.cols[grid], pos, n, r, col, length
+    cdef bint whole_rows = g.sh == 1 and g.sw == 1 and g.wf == g.cols[grid]
     cdef int t, x
     for t in range(n_tiles):
         runs.n[t] = 0
         pos, x = first + t * PYPTO_TILE_PX, 0
         while x < PYPTO_TILE_PX and pos < end:
             n, r, col = pos // area, pos % area // g.cols[grid], pos % g.cols[grid]
-            length = min(PYPTO_TILE_PX - x, g.cols[grid] - col, end - pos)
+            length = min(PYPTO_TILE_PX - x, end - pos,
+                         area - pos % area if whole_rows else g.cols[grid] - col)
             runs.x[t][runs.n[t]], runs.len[t][runs.n[t]] = x, <int>length
             runs.src[t][runs.n[t]] = g.frames + (n - n0) * g.pairs * g.plane + r * g.wf + col
             runs.n[t] += 1
