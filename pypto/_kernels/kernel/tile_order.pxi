@@ -173,10 +173,10 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     # stride 2 across: an item runs both column phases of a row phase on half the tiles, so
     # that the write-out interleaves them into whole dx rows (pypto_tile_write_pair)
     g.paired = g.sw == 2
-    # the fp32 emulation's items take 4 channel tiles (a split B serves 64 channels) where their
-    # write-out's 64 dx channel planes lie on at most WRITE_PAGES pages (the L2 streamer follows
-    # so many store streams: 64 planes of 56x56 took 1.2x the time of 32); the dot form, which
-    # splits nothing, gained nothing measurable here from 4
+    # the fp32 emulation's items take 4 channel tiles (a split B serves 64 channels) where
+    # their write-out's 64 dx channel planes lie on at most WRITE_PAGES pages (the L2 streamer
+    # follows so many store streams: 64 planes of 56x56 took 1.05-1.10x the time of 32 on
+    # avx2); the dot form, which splits nothing, gained nothing measurable here from 4
     g.item_ch = PYPTO_EMU_ITEM_CH if g.form == PYPTO_TILE_FORM_F32 and PYPTO_EMU_ITEM_CH \
         * PYPTO_TILE_CH * g.hin * g.win * 2 <= WRITE_PAGES * 4096 else PYPTO_AMX_ITEM_CH
     g.ch_blocks = (g.ch_tiles + g.item_ch - 1) // g.item_ch
@@ -399,11 +399,10 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
                                     c + p * c_phase, split, g.form, g.exact, g.cout)
     if g.use_amx:
         pypto_amx_end()
-    # a channel tile's rows of dx at a time, along them tile by tile: 16 store streams (64, the
-    # channel tiles innermost, were more than the prefetchers follow: 1.6x the time of a 56x56
-    # 1x1 layer)
-    for ch in range(n_ch):
-        for t in range(n_tiles):
+    # tile by tile, its channel tiles inside (a channel tile at a time along the tiles gave the
+    # dot form 1.05x the time, two threads, ResNet-50)
+    for t in range(n_tiles):
+        for ch in range(n_ch):
             ci0 = (cb * g.item_ch + ch) * PYPTO_TILE_CH
             slot = pypto_tile_c_slot(c, <int>t, <int>ch, <int>g.item_ch) - c
             if g.dense and g.sh == 1 and g.sw == 1:
