@@ -33,6 +33,7 @@ LAYERS = [
     # Cin of 5 channel tiles: an emulated item's block of 4, then one of 1
     (3, 70, 33, 3, 5, 1, 1, (1, 1), (0, 0), (1, 1), 3, 5),  # dense tiles across 3 images
     (1, 80, 36, 4, 4, 3, 3, (2, 2), (1, 1), (1, 1), 8, 8),  # stride 2: both column phases
+    (1, 40, 20, 33, 33, 1, 1, (1, 1), (0, 0), (1, 1), 33, 33),  # dx planes over 32 pages a block
 ]
 
 

@@ -77,6 +77,7 @@ cdef struct TileGeometry:
     bint paired            # stride 2 across: an item's phase is a row phase, both columns
     bint dense             # emulation: items over dense positions (pypto_tile_runs)
     int64_t item_ch        # channel tiles of an item's channel block (pypto_tile.h)
+    bint write_by_channel  # an item's write-out a channel tile at a time (else tile by tile)
     int64_t ch_blocks      # channel blocks: ch_tiles / item_ch, rounded up
     int64_t item_tiles, item_phases
     int64_t wave, n_waves  # images per wave; waves
@@ -94,7 +95,7 @@ cdef double DENSE_WASTE = 0.05
 
 cdef enum:
     WAVE_FRAME_BYTES = 1 << 20   # a thread's share of a wave's frames: what its L2 keeps
-    WRITE_PAGES = 32             # 4 KiB pages an item's write-out may hold open
+    WRITE_PAGES = 32             # 4 KiB pages an item's write-out may hold open tile by tile
     WAVE_ITEMS = 4               # a thread's items in a wave, at least
 
 
@@ -173,12 +174,15 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     # stride 2 across: an item runs both column phases of a row phase on half the tiles, so
     # that the write-out interleaves them into whole dx rows (pypto_tile_write_pair)
     g.paired = g.sw == 2
-    # the fp32 emulation's items take 4 channel tiles (a split B serves 64 channels) where
-    # their write-out's 64 dx channel planes lie on at most WRITE_PAGES pages (the L2 streamer
-    # follows so many store streams: 64 planes of 56x56 took 1.05-1.10x the time of 32 on
-    # avx2); the dot form, which splits nothing, gained nothing measurable here from 4
-    g.item_ch = PYPTO_EMU_ITEM_CH if g.form == PYPTO_TILE_FORM_F32 and PYPTO_EMU_ITEM_CH \
-        * PYPTO_TILE_CH * g.hin * g.win * 2 <= WRITE_PAGES * 4096 else PYPTO_AMX_ITEM_CH
+    # the fp32 emulation's items take 4 channel tiles (a split B serves 64 channels); the dot
+    # form, which splits nothing, gained nothing measurable here from 4. Where such an item's
+    # 64 dx channel planes lie on more than WRITE_PAGES pages (the L2 streamer follows so many
+    # store streams), it writes them a channel tile at a time along its tiles: written tile by
+    # tile, 64 planes of 56x56 took 1.05-1.10x the time of 32 on avx2 (and the dot form's 32
+    # planes a channel tile at a time 1.05x)
+    g.item_ch = PYPTO_EMU_ITEM_CH if g.form == PYPTO_TILE_FORM_F32 else PYPTO_AMX_ITEM_CH
+    g.write_by_channel = g.item_ch == PYPTO_EMU_ITEM_CH \
+        and g.item_ch * PYPTO_TILE_CH * g.hin * g.win * 2 > WRITE_PAGES * 4096
     g.ch_blocks = (g.ch_tiles + g.item_ch - 1) // g.item_ch
     g.item_tiles = min(PYPTO_TILE_ITEM_TILES, PYPTO_TILE_ITEM_C // g.item_ch) \
         // (2 if g.paired else 1)
@@ -371,7 +375,7 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
         // PYPTO_TILE_PX if g.dense else <int>min(g.item_tiles, end - first)
     cdef int n_ch = <int>min(g.item_ch, g.ch_tiles - cb * g.item_ch)
     cdef int phases = 2 if g.paired and g.cols[2 * ph + 1] > 0 else 1
-    cdef int64_t t, n, q0, ch, ci0, p, run_ph, slot, k
+    cdef int64_t t, n, q0, ch, ci0, p, run_ph, slot, k, w
     cdef size_t a_bytes = g.w_block_elems * _weight_bytes(g.form)
     cdef int64_t c_phase = (n_tiles + 1) // 2 * 2 * g.item_ch * PYPTO_TILE_CH * PYPTO_TILE_PX
     cdef pypto_fpenv saved = pypto_fp_enter()
@@ -399,32 +403,35 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
                                     c + p * c_phase, split, g.form, g.exact, g.cout)
     if g.use_amx:
         pypto_amx_end()
-    # tile by tile, its channel tiles inside (a channel tile at a time along the tiles gave the
-    # dot form 1.05x the time, two threads, ResNet-50)
-    for t in range(n_tiles):
-        for ch in range(n_ch):
-            ci0 = (cb * g.item_ch + ch) * PYPTO_TILE_CH
-            slot = pypto_tile_c_slot(c, <int>t, <int>ch, <int>g.item_ch) - c
-            if g.dense and g.sh == 1 and g.sw == 1:
-                _write_contiguous(g, c + slot, ci0, first + t * PYPTO_TILE_PX, end, dx)
-                continue
-            if g.dense:
-                for k in range(runs.n[t]):
-                    _write_run(g, c + slot, c_phase, phases, ci0, grid, rh, rw,
-                               first + t * PYPTO_TILE_PX + runs.x[t][k], runs.x[t][k],
-                               runs.len[t][k], dx)
-                continue
-            n, q0 = (first + t) // per_image, ((first + t) % per_image) * PYPTO_TILE_PX
-            if phases == 2:
-                pypto_tile_write_pair(c + slot, c + c_phase + slot,
-                                      min(PYPTO_TILE_CH, g.cin - ci0), q0, g.wf, g.win,
-                                      g.rows[grid], dx + ((n * g.cin + ci0) * g.hin + rh) * g.win,
-                                      g.sh * g.win, g.hin * g.win)
-            else:
-                pypto_tile_write(c + slot, min(PYPTO_TILE_CH, g.cin - ci0), q0, g.wf,
-                                 g.cols[grid], g.rows[grid],
-                                 dx + ((n * g.cin + ci0) * g.hin + rh) * g.win + rw,
-                                 g.sh * g.win, g.sw, g.hin * g.win)
+    # the write-out: tile by tile, the channel tiles inside, or (g.write_by_channel) a channel
+    # tile at a time along the tiles
+    for w in range(n_tiles * n_ch):
+        if g.write_by_channel:
+            ch, t = w // n_tiles, w % n_tiles
+        else:
+            t, ch = w // n_ch, w % n_ch
+        ci0 = (cb * g.item_ch + ch) * PYPTO_TILE_CH
+        slot = pypto_tile_c_slot(c, <int>t, <int>ch, <int>g.item_ch) - c
+        if g.dense and g.sh == 1 and g.sw == 1:
+            _write_contiguous(g, c + slot, ci0, first + t * PYPTO_TILE_PX, end, dx)
+            continue
+        if g.dense:
+            for k in range(runs.n[t]):
+                _write_run(g, c + slot, c_phase, phases, ci0, grid, rh, rw,
+                           first + t * PYPTO_TILE_PX + runs.x[t][k], runs.x[t][k],
+                           runs.len[t][k], dx)
+            continue
+        n, q0 = (first + t) // per_image, ((first + t) % per_image) * PYPTO_TILE_PX
+        if phases == 2:
+            pypto_tile_write_pair(c + slot, c + c_phase + slot,
+                                  min(PYPTO_TILE_CH, g.cin - ci0), q0, g.wf, g.win,
+                                  g.rows[grid], dx + ((n * g.cin + ci0) * g.hin + rh) * g.win,
+                                  g.sh * g.win, g.hin * g.win)
+        else:
+            pypto_tile_write(c + slot, min(PYPTO_TILE_CH, g.cin - ci0), q0, g.wf,
+                             g.cols[grid], g.rows[grid],
+                             dx + ((n * g.cin + ci0) * g.hin + rh) * g.win + rw,
+                             g.sh * g.win, g.sw, g.hin * g.win)
     pypto_fp_leave(saved)
 
 
