@@ -43,9 +43,10 @@
 enum { PYPTO_TILE_CH = 16, PYPTO_TILE_PX = 16, PYPTO_TILE_K = 32 };
 /* A work item's C tiles wait in its buffer (32 KiB) for the write-out: PYPTO_TILE_ITEM_C of
  * them, channel tiles x pixel tiles (an even count), at most PYPTO_TILE_ITEM_TILES pixel tiles.
- * The tile unit's items take 2 channel tiles (its 4 C registers: 2 x 2), the emulation's 4:
- * each split B (pypto_tile_split) then serves 64 channels, not 32 (ResNet-50's avx2 pass spent
- * 11% of its time splitting). C tile (ch, pixel tile t) sits at pypto_tile_c_slot. */
+ * The tile unit's items take 2 channel tiles (its 4 C registers: 2 x 2), and so does the dot
+ * form; the fp32 emulation's 4: each split B (pypto_tile_split) then serves 64 channels, not 32
+ * (ResNet-50's avx2 pass spent 11% of its time splitting). C tile (ch, pixel tile t) sits at
+ * pypto_tile_c_slot. */
 enum { PYPTO_TILE_ITEM_C = 32, PYPTO_TILE_ITEM_TILES = 16 };
 enum { PYPTO_AMX_ITEM_CH = 2, PYPTO_EMU_ITEM_CH = 4 };
 /* K steps (co block, tap) a group of C tiles runs on the tile unit between its loads and
