@@ -16,13 +16,14 @@ Python around it (validation, dispatch) is not seen.
 """
 
 import argparse
-import importlib.machinery
-import importlib.util
 import os
-import sys
 import time
 
-from kernel_shapes import add_layer_options, layer_calls  # this folder, on sys.path
+from kernel_shapes import (  # this folder, on sys.path
+    add_layer_options,
+    layer_calls,
+    load_kernel_build,
+)
 
 from pypto._kernels import dispatch
 
@@ -30,19 +31,9 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _load(tree, module_name):
-    """The kernel module ``module_name`` built in ``tree``, loaded under its own file."""
+    """The kernel module ``module_name`` built in place in ``tree``."""
     folder = os.path.join(tree, *module_name.split(".")[:-1])
-    leaf = module_name.rsplit(".", 1)[1]
-    found = [f for f in os.listdir(folder) if f.startswith(leaf + ".") and f.endswith(".so")]
-    if not found:
-        sys.exit(f"kernel_ab: no {leaf} build in {folder}: build that tree in place first")
-    path = os.path.join(folder, found[0])
-    loader = importlib.machinery.ExtensionFileLoader(module_name, path)
-    module = importlib.util.module_from_spec(
-        importlib.util.spec_from_file_location(module_name, path, loader=loader)
-    )
-    loader.exec_module(module)
-    return module
+    return load_kernel_build(folder, module_name, "kernel_ab (build that tree in place first)")
 
 
 def main():

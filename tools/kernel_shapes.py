@@ -15,7 +15,11 @@ percent, so repeat a layer that stands out.
 """
 
 import argparse
+import glob
+import importlib.machinery
+import importlib.util
 import json
+import os
 import time
 
 import numpy as np
@@ -37,6 +41,27 @@ def _best_ms(run, calls=5):
         run()
         best = min(best, time.perf_counter() - start)
     return best * 1e3
+
+
+def load_kernel_file(path, module_name):
+    """The extension module at ``path``, loaded as ``module_name`` beside any other build of it
+    (each keeps its own buffers): the A/B tools' way to call two builds in one process."""
+    loader = importlib.machinery.ExtensionFileLoader(module_name, path)
+    module = importlib.util.module_from_spec(
+        importlib.util.spec_from_file_location(module_name, path, loader=loader)
+    )
+    loader.exec_module(module)
+    return module
+
+
+def load_kernel_build(folder, module_name, tool):
+    """``module_name``'s build in ``folder`` (its .so file there), or exit saying ``tool``
+    found none."""
+    leaf = module_name.rsplit(".", 1)[1]
+    found = sorted(glob.glob(os.path.join(folder, leaf + ".*so")))
+    if not found:
+        raise SystemExit(f"{tool}: no {leaf} build in {folder}")
+    return load_kernel_file(found[0], module_name)
 
 
 def add_layer_options(parser):

@@ -14,31 +14,17 @@ several percent between minutes: the ratios of one run, taken call by call, are 
 """
 
 import argparse
-import glob
-import importlib.machinery
-import importlib.util
-import os
 import time
 from functools import partial
 
 import numpy as np
-from kernel_shapes import add_layer_options, layer_calls  # this folder, on sys.path
+from kernel_shapes import (  # this folder, on sys.path
+    add_layer_options,
+    layer_calls,
+    load_kernel_build,
+)
 
 from pypto._kernels import dispatch
-
-
-def _load(folder, module_name):
-    """The kernel module ``module_name`` built into ``folder``, loaded under its own file."""
-    leaf = module_name.rsplit(".", 1)[1]
-    found = glob.glob(os.path.join(folder, leaf + ".*so"))
-    if not found:
-        raise SystemExit(f"order_ab: no {leaf} build in {folder}")
-    loader = importlib.machinery.ExtensionFileLoader(module_name, found[0])
-    module = importlib.util.module_from_spec(
-        importlib.util.spec_from_file_location(module_name, found[0], loader=loader)
-    )
-    loader.exec_module(module)
-    return module
 
 
 def main():
@@ -51,7 +37,7 @@ def main():
     args.dtype = "bf16"
     kernel = dispatch._kernel()
     use_unit = args.tile_unit and dispatch.tile_unit_usable(kernel)
-    old = _load(args.old, kernel.__name__) if args.old else None
+    old = load_kernel_build(args.old, kernel.__name__, "order_ab") if args.old else None
     labels = ("old tile", "new tile") if old else ("sequential", "tile")
     print(f"{kernel.__name__}, {args.threads} thread(s), tile unit {use_unit}: {labels}")
     totals = [0.0, 0.0]

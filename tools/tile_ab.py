@@ -12,24 +12,15 @@ Both builds must give the same bits (checked). Run it pinned (taskset -c 1) and 
 """
 
 import argparse
-import importlib.machinery
-import importlib.util
 import time
 
 import ml_dtypes
 import numpy as np
+from kernel_shapes import load_kernel_file  # this folder, on sys.path
 
 from pypto._kernels import features
 
 NAME = "pypto._kernels.kernel.dgrad_avx512_amx"
-
-
-def _load(path):
-    loader = importlib.machinery.ExtensionFileLoader(NAME, path)
-    spec = importlib.util.spec_from_file_location(NAME, path, loader=loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
 
 
 def main():
@@ -42,7 +33,7 @@ def main():
     args = parser.parse_args()
     if features.request_amx_permission():
         raise SystemExit("tile_ab: the OS refuses AMX tile data to this process")
-    builds = [_load(args.old), _load(args.new)]
+    builds = [load_kernel_file(args.old, NAME), load_kernel_file(args.new, NAME)]
     rng = np.random.default_rng(0)
     for text in args.layers.split(","):
         values = [int(v) for v in text.split()]
