@@ -214,9 +214,9 @@ static inline void pypto_tile_pack_rows_avx2(const uint16_t *restrict w, int64_t
 {
     const int64_t blocks = (cout + PYPTO_TILE_K - 1) / PYPTO_TILE_K;
     const int64_t step = cin * taps;   /* between two channels of w */
-    int64_t at[PYPTO_TILE_K];          /* of each slot's channel, from the block's first */
+    int channel[PYPTO_TILE_K];         /* of each slot, in its block */
     for (int k = 0; k < PYPTO_TILE_K; k++)
-        at[k] = pypto_tile_slot_channel(PYPTO_TILE_FORM_F32, k, 0) * step;
+        channel[k] = pypto_tile_slot_channel(PYPTO_TILE_FORM_F32, k, 0);
     for (int64_t b = 0; b < blocks; b++) {
         const int n_co = pypto_tile_block_channels(cout, b);
         for (int r = 0; r < PYPTO_TILE_CH; r++)
@@ -231,8 +231,7 @@ static inline void pypto_tile_pack_rows_avx2(const uint16_t *restrict w, int64_t
                     uint32_t v[8];
                     for (int l = 0; l < 8; l++) {
                         const int k = q + l;   /* slot k's channel is below Cout: read it */
-                        v[l] = pypto_tile_slot_channel(PYPTO_TILE_FORM_F32, k, 0) < n_co
-                                   ? src[at[k]] : 0u;
+                        v[l] = channel[k] < n_co ? src[channel[k] * step] : 0u;
                     }
                     _mm256_storeu_ps(row + q, _mm256_castsi256_ps(_mm256_slli_epi32(
                                                   _mm256_setr_epi32((int)v[0], (int)v[1],
@@ -512,14 +511,9 @@ static inline void pypto_tile_split_runs(const pypto_tile_runs *runs, int t, int
     const int group = PYPTO_TILE_K / 4;   /* planes a pass */
     for (int px = 0; px < n_px; px++) {
         if (runs->n[t + px] == 1 && runs->len[t + px][0] == PYPTO_TILE_PX) {   /* one run */
-            const uint32_t *src = runs->src[t + px][0] + b_at;
-            for (int s = 0; s < PYPTO_TILE_K / 2; s++)
-                for (int h = 0; h < PYPTO_TILE_PX; h += 8) {
-                    const __m256i v = _mm256_loadu_si256((const __m256i *)(src + s * plane + h));
-                    const int64_t to = s * 2 * PYPTO_TILE_PX + px * PYPTO_TILE_PX + h;
-                    _mm256_storeu_ps(even + to, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
-                    _mm256_storeu_ps(odd + to, _mm256_castsi256_ps(_mm256_and_si256(v, high)));
-                }
+            const uint32_t *src = runs->src[t + px][0] + b_at;   /* as a frame tile is split */
+            pypto_tile_split(&src, 1, plane, even + px * PYPTO_TILE_PX, odd + px * PYPTO_TILE_PX,
+                             PYPTO_TILE_K / 2);
             continue;
         }
         for (int h = 0; h < PYPTO_TILE_PX; h += 8) {
