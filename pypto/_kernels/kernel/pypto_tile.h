@@ -43,10 +43,10 @@
 enum { PYPTO_TILE_CH = 16, PYPTO_TILE_PX = 16, PYPTO_TILE_K = 32 };
 /* A work item's C tiles wait in its buffer (32 KiB) for the write-out: PYPTO_TILE_ITEM_C of
  * them, channel tiles x pixel tiles (an even count), at most PYPTO_TILE_ITEM_TILES pixel tiles.
- * The tile unit's items take 2 channel tiles (its 4 C registers: 2 x 2), and so does the dot
- * form; the fp32 emulation's 4: each split B (pypto_tile_split) then serves 64 channels, not 32
- * (ResNet-50's avx2 pass spent 11% of its time splitting). C tile (ch, pixel tile t) sits at
- * pypto_tile_c_slot. */
+ * The tile unit's items take 2 channel tiles (its 4 C registers: 2 x 2); the emulation's 4:
+ * each split B (pypto_tile_split, fp32) or gathered B (dense positions, the dot form) then
+ * serves 64 channels, not 32 (ResNet-50's avx2 pass spent 11% of its time splitting). C tile
+ * (ch, pixel tile t) sits at pypto_tile_c_slot. */
 enum { PYPTO_TILE_ITEM_C = 32, PYPTO_TILE_ITEM_TILES = 16 };
 enum { PYPTO_AMX_ITEM_CH = 2, PYPTO_EMU_ITEM_CH = 4 };
 /* K steps (co block, tap) a group of C tiles runs on the tile unit between its loads and
@@ -145,59 +145,95 @@ static inline void pypto_tile_pack_amx(const uint16_t *restrict w, int64_t cout,
 #endif
 
 #if defined(__AVX512F__)
-/* pypto_tile_pack in PYPTO_TILE_FORM_F32 or _DOT: each weight row (co block b, tap t, input
- * channel r) from two 32-bit gathers of 16 channel slots (F32: the block's even channels,
- * then its odd ones, each widened to fp32; DOT: each pair's low halves, then its high ones),
- * written whole; a row that reads w's last element is copied one by one, so that nothing
- * past w is read. */
+/* 16 x 16 32-bit elements: out[j] holds element j of each of in[0..15] (unpack 32 and 64 bit
+ * within lanes, then two rounds of lane shuffles) */
+static inline void pypto_transpose16(__m512i *restrict v)
+{
+    __m512i t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) {   /* u[g + j]: rows g .. g + 3 of columns 4 lane + j */
+        u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+        u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+        u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+        u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+    for (int j = 0; j < 4; j++) {
+        const __m512i lo0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44);
+        const __m512i hi0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xee);
+        const __m512i lo1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
+        const __m512i hi1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xee);
+        v[j] = _mm512_shuffle_i32x4(lo0, lo1, 0x88);
+        v[4 + j] = _mm512_shuffle_i32x4(lo0, lo1, 0xdd);
+        v[8 + j] = _mm512_shuffle_i32x4(hi0, hi1, 0x88);
+        v[12 + j] = _mm512_shuffle_i32x4(hi0, hi1, 0xdd);
+    }
+}
+
+/* pypto_tile_pack in PYPTO_TILE_FORM_F32 or _DOT. A co block's 32 channels each hold their
+ * rows x taps elements of the 16 input channels in one run of w (j = r * taps + t); 16
+ * consecutive j of the runs, widened to 32 bits (DOT: each lane pairs the two channels of a
+ * slot pair), are transposed in registers into the rows of those j. So w is read in order,
+ * each line once: the gathers this replaced read 32 channels' lines per row, which for a
+ * 1x1 layer of 2048 input channels lie 4 KiB apart, in one set of L1 (a 7x7 layer's call
+ * spent 23% of its time packing on Zen 4). Masked loads read nothing past a run; rows past
+ * Cin are zero (their C is never written out: zero keeps it defined). */
 static inline void pypto_tile_pack_rows(const uint16_t *restrict w, int64_t cout, int64_t cin,
                                         int64_t taps, int64_t ci0, int rows, int form,
                                         void *restrict dst)
 {
     const int64_t blocks = (cout + PYPTO_TILE_K - 1) / PYPTO_TILE_K;
-    const int64_t step = cin * taps;   /* between two channels of w */
-    int32_t first[16], second[16];    /* per lane, the channels of its two gathers */
+    const int64_t run = rows * taps;   /* elements of each channel's run */
+    const int dot = form == PYPTO_TILE_FORM_DOT;
+    int first[16], second[16];         /* per lane, the channels of its two halves */
     for (int l = 0; l < 16; l++) {
-        const int dot = form == PYPTO_TILE_FORM_DOT;
         first[l] = pypto_tile_slot_channel(form, dot ? 2 * l : l, 0);
         second[l] = pypto_tile_slot_channel(form, dot ? 2 * l + 1 : 16 + l, 0);
     }
-    const __m512i first_ch = _mm512_loadu_si512(first), second_ch = _mm512_loadu_si512(second);
-    const __m512i first_at = _mm512_mullo_epi32(first_ch, _mm512_set1_epi32((int)step));
-    const __m512i second_at = _mm512_mullo_epi32(second_ch, _mm512_set1_epi32((int)step));
-    const __m512i zero = _mm512_setzero_si512();
+    const size_t elem = dot ? sizeof(uint16_t) : sizeof(float);
     for (int64_t b = 0; b < blocks; b++) {
         const int n_co = pypto_tile_block_channels(cout, b);
-        const __m512i n = _mm512_set1_epi32(n_co);
-        const __mmask16 first_in = _mm512_cmplt_epi32_mask(first_ch, n);
-        const __mmask16 second_in = _mm512_cmplt_epi32_mask(second_ch, n);
-        for (int r = 0; r < PYPTO_TILE_CH; r++)
-            for (int64_t t = 0; t < taps; t++) {
-                const int64_t at = (b * taps + t) * PYPTO_TILE_A_ELEMS + r * PYPTO_TILE_K;
-                const uint16_t *src = w + (b * PYPTO_TILE_K * cin + ci0 + r) * taps + t;
-                __m512i lo = zero, hi = zero;
-                if (r < rows && ci0 + r == cin - 1 && t == taps - 1
-                    && (b + 1) * PYPTO_TILE_K >= cout) {   /* reads w's last element */
-                    int32_t a[16], c[16];
-                    for (int l = 0; l < 16; l++) {
-                        a[l] = first[l] < n_co ? src[first[l] * step] : 0;
-                        c[l] = second[l] < n_co ? src[second[l] * step] : 0;
-                    }
-                    lo = _mm512_loadu_si512(a);
-                    hi = _mm512_loadu_si512(c);
-                } else if (r < rows) {
-                    lo = _mm512_mask_i32gather_epi32(zero, first_in, first_at, src, 2);
-                    hi = _mm512_mask_i32gather_epi32(zero, second_in, second_at, src, 2);
-                }
-                if (form == PYPTO_TILE_FORM_F32) {   /* bf16 in the low half -> fp32 */
-                    _mm512_storeu_si512((float *)dst + at, _mm512_slli_epi32(lo, 16));
-                    _mm512_storeu_si512((float *)dst + at + 16, _mm512_slli_epi32(hi, 16));
-                } else {
-                    const __m512i low = _mm512_and_si512(lo, _mm512_set1_epi32(0xffff));
-                    _mm512_storeu_si512((uint16_t *)dst + at,
-                                        _mm512_or_si512(low, _mm512_slli_epi32(hi, 16)));
+        const uint16_t *src = w + (b * PYPTO_TILE_K * cin + ci0) * taps;
+        if (rows < PYPTO_TILE_CH)   /* the rows past Cin, every tap */
+            for (int64_t t = 0; t < taps; t++)
+                memset((char *)dst + ((b * taps + t) * PYPTO_TILE_A_ELEMS
+                                      + rows * PYPTO_TILE_K) * elem,
+                       0, (size_t)(PYPTO_TILE_CH - rows) * PYPTO_TILE_K * elem);
+        for (int64_t j0 = 0; j0 < run; j0 += 16) {
+            const int n = (int)(run - j0 < 16 ? run - j0 : 16);
+            const __mmask16 keep = (__mmask16)((1u << n) - 1u);
+            __m512i lo[16], hi[16];
+            for (int l = 0; l < 16; l++) {
+                lo[l] = first[l] < n_co ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(
+                                              keep, src + first[l] * cin * taps + j0))
+                                        : _mm512_setzero_si512();
+                hi[l] = second[l] < n_co ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(
+                                               keep, src + second[l] * cin * taps + j0))
+                                         : _mm512_setzero_si512();
+                if (dot)
+                    lo[l] = _mm512_or_si512(lo[l], _mm512_slli_epi32(hi[l], 16));
+                else {   /* bf16 -> fp32 */
+                    lo[l] = _mm512_slli_epi32(lo[l], 16);
+                    hi[l] = _mm512_slli_epi32(hi[l], 16);
                 }
             }
+            pypto_transpose16(lo);
+            if (!dot)
+                pypto_transpose16(hi);
+            for (int q = 0; q < n; q++) {
+                const int64_t j = j0 + q;
+                const int64_t at = (b * taps + j % taps) * PYPTO_TILE_A_ELEMS
+                                   + j / taps * PYPTO_TILE_K;
+                if (dot)
+                    _mm512_storeu_si512((uint16_t *)dst + at, lo[q]);
+                else {
+                    _mm512_storeu_si512((float *)dst + at, lo[q]);
+                    _mm512_storeu_si512((float *)dst + at + 16, hi[q]);
+                }
+            }
+        }
     }
 }
 #endif
@@ -258,7 +294,7 @@ static inline void pypto_tile_pack(const uint16_t *restrict w, int64_t cout, int
     }
 #endif
 #if defined(__AVX512F__)
-    if (cin * taps <= INT32_MAX / PYPTO_TILE_K) {   /* the gathers' 32-bit element indexes */
+    if (form != PYPTO_TILE_FORM_AMX) {
         pypto_tile_pack_rows(w, cout, cin, taps, ci0, rows, form, dst);
         return;
     }
@@ -850,33 +886,6 @@ static inline void pypto_amx_begin(void)
 }
 
 static inline void pypto_amx_end(void) { _tile_release(); }
-
-/* 16 x 16 32-bit elements: out[j] holds element j of each of in[0..15] (unpack 32 and 64 bit
- * within lanes, then two rounds of lane shuffles) */
-static inline void pypto_transpose16(__m512i *restrict v)
-{
-    __m512i t[16], u[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
-    }
-    for (int g = 0; g < 16; g += 4) {   /* u[g + j]: rows g .. g + 3 of columns 4 lane + j */
-        u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
-        u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
-        u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
-        u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
-    }
-    for (int j = 0; j < 4; j++) {
-        const __m512i lo0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44);
-        const __m512i hi0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xee);
-        const __m512i lo1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
-        const __m512i hi1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xee);
-        v[j] = _mm512_shuffle_i32x4(lo0, lo1, 0x88);
-        v[4 + j] = _mm512_shuffle_i32x4(lo0, lo1, 0xdd);
-        v[8 + j] = _mm512_shuffle_i32x4(hi0, hi1, 0x88);
-        v[12 + j] = _mm512_shuffle_i32x4(hi0, hi1, 0xdd);
-    }
-}
 
 /* Block b of one image's frame in the tile unit's form: per position, the block's 32 channels
  * (bf16, 64 bytes), so that a tap's dy tile, 16 consecutive positions, is 1 KiB on whole
