@@ -239,44 +239,73 @@ static inline void pypto_tile_pack_rows(const uint16_t *restrict w, int64_t cout
 #endif
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
-/* pypto_tile_pack in PYPTO_TILE_FORM_F32 on AVX2: each weight row (co block b, tap t, input
- * channel r), the block's even channels then its odd ones, 8 slots at a time from 8 scalar
- * loads placed in a vector (widened to fp32 by a shift), written whole; the lanes past Cout
- * read nothing. Not vpgatherdd: QEMU 7.2's Haswell (the CI's stand-in for AVX2 CPUs) gave
- * wrong lanes from this function's gathers, though not from a small test's. */
+/* 8 x 8 32-bit elements: out[j] holds element j of each of in[0..7] */
+static inline void pypto_transpose8(__m256 *restrict v)
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+    }
+    for (int g = 0; g < 8; g += 4) {   /* u[g + j]: rows g .. g + 3 of columns 4 lane + j */
+        u[g] = _mm256_shuffle_ps(t[g], t[g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+        v[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
+    }
+}
+
+/* pypto_tile_pack in PYPTO_TILE_FORM_F32 on AVX2, as pypto_tile_pack_rows on AVX-512: 8
+ * consecutive elements (j = r * taps + t) of the runs of a group of 8 slots' channels, widened
+ * to fp32, transposed in registers into 8 slots of the rows of those j; w read in order
+ * (scalar loads of a row's 32 channels, 4 KiB apart in a 1x1 layer of 2048 input channels,
+ * read them from L2 16 times over). A run's last partial 8 goes through a zeroed copy
+ * (nothing past w is read); rows past Cin are zero. No gathers: QEMU 7.2's Haswell (the
+ * CI's stand-in for AVX2 CPUs) gave wrong lanes from vpgatherdd in this pack. */
 static inline void pypto_tile_pack_rows_avx2(const uint16_t *restrict w, int64_t cout,
                                              int64_t cin, int64_t taps, int64_t ci0, int rows,
                                              float *restrict dst)
 {
     const int64_t blocks = (cout + PYPTO_TILE_K - 1) / PYPTO_TILE_K;
-    const int64_t step = cin * taps;   /* between two channels of w */
+    const int64_t run = rows * taps;   /* elements of each channel's run */
     int channel[PYPTO_TILE_K];         /* of each slot, in its block */
     for (int k = 0; k < PYPTO_TILE_K; k++)
         channel[k] = pypto_tile_slot_channel(PYPTO_TILE_FORM_F32, k, 0);
     for (int64_t b = 0; b < blocks; b++) {
         const int n_co = pypto_tile_block_channels(cout, b);
-        for (int r = 0; r < PYPTO_TILE_CH; r++)
-            for (int64_t t = 0; t < taps; t++) {
-                float *row = dst + (b * taps + t) * PYPTO_TILE_A_ELEMS + r * PYPTO_TILE_K;
-                const uint16_t *src = w + (b * PYPTO_TILE_K * cin + ci0 + r) * taps + t;
-                if (r >= rows) {
-                    memset(row, 0, PYPTO_TILE_K * sizeof(float));
-                    continue;
-                }
-                for (int q = 0; q < PYPTO_TILE_K; q += 8) {
-                    uint32_t v[8];
-                    for (int l = 0; l < 8; l++) {
-                        const int k = q + l;   /* slot k's channel is below Cout: read it */
-                        v[l] = channel[k] < n_co ? src[channel[k] * step] : 0u;
+        const uint16_t *src = w + (b * PYPTO_TILE_K * cin + ci0) * taps;
+        if (rows < PYPTO_TILE_CH)
+            for (int64_t t = 0; t < taps; t++)
+                memset(dst + (b * taps + t) * PYPTO_TILE_A_ELEMS + rows * PYPTO_TILE_K, 0,
+                       (size_t)(PYPTO_TILE_CH - rows) * PYPTO_TILE_K * sizeof(float));
+        for (int64_t j0 = 0; j0 < run; j0 += 8) {
+            const int n = (int)(run - j0 < 8 ? run - j0 : 8);
+            for (int q0 = 0; q0 < PYPTO_TILE_K; q0 += 8) {
+                __m256 v[8];
+                for (int l = 0; l < 8; l++) {
+                    const int co = channel[q0 + l];
+                    __m128i h = _mm_setzero_si128();
+                    if (co < n_co && n == 8)
+                        h = _mm_loadu_si128((const __m128i *)(src + co * cin * taps + j0));
+                    else if (co < n_co) {
+                        uint16_t part[8] = {0};
+                        memcpy(part, src + co * cin * taps + j0, (size_t)n * sizeof(uint16_t));
+                        h = _mm_loadu_si128((const __m128i *)part);
                     }
-                    _mm256_storeu_ps(row + q, _mm256_castsi256_ps(_mm256_slli_epi32(
-                                                  _mm256_setr_epi32((int)v[0], (int)v[1],
-                                                                    (int)v[2], (int)v[3],
-                                                                    (int)v[4], (int)v[5],
-                                                                    (int)v[6], (int)v[7]),
-                                                  16)));
+                    v[l] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+                }
+                pypto_transpose8(v);
+                for (int q = 0; q < n; q++) {
+                    const int64_t j = j0 + q;
+                    _mm256_storeu_ps(dst + (b * taps + j % taps) * PYPTO_TILE_A_ELEMS
+                                         + j / taps * PYPTO_TILE_K + q0, v[q]);
                 }
             }
+        }
     }
 }
 #endif
