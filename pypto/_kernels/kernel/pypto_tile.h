@@ -372,9 +372,46 @@ static inline void pypto_tile_frame_halo(void *frame, size_t size, int64_t top, 
     memset(f + (size_t)((top + hout) * wf) * size, 0, (size_t)((hf - top - hout) * wf) * size);
 }
 
+/* n pairs of a pair plane's row from dy rows l (low halves) and u (high), either NULL for a
+ * channel past Cout (zero); vectors of 16 (AVX-512, masked at the end) or 8 (AVX2). */
+static inline void pypto_tile_pair_row(const uint16_t *restrict l, const uint16_t *restrict u,
+                                       int64_t n, uint32_t *restrict row)
+{
+    int64_t x = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    for (; x < n; x += 16) {
+        const __mmask16 keep = n - x < 16 ? (__mmask16)((1u << (n - x)) - 1u) : (__mmask16)0xffff;
+        __m512i v = _mm512_setzero_si512();
+        if (l != NULL)
+            v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(keep, l + x));
+        if (u != NULL)
+            v = _mm512_or_si512(v, _mm512_slli_epi32(
+                                       _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(keep, u + x)),
+                                       16));
+        _mm512_mask_storeu_epi32(row + x, keep, v);
+    }
+#elif defined(__AVX2__)
+    for (; x + 8 <= n; x += 8) {
+        __m256i v = _mm256_setzero_si256();
+        if (l != NULL)
+            v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(l + x)));
+        if (u != NULL)
+            v = _mm256_or_si256(v, _mm256_slli_epi32(
+                                       _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(u + x))),
+                                       16));
+        _mm256_storeu_si256((__m256i *)(row + x), v);
+    }
+#endif
+    for (; x < n; x++)
+        row[x] = (l != NULL ? (uint32_t)l[x] : 0u) | (u != NULL ? (uint32_t)u[x] << 16 : 0u);
+}
+
 /* Pair plane k of block b of one image's frame: rows top .. top + hout - 1, columns left ..
  * left + wout - 1 from the dy rows of the pair's two channels (low and high halves), the halo
- * zero; a channel past Cout is zero. dy: the image's first channel. */
+ * zero; a channel past Cout is zero. dy: the image's first channel. A frame without halo
+ * columns (a stride-1 1x1 layer without padding) is one run: a 14x14 row a time left most
+ * pairs to the scalar end of a vector loop (ResNet-50's layer3 1x1 layers spent 15% of their
+ * time filling frames on Zen 4). */
 static inline void pypto_tile_frame_plane(const uint16_t *restrict dy, int64_t cout, int form,
                                           int64_t b, int64_t k, int64_t hout, int64_t wout,
                                           int64_t top, int64_t left, int64_t hf, int64_t wf,
@@ -389,20 +426,14 @@ static inline void pypto_tile_frame_plane(const uint16_t *restrict dy, int64_t c
         return;
     }
     pypto_tile_frame_halo(plane, sizeof(uint32_t), top, left, hout, wout, hf, wf);
-    for (int64_t h = 0; h < hout; h++) {
-        uint32_t *row = plane + (top + h) * wf + left;
-        const uint16_t *l = low != NULL ? low + h * wout : NULL;
-        const uint16_t *u = high != NULL ? high + h * wout : NULL;
-        if (u == NULL)
-            for (int64_t x = 0; x < wout; x++)
-                row[x] = l[x];
-        else if (l == NULL)
-            for (int64_t x = 0; x < wout; x++)
-                row[x] = (uint32_t)u[x] << 16;
-        else
-            for (int64_t x = 0; x < wout; x++)
-                row[x] = (uint32_t)l[x] | ((uint32_t)u[x] << 16);
+    if (wf == wout) {   /* no halo columns: the rows follow each other */
+        pypto_tile_pair_row(low, high, hout * wout, plane + top * wf);
+        return;
     }
+    for (int64_t h = 0; h < hout; h++)
+        pypto_tile_pair_row(low != NULL ? low + h * wout : NULL,
+                            high != NULL ? high + h * wout : NULL, wout,
+                            plane + (top + h) * wf + left);
 }
 
 /* ---- the emulation: the same order on any CPU ------------------------------------------- */
