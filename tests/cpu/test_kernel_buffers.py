@@ -105,6 +105,51 @@ def test_panels_of_one_plan_serve_no_other(level, dtype):
             assert np.array_equal(_kernel_call(kernel, dy, w, stride, dtype, **paths), expected)
 
 
+def _tile_call(kernel, dy, w, stride, use_dot=True):
+    """dx of a 3x3, padding-1 bf16 dgrad in sum_order "tile" (the emulation), 1 thread."""
+    n, cout, hout, wout = dy.shape
+    hin, win = (hout, wout) if stride == 1 else (2 * hout, 2 * wout)
+    out = np.empty((n, w.shape[1], hin, win), np.uint16)
+    kernel.dgrad_tile(dy, w, out, (stride, stride, 1, 1, 1, 1), 1, False, use_dot=use_dot)
+    return out
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_tile_orders_packed_weight_is_kept_as_dgrads_panels(level):
+    """sum_order "tile" keeps its packed weight as dgrad keeps its panels: an equal weight
+    reuses it, a weight changed in place by one element anywhere is packed again, and neither
+    order, nor the tile order's other form (fp32 or the dot product's pairs), reads the
+    other's packing of the same bits."""
+    kernel = load_level(level)
+    rng = np.random.default_rng(9)
+    dy = rng.uniform(-1, 1, (2, 40, 6, 11)).astype(ml_dtypes.bfloat16).view(np.uint16)
+    w = rng.uniform(-1, 1, (40, 24, 3, 3)).astype(ml_dtypes.bfloat16).view(np.uint16)
+    kernel.release_buffers()
+    first = _tile_call(kernel, dy, w, 1)
+    assert np.array_equal(_tile_call(kernel, dy, w, 1), first)  # the packed weight reused
+    flat = w.reshape(-1)
+    for index in (0, flat.size // 2, flat.size - 1):
+        flat[index] ^= 0x0100  # a changed exponent bit: a value 2-16x larger or smaller
+        changed = _tile_call(kernel, dy, w, 1)
+        assert not np.array_equal(changed, first)
+        kernel.release_buffers()
+        assert np.array_equal(changed, _tile_call(kernel, dy, w, 1)), index
+        first = changed
+    calls = [
+        lambda: _tile_call(kernel, dy, w, 1),
+        lambda: _tile_call(kernel, dy, w, 2),
+        lambda: _tile_call(kernel, dy, w, 1, use_dot=False),
+        lambda: _kernel_call(kernel, dy, w, 1, 1),
+    ]
+    fresh = []
+    for call in calls:
+        kernel.release_buffers()
+        fresh.append(call())
+    for _ in range(2):
+        for call, expected in zip(calls, fresh):
+            assert np.array_equal(call(), expected)
+
+
 def _least_exponent(bits):
     """The least biased exponent (bits 7..14, as bf16) of the nonzero patterns: 255 if none."""
     magnitudes = bits & 0x7FFF

@@ -296,11 +296,25 @@ cdef void _tile_free(TileGeometry *g) noexcept nogil:
     g.items = NULL
 
 
-cdef int64_t _tile_buffer_bytes(const TileGeometry *g, int form) noexcept nogil:
-    """The packed weight and a wave's dy frames in this form (then the bytes a dense run's
-    whole-vector load may read past them; before them it reads the packed weight)."""
-    return g.ch_tiles * g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K * _weight_bytes(form) \
-        + g.wave * g.pairs * g.plane * 4 + PYPTO_TILE_READ_SLACK
+cdef int64_t _tile_weight_bytes(const TileGeometry *g, int form) noexcept nogil:
+    """The packed weight in this form, on whole 64-byte lines."""
+    return (g.ch_tiles * g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K * _weight_bytes(form)
+            + 63) // 64 * 64
+
+
+cdef int64_t _tile_frame_bytes(const TileGeometry *g) noexcept nogil:
+    """A wave's dy frames, the bytes a dense run's whole-vector load may read before and
+    after them, and room to start them on a 64-byte line."""
+    return g.wave * g.pairs * g.plane * 4 + 2 * PYPTO_TILE_READ_SLACK + 64
+
+
+cdef void _tile_panel_key(const TileGeometry *g, int64_t *key) noexcept nogil:
+    """The kept-panels key (buffers.pxi) of the tile order's packed weight: what
+    pypto_tile_pack lays it out by besides the weight. key[8] is below 0, where dgrad's
+    (a register block's width) is not, so neither order takes the other's panels."""
+    memset(key, 0, PANEL_KEY_LEN * sizeof(int64_t))
+    key[0], key[1], key[2], key[3] = g.cout, g.cin, g.kh, g.kw
+    key[8] = -1 - g.form
 
 
 cdef inline int _weight_bytes(int form) noexcept nogil:
@@ -316,7 +330,7 @@ def tile_buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs
     g.form = PYPTO_TILE_FORM_F32   # the largest weight
     try:
         _tile_geometry(&g, (dy_shape, w_shape, dx_shape), attrs, threads)
-        return _tile_buffer_bytes(&g, g.form)
+        return _tile_weight_bytes(&g, g.form) + _tile_frame_bytes(&g) + 64
     finally:
         _tile_free(&g)
 
@@ -540,7 +554,12 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
     w_exponent = pypto_bf16_least_exponent(w_least)
     memset(&g, 0, sizeof(g))
     cdef char *block = NULL
-    cdef size_t capacity = 0, w_bytes
+    cdef char *panels = NULL
+    cdef size_t capacity = 0, panel_capacity = 0
+    cdef PanelOrigin origin
+    cdef int64_t panel_key[PANEL_KEY_LEN]
+    cdef bint packed = False
+    origin.w_bits = NULL   # _give_panels frees it, whatever raised before _take_panels
     cdef double check_at = pypto_seconds() + SIGNAL_SECONDS
     cdef double *next_check = &check_at
     cdef int stopped = 0
@@ -562,18 +581,25 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
         g.exact = _products_normal(dy_exponent, w_exponent) \
             and (dy_most >> 7) + (w_most >> 7) <= 380
         g.w_block_elems = g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K
-        # the packed weight, then the frames, each on whole 64-byte lines (a tile row the unit
-        # loads is one line), in the kept scratch buffer (buffers.pxi: fresh pages cost a
-        # third of a 1x1 layer's call)
-        w_bytes = (g.ch_tiles * g.w_block_elems * _weight_bytes(g.form) + 63) // 64 * 64
-        block = <char *>_take_buffer(SLOT_SCRATCH, _tile_buffer_bytes(&g, g.form) + 128,
-                                     &capacity)
-        if block == NULL:
+        # the packed weight in the kept panel buffer, as dgrad's panels (buffers.pxi): a call
+        # with an equal weight uses it as it is; the frames, on whole 64-byte lines (a tile
+        # row the unit loads is one line), in the kept scratch buffer (fresh pages cost a third
+        # of a 1x1 layer's call)
+        panels = <char *>_take_panels(_tile_weight_bytes(&g, g.form) + 64, &panel_capacity,
+                                      &origin)
+        block = <char *>_take_buffer(SLOT_SCRATCH, _tile_frame_bytes(&g), &capacity)
+        if panels == NULL or block == NULL:
             raise MemoryError("pypto: no memory for the tile order's weight and dy frames")
-        g.w_packed = block + (-<size_t>block) % 64
-        g.frames = <uint32_t *>(<char *>g.w_packed + w_bytes)
+        g.w_packed = panels + (-<size_t>panels) % 64
+        g.frames = <uint32_t *>(block + PYPTO_TILE_READ_SLACK
+                                + (-<size_t>(block + PYPTO_TILE_READ_SLACK)) % 64)
+        _tile_panel_key(&g, panel_key)
+        packed = _panels_hold(&origin, panel_key, w_p, w.len // 2)
+        if not packed:
+            free(origin.w_bits)
+            origin.w_bits = NULL
         for wv in range(g.n_waves):   # the weight packed with the first wave's frames
-            n0, pack = wv * g.wave, wv == 0
+            n0, pack = wv * g.wave, wv == 0 and not packed
             jobs = (g.ch_tiles if pack else 0) + (min(g.n_img, n0 + g.wave) - n0) * g.frame_jobs
             if threads == 1:
                 with nogil:
@@ -610,8 +636,11 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
                             next_check[0] = pypto_seconds() + SIGNAL_SECONDS
                             pypto_check_signals(stop)
                 pypto_raise_if(stop[0])
+        if not packed:
+            _note_panels(&origin, panel_key, w_p, w.len // 2)
     finally:
         _give_buffer(SLOT_SCRATCH, block, capacity)
+        _give_panels(panels, panel_capacity, &origin)
         _tile_free(&g)
     return "tile+amx" if g.use_amx else (
         "tile+dot" if g.form == PYPTO_TILE_FORM_DOT else "tile+emulated")
