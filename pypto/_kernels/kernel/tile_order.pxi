@@ -76,6 +76,8 @@ cdef struct TileGeometry:
     int64_t n_items
     bint paired            # stride 2 across: an item's phase is a row phase, both columns
     bint dense             # emulation: items over dense positions (pypto_tile_runs)
+    bint flat              # dense, and a wave's frames plane-major: no gathers (_tile_geometry)
+    int64_t wave_plane     # positions of a wave's pair plane: its images' planes, or (flat) one
     int64_t item_ch        # channel tiles of an item's channel block (pypto_tile.h)
     bint write_by_channel  # an item's write-out a channel tile at a time (else tile by tile)
     int64_t ch_blocks      # channel blocks: ch_tiles / item_ch, rounded up
@@ -86,7 +88,8 @@ cdef struct TileGeometry:
     int form               # PYPTO_TILE_FORM_*: the weight's and the frames' layout (pypto_tile.h)
     const void *w_packed   # per 16-channel block: [co block][tap][16][32], bf16 or fp32
     int64_t w_block_elems
-    uint32_t *frames       # per image of a wave: pairs planes of hf x wf
+    uint32_t *frames       # per image of a wave: pairs planes of hf x wf (flat: per pair
+                           # plane, the wave's images' hout x wout one after another)
 
 
 # the emulation takes dense positions (pypto_tile_runs) where frame positions would drop more
@@ -203,6 +206,17 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
         g.wave = min(g.n_img, max(1, threads * WAVE_FRAME_BYTES // per_image,
                                   (threads * WAVE_ITEMS + image_items - 1) // max(1, image_items)))
     g.n_waves = (g.n_img + g.wave - 1) // g.wave
+    # A stride-1 1x1 layer without padding has no halo: its dense positions are an image's
+    # plane, one after another. Laid out plane-major across the wave's images, a dense tile is
+    # one run of its plane, read where it lies as frame positions are: no gathered (dot form)
+    # or masked (fp32) B operand. The plane ends in a tile's 16 zero positions, which the
+    # wave's last tile reads past its last one.
+    g.flat = g.dense and g.taps == 1 and g.sh == 1 and g.sw == 1 and g.pt == 0 and g.pl == 0 \
+        and g.hin == g.hout and g.win == g.wout and g.wf == g.wout
+    g.wave_plane = g.wave * g.plane
+    if g.flat:
+        g.plane = (g.wave * g.hout * g.wout + PYPTO_TILE_PX + 15) // 16 * 16
+        g.wave_plane = g.plane
     for wv in range(g.n_waves):
         for ph in range(g.item_phases):
             _item_range(g, ph, wv, &first, &last, &step)
@@ -279,9 +293,9 @@ cdef bint _channel_blocks_inside(const TileGeometry *g) noexcept nogil:
     cdef double block_weight = 1.0 * g.item_ch * g.blocks * g.taps * PYPTO_TILE_CH \
         * PYPTO_TILE_K * _weight_bytes(g.form)
     cdef double weight = block_weight * g.ch_blocks
-    cdef double dy = 4.0 * g.wave * g.pairs * g.plane   # a wave's frames
-    cdef double item_dy = dy / max(1, g.wave * g.plane // PYPTO_TILE_PX) * g.item_tiles
-    cdef double items = max(1.0, g.wave * g.plane / (PYPTO_TILE_PX * g.item_tiles))
+    cdef double dy = 4.0 * g.pairs * g.wave_plane   # a wave's frames
+    cdef double item_dy = dy / max(1, g.wave_plane // PYPTO_TILE_PX) * g.item_tiles
+    cdef double items = max(1.0, g.wave_plane / (PYPTO_TILE_PX * g.item_tiles))
     if dy + block_weight <= budget:
         return False
     if weight + item_dy <= budget:
@@ -305,7 +319,7 @@ cdef int64_t _tile_weight_bytes(const TileGeometry *g, int form) noexcept nogil:
 cdef int64_t _tile_frame_bytes(const TileGeometry *g) noexcept nogil:
     """A wave's dy frames, the bytes a dense run's whole-vector load may read before and
     after them, and room to start them on a 64-byte line."""
-    return g.wave * g.pairs * g.plane * 4 + 2 * PYPTO_TILE_READ_SLACK + 64
+    return g.pairs * g.wave_plane * 4 + 2 * PYPTO_TILE_READ_SLACK + 64
 
 
 cdef void _tile_panel_key(const TileGeometry *g, int64_t *key) noexcept nogil:
@@ -330,7 +344,12 @@ def tile_buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs
     g.form = PYPTO_TILE_FORM_F32   # the largest weight
     try:
         _tile_geometry(&g, (dy_shape, w_shape, dx_shape), attrs, threads)
-        return _tile_weight_bytes(&g, g.form) + _tile_frame_bytes(&g) + 64
+        weight, frames = _tile_weight_bytes(&g, g.form), _tile_frame_bytes(&g)
+        _tile_free(&g)
+        memset(&g, 0, sizeof(g))
+        g.form = PYPTO_TILE_FORM_AMX   # frames per image, never flat
+        _tile_geometry(&g, (dy_shape, w_shape, dx_shape), attrs, threads)
+        return weight + max(frames, _tile_frame_bytes(&g)) + 64
     finally:
         _tile_free(&g)
 
@@ -338,7 +357,8 @@ def tile_buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs
 cdef int64_t _frame_chunk(const TileGeometry *g, int64_t frame_jobs, int threads) noexcept nogil:
     """Frame jobs a thread takes at once: about 4096 positions' worth, at most 16, and at
     least four chunks a thread where there are that many jobs."""
-    cdef int64_t positions = g.plane * (PYPTO_TILE_K // 2 if g.form == PYPTO_TILE_FORM_AMX else 1)
+    cdef int64_t positions = g.hout * g.wout if g.flat else \
+        g.plane * (PYPTO_TILE_K // 2 if g.form == PYPTO_TILE_FORM_AMX else 1)
     cdef int64_t chunk = min(16, max(1, 4096 // max(1, positions)))
     return max(1, min(chunk, frame_jobs // (4 * threads)))
 
@@ -365,7 +385,17 @@ cdef void _tile_prepare(const TileGeometry *g, const uint16_t *dy, const uint16_
                                <uint16_t *>(g.frames + (n * g.pairs + k * (PYPTO_TILE_K // 2))
                                             * g.plane))
         return
-    pypto_tile_frame_plane(dy + (n0 + n) * g.cout * g.hout * g.wout, g.cout, g.form,
+    cdef int64_t area = g.hout * g.wout, images = min(g.n_img, n0 + g.wave) - n0
+    cdef uint32_t *plane
+    if g.flat:   # image n's place in pair plane k; the wave's last image zeroes the tail
+        plane = g.frames + k * g.plane + n * area
+        pypto_tile_frame_plane(dy + (n0 + n) * g.cout * area, g.cout, g.form,
+                               k // (PYPTO_TILE_K // 2), k % (PYPTO_TILE_K // 2), g.hout,
+                               g.wout, 0, 0, g.hout, g.wout, plane)
+        if n == images - 1:
+            memset(plane + area, 0, (g.plane - images * area) * sizeof(uint32_t))
+        return
+    pypto_tile_frame_plane(dy + (n0 + n) * g.cout * area, g.cout, g.form,
                            k // (PYPTO_TILE_K // 2), k % (PYPTO_TILE_K // 2), g.hout, g.wout,
                            g.top, g.left, g.hf, g.wf, g.frames + (n * g.pairs + k) * g.plane)
 
@@ -397,7 +427,10 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
     cdef pypto_fpenv saved = pypto_fp_enter()
     for ch in range(g.item_ch):   # past the last channel tile: its first (never read)
         a[ch] = <const char *>g.w_packed + (cb * g.item_ch + (ch if ch < n_ch else 0)) * a_bytes
-    if g.dense:
+    if g.flat:   # tile t: a run of each pair plane from the wave's position first + 16 t
+        for t in range(n_tiles):
+            b[t] = g.frames + first - n0 * per_image + t * PYPTO_TILE_PX
+    elif g.dense:
         _dense_runs(g, grid, first, end, n_tiles, n0, &runs)
     else:
         for t in range(n_tiles):   # tile first + t: image n, positions q0 .. q0 + 15
@@ -413,7 +446,8 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
                                g.tap_index + run_ph * g.taps, g.tap_offset + run_ph * g.taps,
                                g.n_taps[run_ph], g.plane, c + p * c_phase)
         else:
-            pypto_tile_run_emulated(a, n_ch, <int>g.item_ch, b, &runs if g.dense else NULL,
+            pypto_tile_run_emulated(a, n_ch, <int>g.item_ch, b,
+                                    &runs if g.dense and not g.flat else NULL,
                                     n_tiles, g.blocks, g.taps, g.tap_index + run_ph * g.taps,
                                     g.tap_offset + run_ph * g.taps, g.n_taps[run_ph], g.plane,
                                     c + p * c_phase, split, g.form, g.exact, g.cout)
