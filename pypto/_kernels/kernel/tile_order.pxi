@@ -180,11 +180,10 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     # the emulation's items take 4 channel tiles: in fp32 a split B serves 64 channels; in the
     # dot form each dense gather of B does (ResNet-50 0.95-0.97x the time on Zen 4, whose
     # full-rate VDPBF16PS makes the gather count; nothing measurable on Intel's half rate).
-    # Where such an item's
-    # 64 dx channel planes lie on more than WRITE_PAGES pages (the L2 streamer follows so many
-    # store streams), it writes them a channel tile at a time along its tiles: written tile by
-    # tile, 64 planes of 56x56 took 1.05-1.10x the time of 32 on avx2 (and the dot form's 32
-    # planes a channel tile at a time 1.05x)
+    # Where such an item's 64 dx channel planes lie on more than WRITE_PAGES pages (the L2
+    # streamer follows so many store streams), it writes them a channel tile at a time along
+    # its tiles: written tile by tile, 64 planes of 56x56 took 1.05-1.10x the time of 32 on
+    # avx2
     g.item_ch = PYPTO_EMU_ITEM_CH if g.form != PYPTO_TILE_FORM_AMX else PYPTO_AMX_ITEM_CH
     g.write_by_channel = g.item_ch == PYPTO_EMU_ITEM_CH \
         and g.item_ch * PYPTO_TILE_CH * g.hin * g.win * 2 > WRITE_PAGES * 4096
