@@ -172,6 +172,20 @@ static inline void pypto_transpose16(__m512i *restrict v)
     }
 }
 
+/* 16 32-bit lanes from two runs of bf16: lo[x] in the low half, hi[x] in the high one (so a
+ * lane with lo NULL is hi[x] as fp32); a NULL run gives zeros, and nothing outside `keep` is
+ * read */
+static inline __m512i pypto_tile_pairs16(__mmask16 keep, const uint16_t *lo, const uint16_t *hi)
+{
+    __m512i v = _mm512_setzero_si512();
+    if (lo != NULL)
+        v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(keep, lo));
+    if (hi != NULL)
+        v = _mm512_or_si512(v, _mm512_slli_epi32(
+                                   _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(keep, hi)), 16));
+    return v;
+}
+
 /* pypto_tile_pack in PYPTO_TILE_FORM_F32 or _DOT. A co block's 32 channels each hold their
  * rows x taps elements of the 16 input channels in one run of w (j = r * taps + t); 16
  * consecutive j of the runs, widened to 32 bits (DOT: each lane pairs the two channels of a
@@ -206,17 +220,13 @@ static inline void pypto_tile_pack_rows(const uint16_t *restrict w, int64_t cout
             const __mmask16 keep = (__mmask16)((1u << n) - 1u);
             __m512i lo[16], hi[16];
             for (int l = 0; l < 16; l++) {
-                lo[l] = first[l] < n_co ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(
-                                              keep, src + first[l] * cin * taps + j0))
-                                        : _mm512_setzero_si512();
-                hi[l] = second[l] < n_co ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(
-                                               keep, src + second[l] * cin * taps + j0))
-                                         : _mm512_setzero_si512();
-                if (dot)
-                    lo[l] = _mm512_or_si512(lo[l], _mm512_slli_epi32(hi[l], 16));
-                else {   /* bf16 -> fp32 */
-                    lo[l] = _mm512_slli_epi32(lo[l], 16);
-                    hi[l] = _mm512_slli_epi32(hi[l], 16);
+                const uint16_t *a = first[l] < n_co ? src + first[l] * cin * taps + j0 : NULL;
+                const uint16_t *c = second[l] < n_co ? src + second[l] * cin * taps + j0 : NULL;
+                if (dot)   /* the slot pair in one lane */
+                    lo[l] = pypto_tile_pairs16(keep, a, c);
+                else {     /* each widened to fp32 */
+                    lo[l] = pypto_tile_pairs16(keep, NULL, a);
+                    hi[l] = pypto_tile_pairs16(keep, NULL, c);
                 }
             }
             pypto_transpose16(lo);
@@ -381,14 +391,9 @@ static inline void pypto_tile_pair_row(const uint16_t *restrict l, const uint16_
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
     for (; x < n; x += 16) {
         const __mmask16 keep = n - x < 16 ? (__mmask16)((1u << (n - x)) - 1u) : (__mmask16)0xffff;
-        __m512i v = _mm512_setzero_si512();
-        if (l != NULL)
-            v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(keep, l + x));
-        if (u != NULL)
-            v = _mm512_or_si512(v, _mm512_slli_epi32(
-                                       _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(keep, u + x)),
-                                       16));
-        _mm512_mask_storeu_epi32(row + x, keep, v);
+        _mm512_mask_storeu_epi32(row + x, keep,
+                                 pypto_tile_pairs16(keep, l != NULL ? l + x : NULL,
+                                                    u != NULL ? u + x : NULL));
     }
 #elif defined(__AVX2__)
     for (; x + 8 <= n; x += 8) {
