@@ -34,6 +34,13 @@ LAYERS = [
     (3, 70, 33, 3, 5, 1, 1, (1, 1), (0, 0), (1, 1), 3, 5),  # dense tiles across 3 images
     (1, 80, 36, 4, 4, 3, 3, (2, 2), (1, 1), (1, 1), 8, 8),  # stride 2: both column phases
     (1, 40, 20, 33, 33, 1, 1, (1, 1), (0, 0), (1, 1), 33, 33),  # dx planes over 32 pages a block
+    # the dot form's masked flat frames: tiles across images, both column phases, dilation,
+    # a 7x1 tap column; odd sizes at stride 2 keep its frames (a phase's grid is not dy's)
+    (8, 20, 40, 7, 7, 3, 3, (1, 1), (1, 1), (1, 1), 7, 7),
+    (3, 24, 36, 7, 7, 3, 3, (2, 2), (1, 1), (1, 1), 14, 14),
+    (2, 20, 40, 9, 9, 3, 3, (1, 1), (2, 2), (2, 2), 9, 9),
+    (2, 16, 33, 17, 17, 7, 1, (1, 1), (3, 0), (1, 1), 17, 17),
+    (1, 20, 40, 21, 32, 3, 3, (2, 2), (1, 1), (1, 1), 41, 63),
 ]
 
 
@@ -93,6 +100,25 @@ def test_tile_order_is_its_model_at_every_level(level, layer):
             np.testing.assert_array_equal(out, expected, err_msg=f"{form}, {threads} threads")
 
 
+@pytest.mark.parametrize("level", RUNNABLE)
+def test_the_layers_cover_every_layout_of_their_forms(level):
+    """The cases above run each way a level lays dy out (tile_layout): frames; dense
+    positions gathered; flat frames read in place; and, with AVX-512, flat frames with
+    masked lanes. A change of the choice that left a way untested fails here."""
+    kernel = load_level(level)
+    expected = {"frames", "dense", "flat"} if kernel.DENSE_FAST else {"frames"}
+    if kernel.LANES:
+        expected.add("masked")
+    for form in ["f32"] + (["dot"] if kernel.HAS_BF16_DOT else []):
+        seen = {kernel.tile_layout(*_shapes(layer), _attrs(layer), form) for layer in LAYERS}
+        assert seen == expected, form
+
+
+def _shapes(layer):
+    return ((layer[0], layer[2]) + layer[3:5], (layer[2], layer[1]) + layer[5:7],
+            (layer[0], layer[1]) + layer[10:12])  # fmt: skip
+
+
 # frames of about 0.8 and 1.5 MiB an image: a wave of one image on one thread, two on two
 WAVE_LAYERS = [
     (3, 20, 200, 40, 40, 3, 3, (1, 1), (1, 1), (1, 1), 40, 40),
@@ -108,8 +134,7 @@ def test_tile_order_in_waves_of_images(level, layer):
     the wave's items): the model's bits for 1, 2 and 3 waves (1, 2, 3 threads), every form."""
     from pypto._kernels.kernel import dgrad_baseline
 
-    shapes = ((layer[0], layer[2]) + layer[3:5], (layer[2], layer[1]) + layer[5:7],
-              (layer[0], layer[1]) + layer[10:12])  # fmt: skip
+    shapes = _shapes(layer)
     frames = dgrad_baseline.tile_buffer_bytes(*shapes, _attrs(layer), 1)
     assert frames < dgrad_baseline.tile_buffer_bytes(*shapes, _attrs(layer), 0)  # waves
     kernel = load_level(level)

@@ -542,8 +542,45 @@ typedef struct {
     const uint32_t *src[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX];
 } pypto_tile_runs;
 
+/* Flat frames with lane masks (the dot form): a wave's images' dy planes one after another
+ * without a halo, and dense positions that map onto them one to one, so that a tile at a K
+ * step's tap is one run of each pair plane, shifted by the tap's rows and columns. Lane x of
+ * tile t is the image's row[t][x], col[t][x] (past the wave: PYPTO_TILE_NOWHERE); the lanes
+ * whose shifted position leaves the image (rows x cols) read zeros, as a halo would give. */
+enum { PYPTO_TILE_NOWHERE = 1 << 30 };
+typedef struct {
+    int32_t row[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX], col[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX];
+    int32_t rows, cols;
+    const int64_t *tap_row, *tap_col;   /* the run's phase's taps' shifts, as its tap_offset */
+} pypto_tile_lanes;
+
 #if defined(__AVX512F__)
-enum { PYPTO_TILE_DENSE_FAST = 1 };
+enum { PYPTO_TILE_DENSE_FAST = 1, PYPTO_TILE_LANES = 1 };
+
+/* The lanes of tile t that a tap shifted by dr rows and dc columns reads (pypto_tile_lanes) */
+static inline __mmask16 pypto_tile_lane_mask(const pypto_tile_lanes *l, int t, int64_t dr,
+                                             int64_t dc)
+{
+    const __m512i r = _mm512_add_epi32(_mm512_loadu_si512(l->row[t]), _mm512_set1_epi32((int)dr));
+    const __m512i c = _mm512_add_epi32(_mm512_loadu_si512(l->col[t]), _mm512_set1_epi32((int)dc));
+    return _mm512_cmplt_epu32_mask(r, _mm512_set1_epi32(l->rows))
+           & _mm512_cmplt_epu32_mask(c, _mm512_set1_epi32(l->cols));
+}
+
+/* pypto_tile_split of flat frames, tile px's lanes outside km[px] read as zeros */
+static inline void pypto_tile_split_lanes(const uint32_t *const *b, const __mmask16 *km,
+                                          int n_px, int64_t plane, float *restrict even,
+                                          float *restrict odd)
+{
+    const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
+    for (int px = 0; px < n_px; px++)
+        for (int s = 0; s < PYPTO_TILE_K / 2; s++) {
+            const __m512i v = _mm512_maskz_loadu_epi32(km[px], b[px] + s * plane);
+            const int64_t at = s * 2 * PYPTO_TILE_PX + px * PYPTO_TILE_PX;
+            _mm512_store_ps(even + at, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+            _mm512_store_ps(odd + at, _mm512_castsi512_ps(_mm512_and_si512(v, high)));
+        }
+}
 
 /* Tile t's 16 pairs of each of the 16 pair planes from b_at on (plane apart) into v, each run
  * one masked load a plane placed at its lanes (a masked lane reads no memory); 0 past the
@@ -595,7 +632,7 @@ static inline void pypto_tile_gather_runs(const pypto_tile_runs *runs, int t, in
     }
 }
 #elif defined(__AVX2__)
-enum { PYPTO_TILE_DENSE_FAST = 1 };
+enum { PYPTO_TILE_DENSE_FAST = 1, PYPTO_TILE_LANES = 0 };
 
 /* pypto_tile_split from tiles t and t + n_px - 1 of `runs` (b_at: the K step's offset), 8
  * lanes and 8 planes at a time (16 ymm registers): a run's lanes of a plane are a whole
@@ -647,7 +684,7 @@ static inline void pypto_tile_split_runs(const pypto_tile_runs *runs, int t, int
     }
 }
 #else
-enum { PYPTO_TILE_DENSE_FAST = 0 };
+enum { PYPTO_TILE_DENSE_FAST = 0, PYPTO_TILE_LANES = 0 };
 #endif
 /* bytes of the frames' buffer before and after them that an 8-lane load of a dense run may
  * read (AVX2: up to 15 positions either side of a run) */
@@ -763,8 +800,8 @@ pypto_tile_step_f32(const float *restrict a, const float *restrict even,
  * channels would be 32 chains, more than the registers: 4% slower with the spills). */
 enum { PYPTO_DOT_TM = 4 };
 static inline __attribute__((always_inline)) void
-pypto_tile_step_dot(const uint32_t *restrict a, const uint32_t *const *bp, float *const *cp,
-                    int64_t plane, const int nv, const int quarters)
+pypto_tile_step_dot(const uint32_t *restrict a, const uint32_t *const *bp, const __mmask16 *km,
+                    float *const *cp, int64_t plane, const int nv, const int quarters)
 {
     const int quarter = PYPTO_TILE_K / 4, half = PYPTO_TILE_K / 2;
     __m512 e[PYPTO_DOT_TM][PYPTO_TNV], o[PYPTO_DOT_TM][PYPTO_TNV];
@@ -775,8 +812,8 @@ pypto_tile_step_dot(const uint32_t *restrict a, const uint32_t *const *bp, float
     for (int s = 0; s < quarters; s++) {
         __m512bh ev[PYPTO_TNV], ov[PYPTO_TNV];
         for (int j = 0; j < nv; j++) {
-            ev[j] = (__m512bh)_mm512_loadu_si512(bp[j] + s * plane);
-            ov[j] = (__m512bh)_mm512_loadu_si512(bp[j] + (quarter + s) * plane);
+            ev[j] = (__m512bh)_mm512_maskz_loadu_epi32(km[j], bp[j] + s * plane);
+            ov[j] = (__m512bh)_mm512_maskz_loadu_epi32(km[j], bp[j] + (quarter + s) * plane);
         }
         for (int m = 0; m < PYPTO_DOT_TM; m++) {
             const __m512bh ae = (__m512bh)_mm512_set1_epi32((int)a[m * half + s]);
@@ -860,7 +897,8 @@ static inline void pypto_tile_step_tiles_f32(const float *restrict a, const floa
  * scan), needed only where the vectors have no FMA. */
 static inline void pypto_tile_run_emulated(const void *const *a, int n_ch, int item_ch,
                                            const uint32_t *const *b,
-                                           const pypto_tile_runs *runs, int n_tiles,
+                                           const pypto_tile_runs *runs,
+                                           const pypto_tile_lanes *lanes, int n_tiles,
                                            int64_t blocks, int64_t taps,
                                            const int64_t *tap_index, const int64_t *tap_offset,
                                            int64_t n_taps, int64_t plane, float *restrict c,
@@ -888,6 +926,18 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch, int i
                     bp[0] = b[p] + b_at;
                     bp[1] = b[p + n_px - 1] + b_at;
                 }
+#if defined(__AVX512F__)
+                __mmask16 km[2] = {0xffff, 0xffff};
+                if (lanes != NULL) {   /* flat: the lanes inside dy's image */
+                    km[0] = pypto_tile_lane_mask(lanes, p, lanes->tap_row[i], lanes->tap_col[i]);
+                    km[1] = pypto_tile_lane_mask(lanes, p + n_px - 1, lanes->tap_row[i],
+                                                 lanes->tap_col[i]);
+                    if ((km[0] | km[1]) == 0)   /* E + O = +0: C + 0 keeps C's bits */
+                        continue;
+                }
+#else
+                (void)lanes;
+#endif
 #ifdef PYPTO_ISA_AVX512BF16
                 if (form == PYPTO_TILE_FORM_DOT) {
                     const int quarters = (n_co + 3) / 4;
@@ -906,14 +956,19 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch, int i
                             float *cp[2] = {pair + ch * 2 * tile + m * PYPTO_TILE_PX,
                                             pair + (ch * 2 + 1) * tile + m * PYPTO_TILE_PX};
                             if (n_px == 2 && quarters == PYPTO_TILE_K / 4)
-                                pypto_tile_step_dot(am, bp, cp, step_plane, 2, PYPTO_TILE_K / 4);
+                                pypto_tile_step_dot(am, bp, km, cp, step_plane, 2, PYPTO_TILE_K / 4);
                             else if (n_px == 2)
-                                pypto_tile_step_dot(am, bp, cp, step_plane, 2, quarters);
+                                pypto_tile_step_dot(am, bp, km, cp, step_plane, 2, quarters);
                             else
-                                pypto_tile_step_dot(am, bp, cp, step_plane, 1, quarters);
+                                pypto_tile_step_dot(am, bp, km, cp, step_plane, 1, quarters);
                         }
                     continue;
                 }
+#endif
+#if defined(__AVX512F__)
+                if (lanes != NULL)
+                    pypto_tile_split_lanes(bp, km, n_px, plane, even, odd);
+                else
 #endif
 #if defined(__AVX512F__) || defined(__AVX2__)
                 if (runs != NULL)

@@ -20,6 +20,7 @@ cdef extern from "pypto_tile.h" nogil:
     enum: PYPTO_TILE_FORM_F32
     enum: PYPTO_TILE_FORM_DOT
     enum: PYPTO_TILE_DENSE_FAST
+    enum: PYPTO_TILE_LANES
     enum: PYPTO_TILE_READ_SLACK
     enum: PYPTO_TV_FUSED
     void pypto_tile_pack(const uint16_t *w, int64_t cout, int64_t cin, int64_t taps, int64_t cb,
@@ -35,9 +36,17 @@ cdef extern from "pypto_tile.h" nogil:
         int x[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX]
         int len[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX]
         const uint32_t *src[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX]
+    enum: PYPTO_TILE_NOWHERE
+    ctypedef struct pypto_tile_lanes:
+        int32_t row[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX]
+        int32_t col[PYPTO_TILE_ITEM_TILES][PYPTO_TILE_PX]
+        int32_t rows, cols
+        const int64_t *tap_row
+        const int64_t *tap_col
     void pypto_tile_run_emulated(const void *const *a, int n_ch, int item_ch,
                                  const uint32_t *const *b,
-                                 const pypto_tile_runs *runs, int n_tiles, int64_t blocks,
+                                 const pypto_tile_runs *runs, const pypto_tile_lanes *lanes,
+                                 int n_tiles, int64_t blocks,
                                  int64_t taps,
                                  const int64_t *tap_index, const int64_t *tap_offset,
                                  int64_t n_taps, int64_t plane, float *c, float *scratch,
@@ -59,6 +68,8 @@ cdef extern from "pypto_isa.h" nogil:
     enum: PYPTO_HAVE_AMX
 
 HAS_AMX = bool(PYPTO_HAVE_AMX)
+DENSE_FAST = bool(PYPTO_TILE_DENSE_FAST)   # the emulation may take dense positions here
+LANES = bool(PYPTO_TILE_LANES)             # ... and flat frames with masked lanes
 
 
 
@@ -72,11 +83,14 @@ cdef struct TileGeometry:
     int64_t *n_taps        # per phase: its taps, ascending, and each tap's frame offset
     int64_t *tap_index     # [phase * taps + i]
     int64_t *tap_offset
+    int64_t *tap_row       # the tap's dy row and column of the phase's pixel (0, 0)
+    int64_t *tap_col
     int64_t *items         # per work item: channel block, phase, first tile (of all images)
     int64_t n_items
     bint paired            # stride 2 across: an item's phase is a row phase, both columns
     bint dense             # emulation: items over dense positions (pypto_tile_runs)
     bint flat              # dense, and a wave's frames plane-major: no gathers (_tile_geometry)
+    bint masked            # flat, and a tap may read outside an image: lane masks
     int64_t wave_plane     # positions of a wave's pair plane: its images' planes, or (flat) one
     int64_t item_ch        # channel tiles of an item's channel block (pypto_tile.h)
     bint write_by_channel  # an item's write-out a channel tile at a time (else tile by tile)
@@ -117,12 +131,14 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     g.ch_tiles = (g.cin + PYPTO_TILE_CH - 1) // PYPTO_TILE_CH
     g.frame_jobs = g.blocks if g.form == PYPTO_TILE_FORM_AMX else g.pairs
     n_phases = g.sh * g.sw
-    g.rows = <int64_t *>malloc((4 * n_phases + 2 * n_phases * g.taps) * sizeof(int64_t))
+    g.rows = <int64_t *>malloc((4 * n_phases + 4 * n_phases * g.taps) * sizeof(int64_t))
     if g.rows == NULL:
         raise MemoryError("pypto: no memory for the tile order's phase tables")
     g.cols, g.tiles, g.n_taps = g.rows + n_phases, g.rows + 2 * n_phases, g.rows + 3 * n_phases
     g.tap_index = g.rows + 4 * n_phases
     g.tap_offset = g.tap_index + n_phases * g.taps
+    g.tap_row = g.tap_offset + n_phases * g.taps
+    g.tap_col = g.tap_row + n_phases * g.taps
     # the halo: every row and column a tap of a phase reads for its pixels
     cdef int64_t top = 0, bottom = 0, left = 0, right = 0
     for ph in range(n_phases):
@@ -171,8 +187,10 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
         for i in range(g.n_taps[ph]):
             t = g.tap_index[ph * g.taps + i]
             kh, kw = t // g.kw, t % g.kw
-            g.tap_offset[ph * g.taps + i] = ((rh + g.pt - kh * g.dh) // g.sh + top) * g.wf \
-                + (rw + g.pl - kw * g.dw) // g.sw + left
+            g.tap_row[ph * g.taps + i] = (rh + g.pt - kh * g.dh) // g.sh
+            g.tap_col[ph * g.taps + i] = (rw + g.pl - kw * g.dw) // g.sw
+            g.tap_offset[ph * g.taps + i] = (g.tap_row[ph * g.taps + i] + top) * g.wf \
+                + g.tap_col[ph * g.taps + i] + left
     g.n_items = 0
     # stride 2 across: an item runs both column phases of a row phase on half the tiles, so
     # that the write-out interleaves them into whole dx rows (pypto_tile_write_pair)
@@ -192,7 +210,7 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
         // (2 if g.paired else 1)
     g.item_phases = g.sh if g.paired else n_phases
     g.dense = g.form != PYPTO_TILE_FORM_AMX and PYPTO_TILE_DENSE_FAST \
-        and _frame_waste(g) > DENSE_WASTE
+        and (_frame_waste(g) > DENSE_WASTE or PYPTO_TILE_LANES and _grids_are_dy(g))
     # the wave: as many images as the team's L2 share holds frames of, or as give each
     # thread WAVE_ITEMS items, whichever is more
     per_image = g.pairs * g.plane * 4
@@ -210,12 +228,20 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     # one run of its plane, read where it lies as frame positions are: no gathered (dot form)
     # or masked (fp32) B operand. The plane ends in a tile's 16 zero positions, which the
     # wave's last tile reads past its last one.
+    # In the dot form any layer whose phases' pixel grids are dy's own size lays its frames so
+    # (pypto_tile_lanes): a tap is a shift of the plane, and its lanes that leave the image
+    # are masked to zeros, where frames have their halo (no gather: ResNet-50's 7x7 and 14x14
+    # layers spent 10-12% of their time gathering dense runs).
     g.flat = g.dense and g.taps == 1 and g.sh == 1 and g.sw == 1 and g.pt == 0 and g.pl == 0 \
         and g.hin == g.hout and g.win == g.wout and g.wf == g.wout
+    g.masked = not g.flat and g.dense and PYPTO_TILE_LANES and _grids_are_dy(g)
+    g.flat = g.flat or g.masked
     g.wave_plane = g.wave * g.plane
     if g.flat:
         g.plane = (g.wave * g.hout * g.wout + PYPTO_TILE_PX + 15) // 16 * 16
         g.wave_plane = g.plane
+        for i in range(n_phases * g.taps):   # a tap: a shift of the plane
+            g.tap_offset[i] = g.tap_row[i] * g.wout + g.tap_col[i]
     for wv in range(g.n_waves):
         for ph in range(g.item_phases):
             _item_range(g, ph, wv, &first, &last, &step)
@@ -247,6 +273,19 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
                         first += step
     g.wave_items[g.n_waves] = i
     return 0
+
+
+cdef bint _grids_are_dy(const TileGeometry *g) noexcept nogil:
+    """Whether the dense pixel grid of every item phase with a tap has dy's rows and columns
+    (then a dense position and its tap's dy position lie a constant apart)."""
+    cdef int64_t ph, grid
+    for ph in range(g.item_phases):
+        grid = 2 * ph if g.paired else ph
+        if g.n_taps[grid] + (g.n_taps[grid + 1] if g.paired else 0) == 0:
+            continue
+        if g.rows[grid] != g.hout or g.cols[grid] != g.wout:
+            return False
+    return True
 
 
 cdef double _frame_waste(const TileGeometry *g) noexcept nogil:
@@ -339,16 +378,33 @@ def tile_buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs
     """Bytes dgrad_tile allocates for these shapes (packed weight and dy frames, at most) on a
     team of ``threads`` (0: whatever the team)."""
     cdef TileGeometry g
+    cdef int form
+    weight, frames = 0, 0
+    for form in (PYPTO_TILE_FORM_F32, PYPTO_TILE_FORM_AMX, PYPTO_TILE_FORM_DOT):
+        memset(&g, 0, sizeof(g))
+        g.form = form   # F32: the largest weight; the frames of any form
+        try:
+            _tile_geometry(&g, (dy_shape, w_shape, dx_shape), attrs, threads)
+            weight = max(weight, _tile_weight_bytes(&g, form))
+            frames = max(frames, _tile_frame_bytes(&g))
+        finally:
+            _tile_free(&g)
+    return weight + frames + 64
+
+
+def tile_layout(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs, str form,
+                int threads=0):
+    """How dgrad_tile lays a call's dy out in ``form`` ("amx", "f32" or "dot"): "frames" (a
+    halo, frame positions), "dense" (frames, dense positions gathered), "flat" (plane-major,
+    read in place) or "masked" (flat, taps' lanes masked); the tests' check of what a case
+    covers."""
+    cdef TileGeometry g
     memset(&g, 0, sizeof(g))
-    g.form = PYPTO_TILE_FORM_F32   # the largest weight
+    g.form = {"amx": PYPTO_TILE_FORM_AMX, "f32": PYPTO_TILE_FORM_F32,
+              "dot": PYPTO_TILE_FORM_DOT}[form]
     try:
         _tile_geometry(&g, (dy_shape, w_shape, dx_shape), attrs, threads)
-        weight, frames = _tile_weight_bytes(&g, g.form), _tile_frame_bytes(&g)
-        _tile_free(&g)
-        memset(&g, 0, sizeof(g))
-        g.form = PYPTO_TILE_FORM_AMX   # frames per image, never flat
-        _tile_geometry(&g, (dy_shape, w_shape, dx_shape), attrs, threads)
-        return weight + max(frames, _tile_frame_bytes(&g)) + 64
+        return "masked" if g.masked else "flat" if g.flat else "dense" if g.dense else "frames"
     finally:
         _tile_free(&g)
 
@@ -410,6 +466,7 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
     cdef const void *a[PYPTO_EMU_ITEM_CH]
     cdef const uint32_t *b[PYPTO_TILE_ITEM_TILES]
     cdef pypto_tile_runs runs
+    cdef pypto_tile_lanes lanes
     cdef int64_t cb = g.items[3 * item], ph = g.items[3 * item + 1]
     cdef int64_t first = g.items[3 * item + 2]
     cdef int64_t rh = ph if g.paired else ph // g.sw, rw = 0 if g.paired else ph % g.sw
@@ -429,6 +486,10 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
     if g.flat:   # tile t: a run of each pair plane from the wave's position first + 16 t
         for t in range(n_tiles):
             b[t] = g.frames + first - n0 * per_image + t * PYPTO_TILE_PX
+        if g.masked:
+            _flat_lanes(g, first, end, n_tiles, &lanes)
+        if g.sh != 1 or g.sw != 1:   # the runs of a strided write-out
+            _dense_runs(g, grid, first, end, n_tiles, n0, &runs)
     elif g.dense:
         _dense_runs(g, grid, first, end, n_tiles, n0, &runs)
     else:
@@ -440,6 +501,7 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
         pypto_amx_begin()
     for p in range(phases):    # the item's column phases (paired: both; their C one after another)
         run_ph = 2 * ph + p if g.paired else ph
+        lanes.tap_row, lanes.tap_col = g.tap_row + run_ph * g.taps, g.tap_col + run_ph * g.taps
         if g.use_amx:
             pypto_tile_run_amx(<const uint16_t *const *>a, n_ch, b, n_tiles, g.blocks, g.taps,
                                g.tap_index + run_ph * g.taps, g.tap_offset + run_ph * g.taps,
@@ -447,6 +509,7 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
         else:
             pypto_tile_run_emulated(a, n_ch, <int>g.item_ch, b,
                                     &runs if g.dense and not g.flat else NULL,
+                                    &lanes if g.masked else NULL,
                                     n_tiles, g.blocks, g.taps, g.tap_index + run_ph * g.taps,
                                     g.tap_offset + run_ph * g.taps, g.n_taps[run_ph], g.plane,
                                     c + p * c_phase, split, g.form, g.exact, g.cout)
@@ -482,6 +545,23 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
                              dx + ((n * g.cin + ci0) * g.hin + rh) * g.win + rw,
                              g.sh * g.win, g.sw, g.hin * g.win)
     pypto_fp_leave(saved)
+
+
+cdef void _flat_lanes(const TileGeometry *g, int64_t first, int64_t end, int n_tiles,
+                      pypto_tile_lanes *lanes) noexcept nogil:
+    """Each lane's row and column in its image of an item's tiles from dense position
+    ``first`` (flat frames: the grid is dy's own size)."""
+    cdef int64_t area = g.hout * g.wout, pos
+    cdef int t, x
+    lanes.rows, lanes.cols = <int32_t>g.hout, <int32_t>g.wout
+    for t in range(n_tiles):
+        for x in range(PYPTO_TILE_PX):
+            pos = first + t * PYPTO_TILE_PX + x
+            if pos < end:
+                lanes.row[t][x] = <int32_t>(pos % area // g.wout)
+                lanes.col[t][x] = <int32_t>(pos % g.wout)
+            else:
+                lanes.row[t][x] = lanes.col[t][x] = PYPTO_TILE_NOWHERE
 
 
 cdef void _dense_runs(const TileGeometry *g, int64_t grid, int64_t first, int64_t end,
