@@ -919,8 +919,8 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch, int i
             const int64_t a_at = (blk * taps + tap_index[i]) * PYPTO_TILE_A_ELEMS;
             const int64_t b_at = blk * (PYPTO_TILE_K / 2) * plane + tap_offset[i];
             for (int p = 0; p < n_tiles; p += 2) {
-                const int n_px = p + 1 < n_tiles ? 2 : 1;
-                float *pair = pypto_tile_c_slot(c, p, 0, item_ch);
+                int n_px = p + 1 < n_tiles ? 2 : 1;
+                float *pair = pypto_tile_c_slot(c, p, 0, item_ch);   /* the first C tile run */
                 const uint32_t *bp[2] = {NULL, NULL};
                 if (runs == NULL) {
                     bp[0] = b[p] + b_at;
@@ -932,8 +932,17 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch, int i
                     km[0] = pypto_tile_lane_mask(lanes, p, lanes->tap_row[i], lanes->tap_col[i]);
                     km[1] = pypto_tile_lane_mask(lanes, p + n_px - 1, lanes->tap_row[i],
                                                  lanes->tap_col[i]);
-                    if ((km[0] | km[1]) == 0)   /* E + O = +0: C + 0 keeps C's bits */
+                    /* a tile all outside: E + O = +0, and C + 0 keeps C's bits */
+                    if ((km[0] | km[1]) == 0)
                         continue;
+                    if (n_px == 2 && km[0] == 0) {   /* the pair's second tile alone */
+                        bp[0] = bp[1];
+                        km[0] = km[1];
+                        pair += tile;
+                        n_px = 1;
+                    } else if (n_px == 2 && km[1] == 0) {
+                        n_px = 1;
+                    }
                 }
 #else
                 (void)lanes;
