@@ -151,7 +151,16 @@ cdef extern from *:
     }
     static int pypto_stopped(const volatile int *stop) { return *stop; }
     static int pypto_raise_if(int stop) { return stop ? -1 : 0; }
+    /* The next index of a shared counter below end, or -1 (the team's threads take work
+       from each other's counters) */
+    static int64_t pypto_take(int64_t *next, int64_t end) {
+        if (__atomic_load_n(next, __ATOMIC_RELAXED) >= end)
+            return -1;
+        const int64_t i = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        return i < end ? i : -1;
+    }
     """
     void pypto_check_signals(int *stop) nogil
     int pypto_stopped(const int *stop) nogil
     int pypto_raise_if(int stop) except -1
+    int64_t pypto_take(int64_t *next, int64_t end) nogil
