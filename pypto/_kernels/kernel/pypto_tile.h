@@ -430,32 +430,50 @@ static inline void pypto_tile_pair_channels(const uint16_t *dy, int64_t cout, in
     *high = hi < cout ? dy + hi * area : NULL;
 }
 
-/* Pair plane k of block b of one image's frame: rows top .. top + hout - 1, columns left ..
- * left + wout - 1 from the dy rows of the pair's two channels (low and high halves), the halo
- * zero; a channel past Cout is zero. dy: the image's first channel. A frame without halo
- * columns (a stride-1 1x1 layer without padding) is one run: a 14x14 row a time left most
- * pairs to the scalar end of a vector loop (ResNet-50's layer3 1x1 layers spent 15% of their
- * time filling frames on Zen 4). */
+/* Pair plane k of block b of one image's frame, its rows r0 .. r1 - 1 (a team's thread fills
+ * its band of them, tile_order.pxi): rows top .. top + hout - 1, columns left .. left + wout - 1
+ * from the dy rows of the pair's two channels (low and high halves), the halo zero; a channel
+ * past Cout is zero. dy: the image's first channel. A frame without halo columns (a stride-1
+ * 1x1 layer without padding) is one run: a 14x14 row a time left most pairs to the scalar end
+ * of a vector loop (ResNet-50's layer3 1x1 layers spent 15% of their time filling frames on
+ * Zen 4). */
+static inline void pypto_tile_frame_rows(const uint16_t *restrict dy, int64_t cout, int form,
+                                         int64_t b, int64_t k, int64_t hout, int64_t wout,
+                                         int64_t top, int64_t left, int64_t wf, int64_t r0,
+                                         int64_t r1, uint32_t *restrict plane)
+{
+    const uint16_t *low, *high;
+    pypto_tile_pair_channels(dy, cout, form, b, k, hout * wout, &low, &high);
+    const int64_t d0 = r0 > top ? r0 : top;   /* the rows holding dy: d0 .. d1 - 1 */
+    const int64_t d1 = r1 < top + hout ? r1 : top + hout;
+    if ((low == NULL && high == NULL) || d0 >= d1) {
+        memset(plane + r0 * wf, 0, (size_t)((r1 - r0) * wf) * sizeof(uint32_t));
+        return;
+    }
+    memset(plane + r0 * wf, 0, (size_t)((d0 - r0) * wf + left) * sizeof(uint32_t));
+    if (wf == wout) {   /* no halo columns: the rows follow each other */
+        pypto_tile_pair_row(low != NULL ? low + (d0 - top) * wout : NULL,
+                            high != NULL ? high + (d0 - top) * wout : NULL, (d1 - d0) * wout,
+                            plane + d0 * wf);
+    } else {
+        for (int64_t h = d0; h < d1; h++) {
+            pypto_tile_pair_row(low != NULL ? low + (h - top) * wout : NULL,
+                                high != NULL ? high + (h - top) * wout : NULL, wout,
+                                plane + h * wf + left);
+            /* this row's right halo and the next one's left (the last row: its right alone) */
+            memset(plane + h * wf + left + wout, 0,
+                   (size_t)(wf - wout - (h + 1 < d1 ? 0 : left)) * sizeof(uint32_t));
+        }
+    }
+    memset(plane + d1 * wf, 0, (size_t)((r1 - d1) * wf) * sizeof(uint32_t));
+}
+
 static inline void pypto_tile_frame_plane(const uint16_t *restrict dy, int64_t cout, int form,
                                           int64_t b, int64_t k, int64_t hout, int64_t wout,
                                           int64_t top, int64_t left, int64_t hf, int64_t wf,
                                           uint32_t *restrict plane)
 {
-    const uint16_t *low, *high;
-    pypto_tile_pair_channels(dy, cout, form, b, k, hout * wout, &low, &high);
-    if (low == NULL && high == NULL) {
-        memset(plane, 0, (size_t)(hf * wf) * sizeof(uint32_t));
-        return;
-    }
-    pypto_tile_frame_halo(plane, sizeof(uint32_t), top, left, hout, wout, hf, wf);
-    if (wf == wout) {   /* no halo columns: the rows follow each other */
-        pypto_tile_pair_row(low, high, hout * wout, plane + top * wf);
-        return;
-    }
-    for (int64_t h = 0; h < hout; h++)
-        pypto_tile_pair_row(low != NULL ? low + h * wout : NULL,
-                            high != NULL ? high + h * wout : NULL, wout,
-                            plane + (top + h) * wf + left);
+    pypto_tile_frame_rows(dy, cout, form, b, k, hout, wout, top, left, wf, 0, hf, plane);
 }
 
 /* ---- the emulation: the same order on any CPU ------------------------------------------- */

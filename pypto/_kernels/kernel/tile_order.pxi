@@ -32,6 +32,9 @@ cdef extern from "pypto_tile.h" nogil:
                                   int64_t k, int64_t area, const uint16_t **low,
                                   const uint16_t **high)
     void pypto_tile_pair_row(const uint16_t *l, const uint16_t *u, int64_t n, uint32_t *row)
+    void pypto_tile_frame_rows(const uint16_t *dy, int64_t cout, int form, int64_t b, int64_t k,
+                               int64_t hout, int64_t wout, int64_t top, int64_t left,
+                               int64_t wf, int64_t r0, int64_t r1, uint32_t *plane)
     void pypto_tile_frame_block(const uint16_t *dy, int64_t cout, int64_t b, int64_t hout,
                                 int64_t wout, int64_t top, int64_t left, int64_t hf, int64_t wf,
                                 uint16_t *block)
@@ -255,11 +258,11 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
             _item_range(g, ph, wv, &first, &last, &step)
             g.n_items += (last - first + step - 1) // step
     g.n_items *= g.ch_blocks
-    # Flat frames on a team: each thread fills the frames of its band of a wave's positions
-    # and runs the band's items first (a frame line filled by one core and read by another
-    # had to be taken back from the reader at the next wave's fill: filling cost 4x as much
-    # on two threads as on one, a fifth of ResNet-50's item time)
-    g.bands = threads if g.flat and threads > 1 else 1
+    # The emulation on a team: each thread fills the frames of its band of a wave's positions
+    # (flat) or rows (frames) and runs the band's items first (a frame line filled by one core
+    # and read by another had to be taken back from the reader at the next wave's fill:
+    # filling cost 4x as much on two threads as on one, a fifth of ResNet-50's item time)
+    g.bands = threads if g.form != PYPTO_TILE_FORM_AMX and threads > 1 else 1
     g.items = <int64_t *>malloc((3 * max(g.n_items, 1) + g.n_waves + 1
                                  + g.n_waves * g.bands + 1 + g.bands) * sizeof(int64_t))
     if g.items == NULL:
@@ -490,10 +493,14 @@ cdef void _tile_prepare(const TileGeometry *g, const uint16_t *dy, const uint16_
 
 cdef void _tile_fill_band(const TileGeometry *g, const uint16_t *dy, int64_t band, int64_t k,
                           int64_t n0) noexcept nogil:
-    """Pair plane k of a wave's flat frames from image n0, at band ``band``'s positions (as
-    _band_range splits them); the last band zeroes the plane's tail."""
+    """Pair plane k of a wave's frames from image n0: flat, at band ``band``'s positions (as
+    _band_range splits them; the last band zeroes the plane's tail), else the band's share of
+    the images' frame rows."""
     cdef int64_t area = g.hout * g.wout, images = min(g.n_img, n0 + g.wave) - n0
     cdef int64_t step = g.item_tiles * PYPTO_TILE_PX, total = images * area
+    if not g.flat:
+        _tile_fill_band_rows(g, dy, band, k, n0, images)
+        return
     cdef int64_t count = (total + step - 1) // step, n, at, end, run
     cdef int64_t p0 = min(total, band * count // g.bands * step)
     cdef int64_t p1 = min(total, (band + 1) * count // g.bands * step)
@@ -513,6 +520,22 @@ cdef void _tile_fill_band(const TileGeometry *g, const uint16_t *dy, int64_t ban
         at = end
     if band == g.bands - 1:
         memset(plane + total, 0, (g.plane - total) * sizeof(uint32_t))
+
+
+cdef void _tile_fill_band_rows(const TileGeometry *g, const uint16_t *dy, int64_t band, int64_t k,
+                               int64_t n0, int64_t images) noexcept nogil:
+    """Band ``band``'s share of the wave's frame rows of pair plane k (images one after
+    another), each image's part with pypto_tile_frame_rows."""
+    cdef int64_t rows = images * g.hf, area = g.hout * g.wout, n, end
+    cdef int64_t at = band * rows // g.bands, last = (band + 1) * rows // g.bands
+    while at < last:
+        n = at // g.hf
+        end = min(last, (n + 1) * g.hf)
+        pypto_tile_frame_rows(dy + (n0 + n) * g.cout * area, g.cout, g.form,
+                              k // (PYPTO_TILE_K // 2), k % (PYPTO_TILE_K // 2), g.hout, g.wout,
+                              g.top, g.left, g.wf, at - n * g.hf, end - n * g.hf,
+                              g.frames + (n * g.pairs + k) * g.plane)
+        at = end
 
 
 cdef inline int64_t _tile_next_item(const TileGeometry *g, int64_t wv, int64_t tid) noexcept nogil:
