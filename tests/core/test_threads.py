@@ -405,21 +405,24 @@ def test_kernel_releases_the_gil():
 # ---------------------------------------------------------------------------------------------
 _SIGINT_SCRIPT = textwrap.dedent("""
     import math, signal, sys, time
-    import numpy as np, pypto
+    import ml_dtypes, numpy as np, pypto
     # Python's own handler, as at a terminal: a shell that starts a job in the background
     # without job control passes SIGINT down as ignored, and Python then installs none
     signal.signal(signal.SIGINT, signal.default_int_handler)
     from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
     threads = int(sys.argv[1]) or None
+    # bf16 runs the tile order (its own schedule: bands of frames a thread)
+    dtype, np_dtype = {"fp16": (pypto.DT_FP16, np.float16),
+                       "bf16": (pypto.DT_BF16, ml_dtypes.bfloat16)}[sys.argv[2]]
     pypto.set_num_threads(threads)
     pypto.set_convbp_input_tile_shapes(ConvBpTileL1Info(64, 49 * 16 * 4, 64),
                                        ConvBpTileL0Info(64, 64, 64))
     pypto.set_vec_tile_shapes(16, 16, 16, 16)
-    w = pypto.from_numpy(np.ones((256, 256, 7, 7), np.float16) / 64)
+    w = pypto.from_numpy((np.ones((256, 256, 7, 7), np.float32) / 64).astype(np_dtype))
 
     def call(n):
-        dy = pypto.from_numpy(np.ones((n, 256, 64, 64), np.float16))
-        return pypto.conv_backward_input(dy, [n, 256, 64, 64], w, pypto.DT_FP16, [1, 1],
+        dy = pypto.from_numpy(np.ones((n, 256, 64, 64), np_dtype))
+        return pypto.conv_backward_input(dy, [n, 256, 64, 64], w, dtype, [1, 1],
                                          [3, 3, 3, 3], [1, 1])
 
     t0 = time.monotonic()
@@ -429,12 +432,11 @@ _SIGINT_SCRIPT = textwrap.dedent("""
     shape = [n, 256, 64, 64]
 
     @pypto.jit
-    def kernel(dy: pypto.Tensor(shape, pypto.DT_FP16), out: pypto.Tensor(shape, pypto.DT_FP16)):
-        out.move(pypto.conv_backward_input(dy, shape, w, pypto.DT_FP16, [1, 1], [3, 3, 3, 3],
-                                           [1, 1]))
+    def kernel(dy: pypto.Tensor(shape, dtype), out: pypto.Tensor(shape, dtype)):
+        out.move(pypto.conv_backward_input(dy, shape, w, dtype, [1, 1], [3, 3, 3, 3], [1, 1]))
 
-    dy = np.ones(shape, np.float16)
-    out = np.full(shape, 0x7E5A, np.uint16).view(np.float16)  # a sentinel NaN pattern
+    dy = np.ones(shape, np_dtype)
+    out = np.full(shape, 0x7E5A, np.uint16).view(np_dtype)  # a sentinel pattern
     print("start", n, round(one * n, 2), flush=True)
     t0 = time.monotonic()
     try:
@@ -447,10 +449,10 @@ _SIGINT_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("kernel_threads", [1, 0])
-def test_ctrl_c_interrupts_a_long_call(kernel_threads, tmp_path):
+@pytest.mark.parametrize("kernel_threads, dtype", [(1, "fp16"), (0, "fp16"), (0, "bf16")])
+def test_ctrl_c_interrupts_a_long_call(kernel_threads, dtype, tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-c", _SIGINT_SCRIPT, str(kernel_threads)],
+        [sys.executable, "-c", _SIGINT_SCRIPT, str(kernel_threads), dtype],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -483,7 +485,7 @@ def test_ctrl_c_interrupts_a_long_call(kernel_threads, tmp_path):
     assert proc.returncode in (-signal.SIGINT, 1, 130), proc.returncode
     print(
         f"[threads] SIGINT after 0.3 s of a ~{expected_duration:.1f} s call "
-        f"(threads={kernel_threads or 'all'}): process ended {ended:.2f} s later"
+        f"(threads={kernel_threads or 'all'}, {dtype}): process ended {ended:.2f} s later"
     )
     assert ended < limit(2.0), (
         f"took {ended:.2f} s after SIGINT (call would take {expected_duration} s)"
