@@ -175,6 +175,10 @@ def run_networks(
                     row["ratio"] = row["torch_best_ms"] / row["pypto_ms"]
                 layer_rows.append(row)
         rows += layer_rows
+        if net is work[0][0] and dtype == work[0][1]:
+            # as run() does: a peak taken while torch's threads still spun after its start
+            # read 234 GFLOP/s for two threads whose own loop reaches 457 (Zen 4)
+            _remeasure_peaks(peaks, [])
         for threads in thread_counts:
             _report_network(net, n, dtype_name, threads, peaks, layer_rows)
     pypto.set_num_threads(None)
