@@ -610,7 +610,8 @@ static inline void pypto_tile_split_lanes(const uint32_t *const *b, const __mmas
     const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
     for (int px = 0; px < n_px; px++)
         for (int s = 0; s < PYPTO_TILE_K / 2; s++) {
-            const __m512i v = _mm512_maskz_loadu_epi32(km[px], b[px] + s * plane);
+            const __m512i v = km[px] == 0xffff ? _mm512_loadu_si512(b[px] + s * plane)
+                                               : _mm512_maskz_loadu_epi32(km[px], b[px] + s * plane);
             const int64_t at = s * 2 * PYPTO_TILE_PX + px * PYPTO_TILE_PX;
             _mm512_store_ps(even + at, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
             _mm512_store_ps(odd + at, _mm512_castsi512_ps(_mm512_and_si512(v, high)));
@@ -836,7 +837,8 @@ pypto_tile_step_f32(const float *restrict a, const float *restrict even,
 enum { PYPTO_DOT_TM = 4 };
 static inline __attribute__((always_inline)) void
 pypto_tile_step_dot(const uint32_t *restrict a, const uint32_t *const *bp, const __mmask16 *km,
-                    float *const *cp, int64_t plane, const int nv, const int quarters)
+                    float *const *cp, int64_t plane, const int nv, const int quarters,
+                    const int masked)
 {
     const int quarter = PYPTO_TILE_K / 4, half = PYPTO_TILE_K / 2;
     __m512 e[PYPTO_DOT_TM][PYPTO_TNV], o[PYPTO_DOT_TM][PYPTO_TNV];
@@ -847,8 +849,13 @@ pypto_tile_step_dot(const uint32_t *restrict a, const uint32_t *const *bp, const
     for (int s = 0; s < quarters; s++) {
         __m512bh ev[PYPTO_TNV], ov[PYPTO_TNV];
         for (int j = 0; j < nv; j++) {
-            ev[j] = (__m512bh)_mm512_maskz_loadu_epi32(km[j], bp[j] + s * plane);
-            ov[j] = (__m512bh)_mm512_maskz_loadu_epi32(km[j], bp[j] + (quarter + s) * plane);
+            if (masked) {   /* Zen 4's masked loads: 1.05x the time of plain ones */
+                ev[j] = (__m512bh)_mm512_maskz_loadu_epi32(km[j], bp[j] + s * plane);
+                ov[j] = (__m512bh)_mm512_maskz_loadu_epi32(km[j], bp[j] + (quarter + s) * plane);
+            } else {
+                ev[j] = (__m512bh)_mm512_loadu_si512(bp[j] + s * plane);
+                ov[j] = (__m512bh)_mm512_loadu_si512(bp[j] + (quarter + s) * plane);
+            }
         }
         for (int m = 0; m < PYPTO_DOT_TM; m++) {
             const __m512bh ae = (__m512bh)_mm512_set1_epi32((int)a[m * half + s]);
@@ -986,6 +993,7 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch, int i
                 if (form == PYPTO_TILE_FORM_DOT) {
                     const int quarters = (n_co + 3) / 4;
                     int64_t step_plane = plane;
+                    const int whole = (km[0] & km[1]) == 0xffff;   /* every lane: plain loads */
                     if (runs != NULL) {   /* dense: the pairs gathered, 32 positions a plane */
                         uint32_t *pairs = (uint32_t *)scratch;
                         pypto_tile_gather_runs(runs, p, n_px, b_at, plane, pairs);
@@ -999,12 +1007,16 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch, int i
                                                  + m * (PYPTO_TILE_K / 2);
                             float *cp[2] = {pair + ch * 2 * tile + m * PYPTO_TILE_PX,
                                             pair + (ch * 2 + 1) * tile + m * PYPTO_TILE_PX};
-                            if (n_px == 2 && quarters == PYPTO_TILE_K / 4)
-                                pypto_tile_step_dot(am, bp, km, cp, step_plane, 2, PYPTO_TILE_K / 4);
+                            if (n_px == 2 && quarters == PYPTO_TILE_K / 4 && whole)
+                                pypto_tile_step_dot(am, bp, km, cp, step_plane, 2,
+                                                    PYPTO_TILE_K / 4, 0);
+                            else if (n_px == 2 && quarters == PYPTO_TILE_K / 4)
+                                pypto_tile_step_dot(am, bp, km, cp, step_plane, 2,
+                                                    PYPTO_TILE_K / 4, 1);
                             else if (n_px == 2)
-                                pypto_tile_step_dot(am, bp, km, cp, step_plane, 2, quarters);
+                                pypto_tile_step_dot(am, bp, km, cp, step_plane, 2, quarters, 1);
                             else
-                                pypto_tile_step_dot(am, bp, km, cp, step_plane, 1, quarters);
+                                pypto_tile_step_dot(am, bp, km, cp, step_plane, 1, quarters, 1);
                         }
                     continue;
                 }
