@@ -930,7 +930,7 @@ static inline void pypto_tile_step_tiles_f32(const float *restrict a, const floa
 
 /* pypto_tile_run_amx's contract, emulated: a[ch] the channel tiles' packed weights and b[t] the
  * frames at tile t's first pixel, in `form` (PYPTO_TILE_FORM_F32 or _DOT), or (runs not NULL)
- * the tiles in dense positions; C at pypto_tile_c_slot(c, t, ch, item_ch) (n_ch <= item_ch).
+ * the tiles in dense positions, or (lanes not NULL) in flat frames with masked lanes; C at pypto_tile_c_slot(c, t, ch, item_ch) (n_ch <= item_ch).
  * K steps outermost:
  * a step reads each of its 16 planes as one run over the item's tiles (a step per pixel pair
  * would stream 16 planes per block and tap at once, more than the hardware prefetchers

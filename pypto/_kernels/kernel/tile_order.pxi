@@ -6,7 +6,8 @@
 # sum depends on the threads or items.
 # Images go in waves: a wave's dy frames are filled, then its items run, so the frames are
 # read while a cache still holds them (a call's frames at once: 1x1 layers of many channels
-# spent a third of their time writing and reading them from memory).
+# spent a third of their time writing and reading them from memory); on a team each thread
+# fills a band of them and runs that band's items first (_tile_wave_banded).
 
 cdef extern from "pypto_tile.h" nogil:
     enum: PYPTO_TILE_CH
@@ -105,7 +106,7 @@ cdef struct TileGeometry:
     int64_t item_tiles, item_phases
     int64_t wave, n_waves  # images per wave; waves
     int64_t *wave_items    # wave w's items: wave_items[w] .. wave_items[w + 1] - 1
-    int64_t bands          # flat frames on a team: its threads' shares of a wave's positions
+    int64_t bands          # the emulation on a team: its threads' shares of a wave's frames
     int64_t *band_items    # band b of wave w: items band_items[w * bands + b] .. (+ 1) - 1
     int64_t *band_next     # per band: its next item not yet taken (_tile_next_item)
     int use_amx, exact
@@ -239,10 +240,10 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     # one run of its plane, read where it lies as frame positions are: no gathered (dot form)
     # or masked (fp32) B operand. The plane ends in a tile's 16 zero positions, which the
     # wave's last tile reads past its last one.
-    # In the dot form any layer whose phases' pixel grids are dy's own size lays its frames so
-    # (pypto_tile_lanes): a tap is a shift of the plane, and its lanes that leave the image
-    # are masked to zeros, where frames have their halo (no gather: ResNet-50's 7x7 and 14x14
-    # layers spent 10-12% of their time gathering dense runs).
+    # With AVX-512 (PYPTO_TILE_LANES) any layer whose phases' pixel grids are dy's own size
+    # lays its frames so (pypto_tile_lanes): a tap is a shift of the plane, and its lanes that
+    # leave the image are masked to zeros, where frames have their halo (no gather: ResNet-50's
+    # 7x7 and 14x14 layers spent 10-12% of their time gathering dense runs).
     g.flat = g.dense and g.taps == 1 and g.sh == 1 and g.sw == 1 and g.pt == 0 and g.pl == 0 \
         and g.hin == g.hout and g.win == g.wout and g.wf == g.wout
     g.masked = not g.flat and g.dense and PYPTO_TILE_LANES and _grids_are_dy(g)
@@ -662,9 +663,9 @@ cdef void _flat_lanes(const TileGeometry *g, int64_t first, int64_t end, int n_t
 cdef void _tile_wave_banded(TileGeometry *g, const uint16_t *dy, const uint16_t *w,
                             uint16_t *dx, int64_t wv, int64_t n0, int64_t packs, int threads,
                             int *stop, double *next_check) noexcept:
-    """One wave of flat frames on a team: the weight's pack jobs (if any), then thread t fills
-    band t of every pair plane (a static schedule: with a team of g.bands threads, thread t
-    takes band t's planes), then runs band t's items, then takes other bands' items."""
+    """One wave of the emulation on a team: the weight's pack jobs (if any), then thread t
+    fills band t of every pair plane (a static schedule: with a team of g.bands threads, thread
+    t takes band t's planes), then runs band t's items, then takes other bands' items."""
     cdef int64_t job, band, item, tid
     for band in range(g.bands):
         g.band_next[band] = g.band_items[wv * g.bands + band]
