@@ -593,8 +593,8 @@ typedef struct {
 enum { PYPTO_TILE_DENSE_FAST = 1, PYPTO_TILE_LANES = 1 };
 
 /* The lanes of tile t that a tap shifted by dr rows and dc columns reads (pypto_tile_lanes) */
-static inline __mmask16 pypto_tile_lane_mask(const pypto_tile_lanes *l, int t, int64_t dr,
-                                             int64_t dc)
+static inline uint16_t pypto_tile_lane_mask(const pypto_tile_lanes *l, int t, int64_t dr,
+                                            int64_t dc)
 {
     const __m512i r = _mm512_add_epi32(_mm512_loadu_si512(l->row[t]), _mm512_set1_epi32((int)dr));
     const __m512i c = _mm512_add_epi32(_mm512_loadu_si512(l->col[t]), _mm512_set1_epi32((int)dc));
@@ -603,7 +603,7 @@ static inline __mmask16 pypto_tile_lane_mask(const pypto_tile_lanes *l, int t, i
 }
 
 /* pypto_tile_split of flat frames, tile px's lanes outside km[px] read as zeros */
-static inline void pypto_tile_split_lanes(const uint32_t *const *b, const __mmask16 *km,
+static inline void pypto_tile_split_lanes(const uint32_t *const *b, const uint16_t *km,
                                           int n_px, int64_t plane, float *restrict even,
                                           float *restrict odd)
 {
@@ -668,7 +668,50 @@ static inline void pypto_tile_gather_runs(const pypto_tile_runs *runs, int t, in
     }
 }
 #elif defined(__AVX2__)
-enum { PYPTO_TILE_DENSE_FAST = 1, PYPTO_TILE_LANES = 0 };
+enum { PYPTO_TILE_DENSE_FAST = 1, PYPTO_TILE_LANES = 1 };
+
+/* pypto_tile_lane_mask in two 8-lane halves (no unsigned compare: 0 <= x < n both ways) */
+static inline uint16_t pypto_tile_lane_mask(const pypto_tile_lanes *l, int t, int64_t dr,
+                                            int64_t dc)
+{
+    const __m256i none = _mm256_set1_epi32(-1);
+    const __m256i rows = _mm256_set1_epi32(l->rows), cols = _mm256_set1_epi32(l->cols);
+    int mask = 0;
+    for (int h = 0; h < PYPTO_TILE_PX; h += 8) {
+        const __m256i r = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(l->row[t] + h)),
+                                           _mm256_set1_epi32((int)dr));
+        const __m256i c = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(l->col[t] + h)),
+                                           _mm256_set1_epi32((int)dc));
+        const __m256i in = _mm256_and_si256(
+            _mm256_and_si256(_mm256_cmpgt_epi32(rows, r), _mm256_cmpgt_epi32(r, none)),
+            _mm256_and_si256(_mm256_cmpgt_epi32(cols, c), _mm256_cmpgt_epi32(c, none)));
+        mask |= _mm256_movemask_ps(_mm256_castsi256_ps(in)) << h;
+    }
+    return (uint16_t)mask;
+}
+
+/* pypto_tile_split of flat frames, tile px's lanes outside km[px] zero: whole 8-lane loads
+ * ANDed with the lanes (AVX2's masked loads were slower; a load's other lanes read up to a
+ * tap's shift either side of the image, inside the buffer: the caller's slack) */
+static inline void pypto_tile_split_lanes(const uint32_t *const *b, const uint16_t *km,
+                                          int n_px, int64_t plane, float *restrict even,
+                                          float *restrict odd)
+{
+    const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256i bit = _mm256_set_epi32(128, 64, 32, 16, 8, 4, 2, 1);
+    for (int px = 0; px < n_px; px++)
+        for (int h = 0; h < PYPTO_TILE_PX; h += 8) {
+            const __m256i keep = _mm256_cmpeq_epi32(
+                _mm256_and_si256(_mm256_set1_epi32(km[px] >> h), bit), bit);
+            for (int s = 0; s < PYPTO_TILE_K / 2; s++) {
+                const __m256i v = _mm256_and_si256(
+                    keep, _mm256_loadu_si256((const __m256i *)(b[px] + s * plane + h)));
+                const int64_t at = s * 2 * PYPTO_TILE_PX + px * PYPTO_TILE_PX + h;
+                _mm256_storeu_ps(even + at, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+                _mm256_storeu_ps(odd + at, _mm256_castsi256_ps(_mm256_and_si256(v, high)));
+            }
+        }
+}
 
 /* pypto_tile_split from tiles t and t + n_px - 1 of `runs` (b_at: the K step's offset), 8
  * lanes and 8 planes at a time (16 ymm registers): a run's lanes of a plane are a whole
@@ -723,7 +766,8 @@ static inline void pypto_tile_split_runs(const pypto_tile_runs *runs, int t, int
 enum { PYPTO_TILE_DENSE_FAST = 0, PYPTO_TILE_LANES = 0 };
 #endif
 /* bytes of the frames' buffer before and after them that an 8-lane load of a dense run may
- * read (AVX2: up to 15 positions either side of a run) */
+ * read (AVX2: up to 15 positions either side of a run; flat frames with lanes add their
+ * largest tap shift, tile_order.pxi's g.slack) */
 enum { PYPTO_TILE_READ_SLACK = 64 };
 
 /* One K step of one channel tile and one pixel tile, scalar fmaf (where vectors lack the FMA
@@ -836,7 +880,7 @@ pypto_tile_step_f32(const float *restrict a, const float *restrict even,
  * channels would be 32 chains, more than the registers: 4% slower with the spills). */
 enum { PYPTO_DOT_TM = 4 };
 static inline __attribute__((always_inline)) void
-pypto_tile_step_dot(const uint32_t *restrict a, const uint32_t *const *bp, const __mmask16 *km,
+pypto_tile_step_dot(const uint32_t *restrict a, const uint32_t *const *bp, const uint16_t *km,
                     float *const *cp, int64_t plane, const int nv, const int quarters,
                     const int masked)
 {
@@ -968,8 +1012,8 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch, int i
                     bp[0] = b[p] + b_at;
                     bp[1] = b[p + n_px - 1] + b_at;
                 }
-#if defined(__AVX512F__)
-                __mmask16 km[2] = {0xffff, 0xffff};
+#if defined(__AVX512F__) || defined(__AVX2__)
+                uint16_t km[2] = {0xffff, 0xffff};
                 if (lanes != NULL) {   /* flat: the lanes inside dy's image */
                     km[0] = pypto_tile_lane_mask(lanes, p, lanes->tap_row[i], lanes->tap_col[i]);
                     km[1] = pypto_tile_lane_mask(lanes, p + n_px - 1, lanes->tap_row[i],
@@ -1021,7 +1065,7 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch, int i
                     continue;
                 }
 #endif
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
                 if (lanes != NULL)
                     pypto_tile_split_lanes(bp, km, n_px, plane, even, odd);
                 else

@@ -113,6 +113,7 @@ cdef struct TileGeometry:
     int form               # PYPTO_TILE_FORM_*: the weight's and the frames' layout (pypto_tile.h)
     const void *w_packed   # per 16-channel block: [co block][tap][16][32], bf16 or fp32
     int64_t w_block_elems
+    int64_t slack          # bytes before and after the frames that a load may read
     uint32_t *frames       # per image of a wave: pairs planes of hf x wf (flat: per pair
                            # plane, the wave's images' hout x wout one after another)
 
@@ -254,6 +255,13 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
         g.wave_plane = g.plane
         for i in range(n_phases * g.taps):   # a tap: a shift of the plane
             g.tap_offset[i] = g.tap_row[i] * g.wout + g.tap_col[i]
+    # AVX2's loads of masked lanes read whole vectors: up to a tap's shift outside the frames
+    g.slack = PYPTO_TILE_READ_SLACK
+    if g.masked:
+        for ph in range(n_phases):
+            for i in range(g.n_taps[ph]):
+                g.slack = max(g.slack, PYPTO_TILE_READ_SLACK
+                              + (abs(g.tap_offset[ph * g.taps + i]) * 4 + 63) // 64 * 64)
     for wv in range(g.n_waves):
         for ph in range(g.item_phases):
             _item_range(g, ph, wv, &first, &last, &step)
@@ -394,7 +402,7 @@ cdef int64_t _tile_weight_bytes(const TileGeometry *g, int form) noexcept nogil:
 cdef int64_t _tile_frame_bytes(const TileGeometry *g) noexcept nogil:
     """A wave's dy frames, the bytes a dense run's whole-vector load may read before and
     after them, and room to start them on a 64-byte line."""
-    return g.pairs * g.wave_plane * 4 + 2 * PYPTO_TILE_READ_SLACK + 64
+    return g.pairs * g.wave_plane * 4 + 2 * g.slack + 64
 
 
 cdef void _tile_panel_key(const TileGeometry *g, int64_t *key) noexcept nogil:
@@ -825,8 +833,7 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
         if panels == NULL or block == NULL:
             raise MemoryError("pypto: no memory for the tile order's weight and dy frames")
         g.w_packed = panels + (-<size_t>panels) % 64
-        g.frames = <uint32_t *>(block + PYPTO_TILE_READ_SLACK
-                                + (-<size_t>(block + PYPTO_TILE_READ_SLACK)) % 64)
+        g.frames = <uint32_t *>(block + g.slack + (-<size_t>(block + g.slack)) % 64)
         _tile_panel_key(&g, panel_key)
         packed = _panels_hold(&origin, panel_key, w_p, w.len // 2)
         if not packed:
