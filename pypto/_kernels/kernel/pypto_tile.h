@@ -368,18 +368,27 @@ static inline void pypto_tile_pack(const uint16_t *restrict w, int64_t cout, int
     }
 }
 
-/* Zeros a frame's halo: of hf x wf positions of `size` bytes each, every one but the data at
- * rows top .. top + hout - 1, columns left .. left + wout - 1 (both frame forms fill around
- * it: pair planes, pypto_tile_frame_plane, and the tile unit's blocks). */
+/* Zeros a frame's halo in its rows r0 .. r1 - 1 (all of them, or a team's thread's band): of
+ * rows of wf positions of `size` bytes each, every one but the data at rows top .. top + hout
+ * - 1, columns left .. left + wout - 1 (both frame forms fill around it: pair planes,
+ * pypto_tile_frame_rows, and the tile unit's blocks). A band's last data row zeroes its right
+ * halo; the next band its first row's left one. */
 static inline void pypto_tile_frame_halo(void *frame, size_t size, int64_t top, int64_t left,
-                                         int64_t hout, int64_t wout, int64_t hf, int64_t wf)
+                                         int64_t hout, int64_t wout, int64_t wf, int64_t r0,
+                                         int64_t r1)
 {
     char *f = (char *)frame;
-    memset(f, 0, (size_t)(top * wf + left) * size);
-    for (int64_t h = 0; h < hout; h++)   /* this row's right halo and the next row's left one */
-        memset(f + (size_t)((top + h) * wf + left + wout) * size, 0,
-               (size_t)(wf - wout - (h + 1 < hout ? 0 : left)) * size);
-    memset(f + (size_t)((top + hout) * wf) * size, 0, (size_t)((hf - top - hout) * wf) * size);
+    const int64_t d0 = r0 > top ? r0 : top;   /* the rows holding data: d0 .. d1 - 1 */
+    const int64_t d1 = r1 < top + hout ? r1 : top + hout;
+    if (d0 >= d1) {
+        memset(f + (size_t)(r0 * wf) * size, 0, (size_t)((r1 - r0) * wf) * size);
+        return;
+    }
+    memset(f + (size_t)(r0 * wf) * size, 0, (size_t)((d0 - r0) * wf + left) * size);
+    for (int64_t h = d0; h < d1; h++)   /* this row's right halo and the next row's left one */
+        memset(f + (size_t)(h * wf + left + wout) * size, 0,
+               (size_t)(wf - wout - (h + 1 < d1 ? 0 : left)) * size);
+    memset(f + (size_t)(d1 * wf) * size, 0, (size_t)((r1 - d1) * wf) * size);
 }
 
 /* n pairs of a pair plane's row from dy rows l (low halves) and u (high), either NULL for a
@@ -444,36 +453,24 @@ static inline void pypto_tile_frame_rows(const uint16_t *restrict dy, int64_t co
 {
     const uint16_t *low, *high;
     pypto_tile_pair_channels(dy, cout, form, b, k, hout * wout, &low, &high);
-    const int64_t d0 = r0 > top ? r0 : top;   /* the rows holding dy: d0 .. d1 - 1 */
-    const int64_t d1 = r1 < top + hout ? r1 : top + hout;
-    if ((low == NULL && high == NULL) || d0 >= d1) {
+    if (low == NULL && high == NULL) {   /* channels past Cout: all zero */
         memset(plane + r0 * wf, 0, (size_t)((r1 - r0) * wf) * sizeof(uint32_t));
         return;
     }
-    memset(plane + r0 * wf, 0, (size_t)((d0 - r0) * wf + left) * sizeof(uint32_t));
+    pypto_tile_frame_halo(plane, sizeof(uint32_t), top, left, hout, wout, wf, r0, r1);
+    const int64_t d0 = r0 > top ? r0 : top;   /* the rows holding dy: d0 .. d1 - 1 */
+    const int64_t d1 = r1 < top + hout ? r1 : top + hout;
     if (wf == wout) {   /* no halo columns: the rows follow each other */
-        pypto_tile_pair_row(low != NULL ? low + (d0 - top) * wout : NULL,
-                            high != NULL ? high + (d0 - top) * wout : NULL, (d1 - d0) * wout,
-                            plane + d0 * wf);
-    } else {
-        for (int64_t h = d0; h < d1; h++) {
-            pypto_tile_pair_row(low != NULL ? low + (h - top) * wout : NULL,
-                                high != NULL ? high + (h - top) * wout : NULL, wout,
-                                plane + h * wf + left);
-            /* this row's right halo and the next one's left (the last row: its right alone) */
-            memset(plane + h * wf + left + wout, 0,
-                   (size_t)(wf - wout - (h + 1 < d1 ? 0 : left)) * sizeof(uint32_t));
-        }
+        if (d0 < d1)
+            pypto_tile_pair_row(low != NULL ? low + (d0 - top) * wout : NULL,
+                                high != NULL ? high + (d0 - top) * wout : NULL,
+                                (d1 - d0) * wout, plane + d0 * wf);
+        return;
     }
-    memset(plane + d1 * wf, 0, (size_t)((r1 - d1) * wf) * sizeof(uint32_t));
-}
-
-static inline void pypto_tile_frame_plane(const uint16_t *restrict dy, int64_t cout, int form,
-                                          int64_t b, int64_t k, int64_t hout, int64_t wout,
-                                          int64_t top, int64_t left, int64_t hf, int64_t wf,
-                                          uint32_t *restrict plane)
-{
-    pypto_tile_frame_rows(dy, cout, form, b, k, hout, wout, top, left, wf, 0, hf, plane);
+    for (int64_t h = d0; h < d1; h++)
+        pypto_tile_pair_row(low != NULL ? low + (h - top) * wout : NULL,
+                            high != NULL ? high + (h - top) * wout : NULL, wout,
+                            plane + h * wf + left);
 }
 
 /* ---- the emulation: the same order on any CPU ------------------------------------------- */
@@ -974,7 +971,8 @@ static inline void pypto_tile_step_tiles_f32(const float *restrict a, const floa
 
 /* pypto_tile_run_amx's contract, emulated: a[ch] the channel tiles' packed weights and b[t] the
  * frames at tile t's first pixel, in `form` (PYPTO_TILE_FORM_F32 or _DOT), or (runs not NULL)
- * the tiles in dense positions, or (lanes not NULL) in flat frames with masked lanes; C at pypto_tile_c_slot(c, t, ch, item_ch) (n_ch <= item_ch).
+ * the tiles in dense positions, or (lanes not NULL) in flat frames with masked lanes; C at
+ * pypto_tile_c_slot(c, t, ch, item_ch) (n_ch <= item_ch).
  * K steps outermost:
  * a step reads each of its 16 planes as one run over the item's tiles (a step per pixel pair
  * would stream 16 planes per block and tap at once, more than the hardware prefetchers
@@ -1068,10 +1066,7 @@ static inline void pypto_tile_run_emulated(const void *const *a, int n_ch, int i
 #if defined(__AVX512F__) || defined(__AVX2__)
                 if (lanes != NULL)
                     pypto_tile_split_lanes(bp, km, n_px, plane, even, odd);
-                else
-#endif
-#if defined(__AVX512F__) || defined(__AVX2__)
-                if (runs != NULL)
+                else if (runs != NULL)
                     pypto_tile_split_runs(runs, p, n_px, b_at, plane, even, odd);
                 else
 #endif
@@ -1121,7 +1116,8 @@ static inline void pypto_tile_frame_block(const uint16_t *restrict dy, int64_t c
     static const uint16_t zeros[PYPTO_TILE_PX];
     const int64_t co0 = b * PYPTO_TILE_K, area = hout * wout;
     const int n_co = pypto_tile_block_channels(cout, b);
-    pypto_tile_frame_halo(block, PYPTO_TILE_K * sizeof(uint16_t), top, left, hout, wout, hf, wf);
+    pypto_tile_frame_halo(block, PYPTO_TILE_K * sizeof(uint16_t), top, left, hout, wout, wf, 0,
+                          hf);
     for (int64_t h = 0; h < hout; h++) {
         uint16_t *row = block + ((top + h) * wf + left) * PYPTO_TILE_K;
         const uint16_t *src = dy + co0 * area + h * wout;

@@ -26,9 +26,6 @@ cdef extern from "pypto_tile.h" nogil:
     enum: PYPTO_TV_FUSED
     void pypto_tile_pack(const uint16_t *w, int64_t cout, int64_t cin, int64_t taps, int64_t cb,
                          int form, void *dst)
-    void pypto_tile_frame_plane(const uint16_t *dy, int64_t cout, int form, int64_t b, int64_t k,
-                                int64_t hout, int64_t wout, int64_t top, int64_t left,
-                                int64_t hf, int64_t wf, uint32_t *plane)
     void pypto_tile_pair_channels(const uint16_t *dy, int64_t cout, int form, int64_t b,
                                   int64_t k, int64_t area, const uint16_t **low,
                                   const uint16_t **high)
@@ -84,7 +81,6 @@ LANES = bool(PYPTO_TILE_LANES)             # ... and flat frames with masked lan
 cdef struct TileGeometry:
     int64_t n_img, cout, cin, hout, wout, hin, win, kh, kw, sh, sw, pt, pl, dh, dw
     int64_t taps, blocks, ch_tiles, top, left, hf, wf, plane, pairs
-    int64_t frame_jobs     # jobs filling one image's frames: its pair planes, or (AMX) blocks
     int64_t *rows          # per phase: rows and columns of the phase's pixel grid
     int64_t *cols
     int64_t *tiles         # 16-position tiles of one image's phase rows at the frame's width
@@ -142,7 +138,6 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     g.blocks = (g.cout + PYPTO_TILE_K - 1) // PYPTO_TILE_K
     g.pairs = g.blocks * (PYPTO_TILE_K // 2)
     g.ch_tiles = (g.cin + PYPTO_TILE_CH - 1) // PYPTO_TILE_CH
-    g.frame_jobs = g.blocks if g.form == PYPTO_TILE_FORM_AMX else g.pairs
     n_phases = g.sh * g.sw
     g.rows = <int64_t *>malloc((4 * n_phases + 4 * n_phases * g.taps) * sizeof(int64_t))
     if g.rows == NULL:
@@ -455,10 +450,9 @@ def tile_layout(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs, str 
 
 
 cdef int64_t _frame_chunk(const TileGeometry *g, int64_t frame_jobs, int threads) noexcept nogil:
-    """Frame jobs a thread takes at once: about 4096 positions' worth, at most 16, and at
-    least four chunks a thread where there are that many jobs."""
-    cdef int64_t positions = g.hout * g.wout if g.flat else \
-        g.plane * (PYPTO_TILE_K // 2 if g.form == PYPTO_TILE_FORM_AMX else 1)
+    """Frame jobs (the tile unit's blocks) a thread takes at once: about 4096 positions'
+    worth, at most 16, and at least four chunks a thread where there are that many jobs."""
+    cdef int64_t positions = g.plane * (PYPTO_TILE_K // 2)
     cdef int64_t chunk = min(16, max(1, 4096 // max(1, positions)))
     return max(1, min(chunk, frame_jobs // (4 * threads)))
 
@@ -466,7 +460,8 @@ cdef int64_t _frame_chunk(const TileGeometry *g, int64_t frame_jobs, int threads
 cdef void _tile_prepare(const TileGeometry *g, const uint16_t *dy, const uint16_t *w,
                         int64_t job, int64_t n0, bint pack) noexcept nogil:
     """With ``pack``, job j < ch_tiles packs the weight of 16-channel block j; the rest fill
-    one plane of one frame each of the wave from image n0."""
+    one block of one image's frame each of the wave from image n0, on the tile unit (the
+    emulation's frames: _tile_fill_band)."""
     cdef int64_t n, k
     cdef pypto_fpenv saved
     if not pack:
@@ -478,33 +473,18 @@ cdef void _tile_prepare(const TileGeometry *g, const uint16_t *dy, const uint16_
         pypto_fp_leave(saved)
         return
     job -= g.ch_tiles
-    n, k = job // g.frame_jobs, job % g.frame_jobs
-    if g.form == PYPTO_TILE_FORM_AMX:
-        pypto_tile_frame_block(dy + (n0 + n) * g.cout * g.hout * g.wout, g.cout, k, g.hout,
-                               g.wout, g.top, g.left, g.hf, g.wf,
-                               <uint16_t *>(g.frames + (n * g.pairs + k * (PYPTO_TILE_K // 2))
-                                            * g.plane))
-        return
-    cdef int64_t area = g.hout * g.wout, images = min(g.n_img, n0 + g.wave) - n0
-    cdef uint32_t *plane
-    if g.flat:   # image n's place in pair plane k; the wave's last image zeroes the tail
-        plane = g.frames + k * g.plane + n * area
-        pypto_tile_frame_plane(dy + (n0 + n) * g.cout * area, g.cout, g.form,
-                               k // (PYPTO_TILE_K // 2), k % (PYPTO_TILE_K // 2), g.hout,
-                               g.wout, 0, 0, g.hout, g.wout, plane)
-        if n == images - 1:
-            memset(plane + area, 0, (g.plane - images * area) * sizeof(uint32_t))
-        return
-    pypto_tile_frame_plane(dy + (n0 + n) * g.cout * area, g.cout, g.form,
-                           k // (PYPTO_TILE_K // 2), k % (PYPTO_TILE_K // 2), g.hout, g.wout,
-                           g.top, g.left, g.hf, g.wf, g.frames + (n * g.pairs + k) * g.plane)
+    n, k = job // g.blocks, job % g.blocks
+    pypto_tile_frame_block(dy + (n0 + n) * g.cout * g.hout * g.wout, g.cout, k, g.hout, g.wout,
+                           g.top, g.left, g.hf, g.wf,
+                           <uint16_t *>(g.frames + (n * g.pairs + k * (PYPTO_TILE_K // 2))
+                                        * g.plane))
 
 
 cdef void _tile_fill_band(const TileGeometry *g, const uint16_t *dy, int64_t band, int64_t k,
                           int64_t n0) noexcept nogil:
-    """Pair plane k of a wave's frames from image n0: flat, at band ``band``'s positions (as
-    _band_range splits them; the last band zeroes the plane's tail), else the band's share of
-    the images' frame rows."""
+    """Pair plane k of a wave's frames from image n0 (the emulation's): flat, at band
+    ``band``'s positions (as _band_range splits them; the last band zeroes the plane's tail),
+    else the band's share of the images' frame rows (one band: all of them)."""
     cdef int64_t area = g.hout * g.wout, images = min(g.n_img, n0 + g.wave) - n0
     cdef int64_t step = g.item_tiles * PYPTO_TILE_PX, total = images * area
     if not g.flat:
@@ -778,8 +758,7 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
     cdef const uint16_t *dy_p = <const uint16_t *>dy.buf
     cdef const uint16_t *w_p = <const uint16_t *>w.buf
     cdef uint16_t *dx_p = <uint16_t *>dx.buf
-    cdef int64_t job, jobs, item, first, last, macs, wv, n0, packs, frame_jobs, chunk, part
-    cdef bint pack
+    cdef int64_t job, item, first, last, macs, wv, n0, packs, frame_jobs, chunk, part
     cdef int threads
     if dy.shape[0] != dx.shape[0] or w.shape[0] != dy.shape[1] or w.shape[1] != dx.shape[1]:
         raise ValueError("dgrad_tile: buffer shapes disagree")
@@ -840,12 +819,19 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
             free(origin.w_bits)
             origin.w_bits = NULL
         for wv in range(g.n_waves):   # the weight packed with the first wave's frames
-            n0, pack = wv * g.wave, wv == 0 and not packed
-            jobs = (g.ch_tiles if pack else 0) + (min(g.n_img, n0 + g.wave) - n0) * g.frame_jobs
+            n0 = wv * g.wave
+            packs = g.ch_tiles if wv == 0 and not packed else 0
+            frame_jobs = (min(g.n_img, n0 + g.wave) - n0) * g.blocks   # the tile unit's
             if threads == 1:
                 with nogil:
-                    for job in range(jobs):
-                        _tile_prepare(&g, dy_p, w_p, job, n0, pack)
+                    for job in range(packs):
+                        _tile_prepare(&g, dy_p, w_p, job, n0, True)
+                    if g.form == PYPTO_TILE_FORM_AMX:
+                        for job in range(frame_jobs):
+                            _tile_prepare(&g, dy_p, w_p, job, n0, False)
+                    else:
+                        for job in range(g.pairs):
+                            _tile_fill_band(&g, dy_p, 0, job, n0)
                 first = g.wave_items[wv]
                 while first < g.wave_items[wv + 1]:
                     last = min(first + 8, g.wave_items[wv + 1])
@@ -855,18 +841,16 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
                     first = last
                     PyErr_CheckSignals()
             else:
-                first, last = g.wave_items[wv], g.wave_items[wv + 1]
-                # the pack's jobs one at a time; the frames' in chunks (a 7x7 plane is a job of
-                # ~40 ns, and two threads taking jobs one by one from a shared counter filled
-                # them slower than one thread)
-                packs = g.ch_tiles if pack else 0
-                frame_jobs = jobs - packs
-                chunk = _frame_chunk(&g, frame_jobs, threads)
                 if g.bands > 1:
                     _tile_wave_banded(&g, dy_p, w_p, dx_p, wv, n0, packs, threads, stop,
                                       next_check)
                     pypto_raise_if(stop[0])
                     continue
+                # the tile unit: the pack's jobs one at a time; the frames' in chunks (a 7x7
+                # plane was a job of ~40 ns, and two threads taking jobs one by one from a
+                # shared counter filled them slower than one thread)
+                first, last = g.wave_items[wv], g.wave_items[wv + 1]
+                chunk = _frame_chunk(&g, frame_jobs, threads)
                 with nogil, parallel(num_threads=threads):
                     for job in prange(packs, schedule="dynamic"):
                         _tile_prepare(&g, dy_p, w_p, job, n0, True)
