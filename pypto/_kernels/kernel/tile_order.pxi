@@ -307,12 +307,16 @@ cdef void _band_range(const TileGeometry *g, int64_t ph, int64_t wv, int64_t ban
                       int64_t *first, int64_t *last, int64_t *step) noexcept nogil:
     """_item_range's items of band ``band``: an equal share of them (a phase whose grid is
     dy's splits its positions as _tile_fill_band splits the frames)."""
-    cdef int64_t start, count, lo, hi
+    cdef int64_t start, count
     _item_range(g, ph, wv, &start, last, step)
     count = (last[0] - start + step[0] - 1) // step[0]
-    lo, hi = band * count // g.bands, (band + 1) * count // g.bands
-    first[0] = start + lo * step[0]
-    last[0] = min(last[0], start + hi * step[0])
+    first[0] = start + _band_start(g, count, band) * step[0]
+    last[0] = min(last[0], start + _band_start(g, count, band + 1) * step[0])
+
+
+cdef inline int64_t _band_start(const TileGeometry *g, int64_t count, int64_t band) noexcept nogil:
+    """The first of ``count`` steps (items, or frame rows) that band ``band`` takes"""
+    return band * count // g.bands
 
 
 cdef bint _grids_are_dy(const TileGeometry *g) noexcept nogil:
@@ -491,8 +495,8 @@ cdef void _tile_fill_band(const TileGeometry *g, const uint16_t *dy, int64_t ban
         _tile_fill_band_rows(g, dy, band, k, n0, images)
         return
     cdef int64_t count = (total + step - 1) // step, n, at, end, run
-    cdef int64_t p0 = min(total, band * count // g.bands * step)
-    cdef int64_t p1 = min(total, (band + 1) * count // g.bands * step)
+    cdef int64_t p0 = min(total, _band_start(g, count, band) * step)
+    cdef int64_t p1 = min(total, _band_start(g, count, band + 1) * step)
     cdef uint32_t *plane = g.frames + k * g.plane
     cdef const uint16_t *low
     cdef const uint16_t *high
@@ -516,7 +520,7 @@ cdef void _tile_fill_band_rows(const TileGeometry *g, const uint16_t *dy, int64_
     """Band ``band``'s share of the wave's frame rows of pair plane k (images one after
     another), each image's part with pypto_tile_frame_rows."""
     cdef int64_t rows = images * g.hf, area = g.hout * g.wout, n, end
-    cdef int64_t at = band * rows // g.bands, last = (band + 1) * rows // g.bands
+    cdef int64_t at = _band_start(g, rows, band), last = _band_start(g, rows, band + 1)
     while at < last:
         n = at // g.hf
         end = min(last, (n + 1) * g.hf)
