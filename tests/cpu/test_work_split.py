@@ -205,3 +205,82 @@ def test_calls_below_serial_macs_run_on_one_thread_and_larger_ones_on_the_team(l
     for out, threads, serial in zip(outs, (1, 2, 2), (kernel.SERIAL_MACS, kernel.SERIAL_MACS, 0)):
         kernel.dgrad(dy, w, out, 0, attrs, tiles, (16, 16), threads, serial_macs=serial)
     assert all(np.array_equal(outs[0].view(np.uint16), o.view(np.uint16)) for o in outs[1:])
+
+
+# sum_order "tile" (bf16's default) cuts its own items: (channel block, phase, run of tiles)
+TILE_FORMS = ("f32", "dot", "amx")
+
+
+def _tile_split(kernel, q, form, threads):
+    return kernel.tile_work_split(
+        (q.n, q.cout, q.hout, q.wout),
+        (q.cout, q.cin, q.kh, q.kw),
+        (q.n, q.cin, q.hin, q.win),
+        (q.sh, q.sw, q.pt, q.pl, q.dh, q.dw),
+        form,
+        threads,
+    )
+
+
+def _tile_items_at_their_floor(s, q, form):
+    """An item of one pair of tiles (one tile a column phase at stride 2 across) and of the
+    fewest channels its form takes: 16 emulated, 32 on the tile unit (its 2 x 2 C tiles)."""
+    return s["item_tiles"] == (1 if q.sw == 2 else 2) and s["item_channels"] == (
+        32 if form == "amx" else 16
+    )
+
+
+@pytest.mark.parametrize("form", TILE_FORMS)
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("name", list("bcdefghij"))
+def test_the_tile_order_gives_every_thread_four_items_or_its_items_are_at_their_floor(
+    name, batch, form
+):
+    """The tile order's items shrink (tiles, then channels) where a call would give a team
+    fewer than four a thread: at batch 1, ResNet-50's 7x7 layer e made 8 items of 64 channels
+    x 8 tiles, half a thread's worth on 16 threads; now 64, four a thread."""
+    kernel = load_level(LEVELS[-1])
+    q = _problem(batch, *CASES[name][1:])
+    short = []
+    for threads in THREADS:
+        s = _tile_split(kernel, q, form, threads)
+        if threads > 1 and s["items"] < ITEMS_PER_THREAD * threads:
+            assert _tile_items_at_their_floor(s, q, form), (name, batch, threads, s)
+            short.append(threads)
+    # short only for one image on many threads: emulated, 7x7 to 28x28 from 24 threads; the
+    # tile unit's items keep 32 channels, so from 16 threads and for 56x56 at 64
+    assert all(t >= (16 if form == "amx" else 24) for t in short), (name, batch, short)
+    assert not short or batch == 1, (name, batch, short)
+
+
+TILE_SPLIT_PROBLEMS = [
+    SPLIT_PROBLEMS[1],  # d: 14x14, masked flat frames
+    SPLIT_PROBLEMS[2],  # e-like, 2 images
+    SPLIT_PROBLEMS[3],  # stride 2, odd sizes: dense positions, both column phases
+    (1, 64, 128, 28, 28, 1, 1, 2, 0, 1),  # stride 2 even: one row phase's items paired
+    (1, 48, 96, 10, 10, 1, 1, 1, 0, 1),  # 1x1: flat frames without masks
+]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("index", range(len(TILE_SPLIT_PROBLEMS)))
+def test_the_tile_orders_smaller_items_change_no_bit(level, index):
+    kernel = load_level(level)
+    q = _problem(*TILE_SPLIT_PROBLEMS[index])
+    rng = np.random.default_rng(index)
+    dy = rng.uniform(-1, 1, (q.n, q.cout, q.hout, q.wout)).astype(ml_dtypes.bfloat16)
+    w = rng.uniform(-1, 1, (q.cout, q.cin, q.kh, q.kw)).astype(ml_dtypes.bfloat16)
+    attrs = (q.sh, q.sw, q.pt, q.pl, q.dh, q.dw)
+    for use_dot in (False, True) if kernel.HAS_BF16_DOT else (False,):
+        results, cuts = {}, set()
+        for threads in (1, 2, 3, 8, 16):
+            out = np.full((q.n, q.cin, q.hin, q.win), 0xABCD, np.uint16)
+            # serial_macs=0: the team asked for, however small the problem
+            kernel.dgrad_tile(dy.view(np.uint16), w.view(np.uint16), out, attrs, threads,
+                              False, 0, use_dot)  # fmt: skip
+            results[threads] = out
+            s = _tile_split(kernel, q, "dot" if use_dot else "f32", threads)
+            cuts.add((s["item_tiles"], s["item_channels"]))
+        assert len(cuts) > 2, f"the items hardly changed with the threads: {cuts}"
+        for threads, out in results.items():
+            assert np.array_equal(out, results[1]), (TILE_SPLIT_PROBLEMS[index], threads)

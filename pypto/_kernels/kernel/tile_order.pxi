@@ -211,14 +211,15 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     # its tiles: written tile by tile, 64 planes of 56x56 took 1.05-1.10x the time of 32 on
     # avx2
     g.item_ch = PYPTO_EMU_ITEM_CH if g.form != PYPTO_TILE_FORM_AMX else PYPTO_AMX_ITEM_CH
-    g.write_by_channel = g.item_ch == PYPTO_EMU_ITEM_CH \
-        and g.item_ch * PYPTO_TILE_CH * g.hin * g.win * 2 > WRITE_PAGES * 4096
     g.ch_blocks = (g.ch_tiles + g.item_ch - 1) // g.item_ch
     g.item_tiles = min(PYPTO_TILE_ITEM_TILES, PYPTO_TILE_ITEM_C // g.item_ch) \
         // (2 if g.paired else 1)
     g.item_phases = g.sh if g.paired else n_phases
     g.dense = g.form != PYPTO_TILE_FORM_AMX and PYPTO_TILE_DENSE_FAST \
         and (_frame_waste(g) > DENSE_WASTE or PYPTO_TILE_LANES and _grids_are_dy(g))
+    _items_for_team(g, threads)
+    g.write_by_channel = g.form != PYPTO_TILE_FORM_AMX \
+        and g.item_ch * PYPTO_TILE_CH * g.hin * g.win * 2 > WRITE_PAGES * 4096
     # the wave: as many images as the team's L2 share holds frames of, or as give each
     # thread WAVE_ITEMS items, whichever is more
     per_image = g.pairs * g.plane * 4
@@ -301,6 +302,34 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     g.wave_items[g.n_waves] = i
     g.band_items[g.n_waves * g.bands] = i
     return 0
+
+
+cdef void _items_for_team(TileGeometry *g, int threads) noexcept nogil:
+    """Smaller items where a call would give a team of ``threads`` fewer than WAVE_ITEMS items
+    a thread (a small layer at batch 1 on many cores: ResNet-50's 7x7 layers gave 8 items):
+    fewer tiles first, down to a pair (paired: one a column phase), then (the emulation) fewer
+    channel tiles, down to one. A tile's sums do not depend on its item, so no bit changes; a smaller item
+    only reuses a K step's weight over fewer tiles and (fewer channels) a split or gathered B
+    over fewer channel tiles."""
+    cdef int64_t target = threads * WAVE_ITEMS, floor = 1 if g.paired else 2
+    while threads > 1 and _call_items(g) < target:
+        if g.item_tiles > floor:
+            g.item_tiles = max(floor, g.item_tiles // 2)
+        elif g.item_ch > 1 and g.form != PYPTO_TILE_FORM_AMX:   # the unit's C: 2 x 2 tiles
+            g.item_ch //= 2
+            g.ch_blocks = (g.ch_tiles + g.item_ch - 1) // g.item_ch
+        else:
+            break
+
+
+cdef int64_t _call_items(const TileGeometry *g) noexcept nogil:
+    """The work items of a call of one wave (waves only add items)"""
+    cdef int64_t ph, per_image, step, items = 0
+    for ph in range(g.item_phases):
+        per_image = _phase_area(g, ph) if g.dense else _phase_tiles(g, ph)
+        step = g.item_tiles * PYPTO_TILE_PX if g.dense else g.item_tiles
+        items += (g.n_img * per_image + step - 1) // step
+    return items * g.ch_blocks
 
 
 cdef void _band_range(const TileGeometry *g, int64_t ph, int64_t wv, int64_t band,
@@ -449,6 +478,25 @@ def tile_layout(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs, str 
     try:
         _tile_geometry(&g, (dy_shape, w_shape, dx_shape), attrs, threads)
         return "masked" if g.masked else "flat" if g.flat else "dense" if g.dense else "frames"
+    finally:
+        _tile_free(&g)
+
+
+def tile_work_split(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs, str form,
+                    int threads):
+    """How dgrad_tile cuts a call's work in ``form`` ("amx", "f32" or "dot") for a team of
+    ``threads``, from the same geometry: a dict of its work items, waves and images a wave,
+    and an item's channel tiles and tiles (the model of docs/performance.md's many-core
+    table; dgrad_tile runs calls below SERIAL_MACS on one thread whatever the team)."""
+    cdef TileGeometry g
+    memset(&g, 0, sizeof(g))
+    g.form = {"amx": PYPTO_TILE_FORM_AMX, "f32": PYPTO_TILE_FORM_F32,
+              "dot": PYPTO_TILE_FORM_DOT}[form]
+    try:
+        _tile_geometry(&g, (dy_shape, w_shape, dx_shape), attrs, threads)
+        return {"items": g.n_items, "waves": g.n_waves, "wave": g.wave,
+                "item_channels": g.item_ch * PYPTO_TILE_CH, "item_tiles": g.item_tiles,
+                "bands": g.bands}
     finally:
         _tile_free(&g)
 
