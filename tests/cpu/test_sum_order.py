@@ -30,7 +30,7 @@ LAYERS = [
     (2, 24, 40, 3, 1, 3, 1, (2, 2), (1, 0), (1, 1), 5, 1),  # stride 2, one column: no odd one
     (2, 3, 50, 12, 21, 7, 7, (2, 2), (3, 3), (1, 1), 23, 41),  # a stem: Cin 3, 7x7 stride 2
     (2, 20, 45, 6, 9, 1, 1, (1, 1), (0, 0), (1, 1), 6, 9),  # 1x1, Cin 16 + 4, Cout odd
-    # Cin of 5 channel tiles: an emulated item's block of 4, then one of 1
+    # Cin of 5 channel tiles: one emulated item short of its 8 (1 thread), items of one (2, 3)
     (3, 70, 33, 3, 5, 1, 1, (1, 1), (0, 0), (1, 1), 3, 5),  # dense tiles across 3 images
     (1, 80, 36, 4, 4, 3, 3, (2, 2), (1, 1), (1, 1), 8, 8),  # stride 2: both column phases
     (1, 40, 20, 33, 33, 1, 1, (1, 1), (0, 0), (1, 1), 33, 33),  # dx planes over 32 pages a block

@@ -41,14 +41,17 @@
 #include "pypto_isa.h"
 
 enum { PYPTO_TILE_CH = 16, PYPTO_TILE_PX = 16, PYPTO_TILE_K = 32 };
-/* A work item's C tiles wait in its buffer (32 KiB) for the write-out: PYPTO_TILE_ITEM_C of
- * them, channel tiles x pixel tiles (an even count), at most PYPTO_TILE_ITEM_TILES pixel tiles.
- * The tile unit's items take 2 channel tiles (its 4 C registers: 2 x 2); the emulation's 4:
- * each split B (pypto_tile_split, fp32) or gathered B (dense positions, the dot form) then
- * serves 64 channels, not 32 (ResNet-50's avx2 pass spent 11% of its time splitting). C tile
- * (ch, pixel tile t) sits at pypto_tile_c_slot. */
-enum { PYPTO_TILE_ITEM_C = 32, PYPTO_TILE_ITEM_TILES = 16 };
-enum { PYPTO_AMX_ITEM_CH = 2, PYPTO_EMU_ITEM_CH = 4 };
+/* A work item's C tiles wait in its buffer (64 KiB, on the stack) for the write-out:
+ * PYPTO_TILE_ITEM_C of them, channel tiles x pixel tiles (an even count), at most
+ * PYPTO_TILE_ITEM_TILES pixel tiles. The tile unit's items take 2 channel tiles (its 4 C
+ * registers: 2 x 2); the emulation's 8 (x 8 pixel tiles): each split B (pypto_tile_split,
+ * fp32) or gathered B (dense positions, the dot form) then serves 128 channels (ResNet-50's
+ * avx2 pass spent 11% of its time splitting when it served 32; 64 -> 128 channels: avx2
+ * 0.97-0.98x the time on ResNet-50 and Inception-v3, avx512 0.99x). A team with few items
+ * cuts them smaller (tile_order.pxi, _items_for_team). C tile (ch, pixel tile t) sits at
+ * pypto_tile_c_slot. */
+enum { PYPTO_TILE_ITEM_C = 64, PYPTO_TILE_ITEM_TILES = 16 };
+enum { PYPTO_AMX_ITEM_CH = 2, PYPTO_EMU_ITEM_CH = 8 };
 /* K steps (co block, tap) a group of C tiles runs on the tile unit between its loads and
  * stores (pypto_tile_run_amx), in whole co blocks: max(1, this / taps) of them a pass */
 enum { PYPTO_AMX_PASS_STEPS = 8 };
@@ -495,9 +498,10 @@ enum { PYPTO_TV = 16, PYPTO_TM = 8, PYPTO_TNV = 2 };
 #elif defined(__AVX2__) && defined(__FMA__)
 typedef __m256 pypto_tv;
 /* 16 ymm registers hold 8 chains with E and O together (2 channels x 2 vectors): too few to
- * cover the FMA's latency at two a cycle; run apart (PYPTO_TILE_CHAINS_APART), 4 channels'
- * E chains, then their O chains, each 8 chains with a dy vector serving 4 FMAs */
-enum { PYPTO_TV = 8, PYPTO_TM = 4, PYPTO_TNV = 2 };
+ * cover the FMA's latency at two a cycle; run apart (PYPTO_TILE_CHAINS_APART), 6 channels'
+ * E chains, then their O chains (a channel tile: 6 + 6 + 4), each 12 chains with a dy vector
+ * serving 6 FMAs (4 channels, 8 chains: 1.01-1.02x the time on Zen 4; 5 channels 1.04x) */
+enum { PYPTO_TV = 8, PYPTO_TM = 6, PYPTO_TNV = 2 };
 #define PYPTO_TILE_CHAINS_APART 1
 #define PYPTO_TV_LOAD(p) _mm256_loadu_ps(p)
 #define PYPTO_TV_STORE(p, v) _mm256_storeu_ps(p, v)
@@ -791,10 +795,10 @@ static inline void pypto_tile_step_scalar(const float *restrict a, const float *
  * B) over its first `slots` slots for PYPTO_TM channels x nv pixel vectors, from +0, into x */
 static inline __attribute__((always_inline)) void
 pypto_tile_chains(const float *restrict a, const float *restrict b, const int *v,
-                  pypto_tv x[PYPTO_TM][PYPTO_TNV], const int nv, const int slots)
+                  pypto_tv x[PYPTO_TM][PYPTO_TNV], const int tm, const int nv, const int slots)
 {
     const int row = 2 * PYPTO_TILE_PX;
-    for (int m = 0; m < PYPTO_TM; m++)
+    for (int m = 0; m < tm; m++)
         for (int j = 0; j < PYPTO_TNV; j++)
             x[m][j] = PYPTO_TV_ZERO();
 #pragma GCC unroll 4
@@ -802,7 +806,7 @@ pypto_tile_chains(const float *restrict a, const float *restrict b, const int *v
         pypto_tv bv[PYPTO_TNV];
         for (int j = 0; j < nv; j++)
             bv[j] = PYPTO_TV_LOAD(b + s * row + v[j]);
-        for (int m = 0; m < PYPTO_TM; m++) {
+        for (int m = 0; m < tm; m++) {
             const pypto_tv w = PYPTO_TV_SET1(a[m * PYPTO_TILE_K + s]);
             for (int j = 0; j < nv; j++)
                 x[m][j] = PYPTO_TV_FMA(w, bv[j], x[m][j]);
@@ -818,18 +822,18 @@ pypto_tile_chains(const float *restrict a, const float *restrict b, const int *v
  * C += E + O. */
 static inline __attribute__((always_inline)) void
 pypto_tile_step_f32(const float *restrict a, const float *restrict even,
-                    const float *restrict odd, const int *v, float *const *cp, const int nv,
-                    const int slots)
+                    const float *restrict odd, const int *v, float *const *cp, const int tm,
+                    const int nv, const int slots)
 {
 #ifdef PYPTO_TILE_CHAINS_APART   /* E to the stack (L1), then O; each element's sums unchanged */
     pypto_tv e[PYPTO_TM][PYPTO_TNV], o[PYPTO_TM][PYPTO_TNV];
-    pypto_tile_chains(a, even, v, e, nv, slots);
+    pypto_tile_chains(a, even, v, e, tm, nv, slots);
     float kept[PYPTO_TM * PYPTO_TNV * PYPTO_TV];
-    for (int m = 0; m < PYPTO_TM; m++)
+    for (int m = 0; m < tm; m++)
         for (int j = 0; j < nv; j++)
             PYPTO_TV_STORE(kept + (m * PYPTO_TNV + j) * PYPTO_TV, e[m][j]);
-    pypto_tile_chains(a + PYPTO_TILE_K / 2, odd, v, o, nv, slots);
-    for (int m = 0; m < PYPTO_TM; m++)
+    pypto_tile_chains(a + PYPTO_TILE_K / 2, odd, v, o, tm, nv, slots);
+    for (int m = 0; m < tm; m++)
         for (int j = 0; j < nv; j++) {
             float *to = cp[j] + m * PYPTO_TILE_PX;
             const pypto_tv sum = PYPTO_TV_ADD(PYPTO_TV_LOAD(kept + (m * PYPTO_TNV + j) * PYPTO_TV),
@@ -839,7 +843,7 @@ pypto_tile_step_f32(const float *restrict a, const float *restrict even,
 #else
     const int half = PYPTO_TILE_K / 2, row = 2 * PYPTO_TILE_PX;
     pypto_tv e[PYPTO_TM][PYPTO_TNV], o[PYPTO_TM][PYPTO_TNV];
-    for (int m = 0; m < PYPTO_TM; m++)
+    for (int m = 0; m < tm; m++)
         for (int j = 0; j < PYPTO_TNV; j++)
             e[m][j] = o[m][j] = PYPTO_TV_ZERO();
 #pragma GCC unroll 4
@@ -849,7 +853,7 @@ pypto_tile_step_f32(const float *restrict a, const float *restrict even,
             ev[j] = PYPTO_TV_LOAD(even + s * row + v[j]);
             ov[j] = PYPTO_TV_LOAD(odd + s * row + v[j]);
         }
-        for (int m = 0; m < PYPTO_TM; m++) {
+        for (int m = 0; m < tm; m++) {
             const pypto_tv ae = PYPTO_TV_SET1(a[m * PYPTO_TILE_K + s]);
             const pypto_tv ao = PYPTO_TV_SET1(a[m * PYPTO_TILE_K + half + s]);
             for (int j = 0; j < nv; j++) {
@@ -858,7 +862,7 @@ pypto_tile_step_f32(const float *restrict a, const float *restrict even,
             }
         }
     }
-    for (int m = 0; m < PYPTO_TM; m++)
+    for (int m = 0; m < tm; m++)
         for (int j = 0; j < nv; j++) {
             float *to = cp[j] + m * PYPTO_TILE_PX;
             PYPTO_TV_STORE(to, PYPTO_TV_ADD(PYPTO_TV_LOAD(to), PYPTO_TV_ADD(e[m][j], o[m][j])));
@@ -916,6 +920,36 @@ pypto_tile_step_dot(const uint32_t *restrict a, const uint32_t *const *bp, const
 }
 #endif
 
+#ifndef PYPTO_TV_NONE
+/* Channels m .. m + tm - 1 of one channel tile's K step for a pair of pixel tiles */
+static inline __attribute__((always_inline)) void
+pypto_tile_step_rows(const float *restrict a, const float *even, const float *odd, int n_px,
+                     float *pair_c, const int m, const int tm, const int slots)
+{
+    const int64_t tile = PYPTO_TILE_CH * PYPTO_TILE_PX;
+    const float *am = a + m * PYPTO_TILE_K;
+#ifdef PYPTO_TILE_BLOCK_TWO_TILES   /* one register block: both tiles */
+    const int v[2] = {0, PYPTO_TILE_PX};
+    float *cp[2] = {pair_c + m * PYPTO_TILE_PX, pair_c + tile + m * PYPTO_TILE_PX};
+    if (n_px == 2)
+        pypto_tile_step_f32(am, even, odd, v, cp, tm, 2, slots);
+    else
+        pypto_tile_step_f32(am, even, odd, v, cp, tm, 1, slots);
+#else
+    for (int px = 0; px < n_px; px++)
+        for (int x = 0; x < PYPTO_TILE_PX; x += PYPTO_TILE_BLOCK_PX) {
+            int v[PYPTO_TNV];
+            float *cp[PYPTO_TNV];
+            for (int j = 0; j < PYPTO_TNV; j++) {
+                v[j] = px * PYPTO_TILE_PX + x + j * PYPTO_TV;
+                cp[j] = pair_c + px * tile + m * PYPTO_TILE_PX + x + j * PYPTO_TV;
+            }
+            pypto_tile_step_f32(am, even, odd, v, cp, tm, PYPTO_TNV, slots);
+        }
+#endif
+}
+#endif
+
 /* One K step of a pair of pixel tiles for one channel tile (a: the step's weights), emulated in
  * fp32 from the split B, the chains over their first `slots` slots. */
 static inline __attribute__((always_inline)) void
@@ -925,28 +959,11 @@ pypto_tile_step_tiles_n(const float *restrict a, const float *even, const float 
     const int64_t tile = PYPTO_TILE_CH * PYPTO_TILE_PX;
 #ifndef PYPTO_TV_NONE
     if (PYPTO_TV_FUSED || exact) {
-        for (int m = 0; m < PYPTO_TILE_CH; m += PYPTO_TM) {
-            const float *am = a + m * PYPTO_TILE_K;
-#ifdef PYPTO_TILE_BLOCK_TWO_TILES   /* one register block: both tiles */
-            const int v[2] = {0, PYPTO_TILE_PX};
-            float *cp[2] = {pair_c + m * PYPTO_TILE_PX, pair_c + tile + m * PYPTO_TILE_PX};
-            if (n_px == 2)
-                pypto_tile_step_f32(am, even, odd, v, cp, 2, slots);
-            else
-                pypto_tile_step_f32(am, even, odd, v, cp, 1, slots);
-#else
-            for (int px = 0; px < n_px; px++)
-                for (int x = 0; x < PYPTO_TILE_PX; x += PYPTO_TILE_BLOCK_PX) {
-                    int v[PYPTO_TNV];
-                    float *cp[PYPTO_TNV];
-                    for (int j = 0; j < PYPTO_TNV; j++) {
-                        v[j] = px * PYPTO_TILE_PX + x + j * PYPTO_TV;
-                        cp[j] = pair_c + px * tile + m * PYPTO_TILE_PX + x + j * PYPTO_TV;
-                    }
-                    pypto_tile_step_f32(am, even, odd, v, cp, PYPTO_TNV, slots);
-                }
-#endif
-        }
+        int m = 0;
+        for (; m + PYPTO_TM <= PYPTO_TILE_CH; m += PYPTO_TM)
+            pypto_tile_step_rows(a, even, odd, n_px, pair_c, m, PYPTO_TM, slots);
+        if (PYPTO_TILE_CH % PYPTO_TM)
+            pypto_tile_step_rows(a, even, odd, n_px, pair_c, m, PYPTO_TILE_CH % PYPTO_TM, slots);
         return;
     }
 #endif

@@ -1,9 +1,9 @@
 # sum_order "tile" (bf16): dgrad summed in the order of AMX's TDPBF16PS (pypto_tile.h says the
 # order), on the tile unit where this level has one and the caller allows it, else emulated in
 # IEEE fp32 with the same bits. One work item = (a block of input channels, 32 on the tile unit
-# and 64 emulated; stride phase; a run of 16-position tiles of the phase's rows, images one
-# after another); each C tile runs every K step (co block, tap) before its one rounding, so no
-# sum depends on the threads or items.
+# and 128 emulated; stride phase; a run of 16-position tiles of the phase's rows, images one
+# after another; smaller for a team with few items); each C tile runs every K step (co block,
+# tap) before its one rounding, so no sum depends on the threads or items.
 # Images go in waves: a wave's dy frames are filled, then its items run, so the frames are
 # read while a cache still holds them (a call's frames at once: 1x1 layers of many channels
 # spent a third of their time writing and reading them from memory); on a team each thread
@@ -203,13 +203,13 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     # stride 2 across: an item runs both column phases of a row phase on half the tiles, so
     # that the write-out interleaves them into whole dx rows (pypto_tile_write_pair)
     g.paired = g.sw == 2
-    # the emulation's items take 4 channel tiles: in fp32 a split B serves 64 channels; in the
-    # dot form each dense gather of B does (ResNet-50 0.95-0.97x the time on Zen 4, whose
-    # full-rate VDPBF16PS makes the gather count; nothing measurable on Intel's half rate).
-    # Where such an item's 64 dx channel planes lie on more than WRITE_PAGES pages (the L2
-    # streamer follows so many store streams), it writes them a channel tile at a time along
-    # its tiles: written tile by tile, 64 planes of 56x56 took 1.05-1.10x the time of 32 on
-    # avx2
+    # the emulation's items take 8 channel tiles: in fp32 a split B serves 128 channels; in the
+    # dot form each dense gather of B does (4 tiles, not 2: ResNet-50 0.95-0.97x the time on
+    # Zen 4, whose full-rate VDPBF16PS makes the gather count; nothing measurable on Intel's
+    # half rate; 8, not 4: pypto_tile.h). Where such an item's dx channel planes lie on more
+    # than WRITE_PAGES pages (the L2 streamer follows so many store streams), it writes them a
+    # channel tile at a time along its tiles: written tile by tile, 64 planes of 56x56 took
+    # 1.05-1.10x the time of 32 on avx2
     g.item_ch = PYPTO_EMU_ITEM_CH if g.form != PYPTO_TILE_FORM_AMX else PYPTO_AMX_ITEM_CH
     g.ch_blocks = (g.ch_tiles + g.item_ch - 1) // g.item_ch
     g.item_tiles = min(PYPTO_TILE_ITEM_TILES, PYPTO_TILE_ITEM_C // g.item_ch) \
@@ -306,11 +306,13 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
 
 cdef void _items_for_team(TileGeometry *g, int threads) noexcept nogil:
     """Smaller items where a call would give a team of ``threads`` fewer than WAVE_ITEMS items
-    a thread (a small layer at batch 1 on many cores: ResNet-50's 7x7 layers gave 8 items):
-    fewer tiles first, down to a pair (paired: one a column phase), then (the emulation) fewer
-    channel tiles, down to one. A tile's sums do not depend on its item, so no bit changes; a smaller item
-    only reuses a K step's weight over fewer tiles and (fewer channels) a split or gathered B
-    over fewer channel tiles."""
+    a thread (a small layer at batch 1 on many cores: ResNet-50's 7x7 layers made 8 items):
+    half the tiles, down to a pair (paired: one a column phase), then (the emulation) half the
+    channel tiles, down to one. A tile's sums do not depend on its item, so no bit changes. A
+    smaller item reuses a K step's weight over fewer tiles and (fewer channels) a split or
+    gathered B over fewer channel tiles: one thread took 0.99-1.02x the time with items of a
+    pair of tiles, 1.02-1.06x with 32 channels and 1.09-1.15x with 16 (avx512, cases b-f at
+    batch 1; the tiles first, though e's weight of 9 MiB is then read twice)."""
     cdef int64_t target = threads * WAVE_ITEMS, floor = 1 if g.paired else 2
     while threads > 1 and _call_items(g) < target:
         if g.item_tiles > floor:
