@@ -381,8 +381,8 @@ def conv_backward_input_cpu(call, dy, w):
     # largest with one thread, where image groups are largest.
     kernel = _kernel()
     tile_order = plan.dtype == _BF16 and _config.bf16_sum_order_now() == "tile"
-    if tile_order:  # its buffers are shared; each thread's scratch is on its stack
-        shared, per_thread, used = plan.tile_buffer_bytes(kernel), 0, 0
+    if tile_order:  # packed weight and frames shared; each thread's C in the same scratch
+        shared, per_thread, used = plan.tile_buffer_bytes(kernel), kernel.TILE_THREAD_BYTES, 1
     else:
         shared, per_thread, used = plan.buffer_bytes(kernel, 1)
     # the whole team every call, even for fewer work items than threads: the same team size
@@ -391,7 +391,9 @@ def conv_backward_input_cpu(call, dy, w):
     threads = _usable_threads(
         _config.num_threads_now(), output + shared + per_thread + copies, per_thread, room
     )
-    if threads != 1 and not tile_order:
+    if threads != 1 and tile_order:
+        used = threads
+    elif threads != 1:
         shared, per_thread, used = plan.buffer_bytes(kernel, threads)
     # before any copy or allocation
     check_host_memory(

@@ -38,6 +38,7 @@ import pytest
 
 import pypto
 from pypto._core.options import MAX_THREADS
+from pypto._kernels.dispatch import BUILT_LEVELS, CPU_LEVELS
 from pypto.pypto_impl import ConvBpTileL0Info, ConvBpTileL1Info
 from support.numerics import call_op, check_accuracy, make_data, make_problem, set_tiles
 from support.slowdown import limit
@@ -624,6 +625,46 @@ _STACK_SCRIPT = textwrap.dedent("""
                                         [1, 1, 1, 1], [1, 1]).numpy()
     print("ok", int(out[0, 0, 2, 2]), "|".join(str(c.message) for c in caught))
 """)
+
+
+_SMALL_STACK_SCRIPT = textwrap.dedent("""
+    import numpy as np, ml_dtypes, pypto
+    rng = np.random.default_rng(0)
+    dy = rng.standard_normal((2, 64, 14, 14)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((64, 64, 3, 3)).astype(ml_dtypes.bfloat16)
+    args, outs = ([1, 1], [1, 1, 1, 1], [1, 1]), []
+    tiles = pypto.suggest_convbp_input_tile_shapes(dy.shape, w.shape, dy.shape, pypto.DT_BF16,
+                                                   *args)
+    for threads in (1, 2):  # bf16's default order: "tile"
+        with pypto.options(num_threads=threads, convbp_tile_shapes=tiles,
+                           vec_tile_shapes=[16] * 4):
+            outs.append(pypto.conv_backward_input(
+                pypto.from_numpy(dy), [2, 64, 14, 14], pypto.from_numpy(w), pypto.DT_BF16,
+                *args).numpy().view(np.uint16))
+    print("ok", bool(np.array_equal(*outs)))
+""")
+
+
+_RUNNABLE = [level for level in CPU_LEVELS if level in BUILT_LEVELS]
+
+
+@pytest.mark.parametrize("level", sorted({_RUNNABLE[0], _RUNNABLE[-1]}))
+def test_a_small_openmp_stack_runs_the_tile_order(level, tmp_path):
+    """OMP_STACKSIZE=64K: an OpenMP thread's stack holds the kernels' frames. The tile order
+    kept an item's C (64 KiB) on the stack, a frame of 75 KiB: its second thread died of
+    SIGSEGV; the C lives in the call's scratch now."""
+    import os
+
+    done = subprocess.run(
+        [sys.executable, "-c", _SMALL_STACK_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=limit(120),
+        cwd=tmp_path,
+        env=dict(os.environ, OMP_STACKSIZE="64K", PYPTO_CPU_ISA=level),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["ok", "True"], done.stdout
 
 
 @pytest.mark.parametrize(

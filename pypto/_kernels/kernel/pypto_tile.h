@@ -41,7 +41,9 @@
 #include "pypto_isa.h"
 
 enum { PYPTO_TILE_CH = 16, PYPTO_TILE_PX = 16, PYPTO_TILE_K = 32 };
-/* A work item's C tiles wait in its buffer (64 KiB, on the stack) for the write-out:
+/* A work item's C tiles wait in its thread's buffer (PYPTO_TILE_C_BYTES, in the call's kept
+ * scratch: on the stack they made a frame of 75 KiB, more than a 64 KiB OMP_STACKSIZE) for the
+ * write-out:
  * PYPTO_TILE_ITEM_C of them, channel tiles x pixel tiles (an even count), at most
  * PYPTO_TILE_ITEM_TILES pixel tiles. The tile unit's items take 2 channel tiles (its 4 C
  * registers: 2 x 2); the emulation's 8 (x 8 pixel tiles): each split B (pypto_tile_split,
@@ -52,6 +54,7 @@ enum { PYPTO_TILE_CH = 16, PYPTO_TILE_PX = 16, PYPTO_TILE_K = 32 };
  * pypto_tile_c_slot. */
 enum { PYPTO_TILE_ITEM_C = 64, PYPTO_TILE_ITEM_TILES = 16 };
 enum { PYPTO_AMX_ITEM_CH = 2, PYPTO_EMU_ITEM_CH = 8 };
+enum { PYPTO_TILE_C_BYTES = PYPTO_TILE_ITEM_C * PYPTO_TILE_CH * PYPTO_TILE_PX * 4 };
 /* K steps (co block, tap) a group of C tiles runs on the tile unit between its loads and
  * stores (pypto_tile_run_amx), in whole co blocks: max(1, this / taps) of them a pass */
 enum { PYPTO_AMX_PASS_STEPS = 8 };

@@ -17,6 +17,7 @@ cdef extern from "pypto_tile.h" nogil:
     enum: PYPTO_TILE_ITEM_C
     enum: PYPTO_AMX_ITEM_CH
     enum: PYPTO_EMU_ITEM_CH
+    enum: PYPTO_TILE_C_BYTES
     enum: PYPTO_TILE_FORM_AMX
     enum: PYPTO_TILE_FORM_F32
     enum: PYPTO_TILE_FORM_DOT
@@ -73,6 +74,7 @@ cdef extern from "pypto_isa.h" nogil:
     enum: PYPTO_HAVE_AMX
 
 HAS_AMX = bool(PYPTO_HAVE_AMX)
+TILE_THREAD_BYTES = PYPTO_TILE_C_BYTES   # a team thread's C buffer, in the call's scratch
 DENSE_FAST = bool(PYPTO_TILE_DENSE_FAST)   # the emulation may take dense positions here
 LANES = bool(PYPTO_TILE_LANES)             # ... and flat frames with masked lanes
 
@@ -110,6 +112,7 @@ cdef struct TileGeometry:
     const void *w_packed   # per 16-channel block: [co block][tap][16][32], bf16 or fp32
     int64_t w_block_elems
     int64_t slack          # bytes before and after the frames that a load may read
+    float *c_items         # per team thread, its items' C (PYPTO_TILE_C_BYTES apart)
     uint32_t *frames       # per image of a wave: pairs planes of hf x wf (flat: per pair
                            # plane, the wave's images' hout x wout one after another)
 
@@ -451,7 +454,8 @@ cdef inline int _weight_bytes(int form) noexcept nogil:
 def tile_buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs,
                       int threads=0):
     """Bytes dgrad_tile allocates for these shapes (packed weight and dy frames, at most) on a
-    team of ``threads`` (0: whatever the team)."""
+    team of ``threads`` (0: whatever the team), and TILE_THREAD_BYTES more for each of the
+    team's threads (its items' C)."""
     cdef TileGeometry g
     cdef int form
     weight, frames = 0, 0
@@ -464,7 +468,7 @@ def tile_buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs
             frames = max(frames, _tile_frame_bytes(&g))
         finally:
             _tile_free(&g)
-    return weight + frames + 64
+    return weight + frames + 128
 
 
 def tile_layout(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs, str form,
@@ -593,12 +597,11 @@ cdef inline int64_t _tile_next_item(const TileGeometry *g, int64_t wv, int64_t t
     return -1
 
 
-cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx,
-                     int64_t n0) noexcept nogil:
+cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx, int64_t n0,
+                     int tid) noexcept nogil:
     """Every output element of one work item of the wave from image n0, in the kernel's
     floating-point environment."""
-    cdef float c_space[PYPTO_TILE_ITEM_C * PYPTO_TILE_CH * PYPTO_TILE_PX + 16]
-    cdef float *c = c_space + (-<size_t>c_space // sizeof(float)) % 16   # a whole line each row
+    cdef float *c = g.c_items + tid * (PYPTO_TILE_C_BYTES // sizeof(float))   # thread tid's
     cdef float scratch[PYPTO_TILE_K * PYPTO_TILE_PX * 2 + 16]
     cdef float *split = scratch + (-<size_t>scratch // sizeof(float)) % 16
     cdef const void *a[PYPTO_EMU_ITEM_CH]
@@ -720,7 +723,7 @@ cdef void _tile_wave_banded(TileGeometry *g, const uint16_t *dy, const uint16_t 
         tid = threadid()
         item = _tile_next_item(g, wv, tid)
         while item >= 0 and not pypto_stopped(stop):
-            _tile_item(g, item, dx, n0)
+            _tile_item(g, item, dx, n0, <int>tid)
             if tid == 0 and pypto_seconds() >= next_check[0]:
                 next_check[0] = pypto_seconds() + SIGNAL_SECONDS
                 pypto_check_signals(stop)
@@ -829,6 +832,7 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
     w_exponent = pypto_bf16_least_exponent(w_least)
     memset(&g, 0, sizeof(g))
     cdef char *block = NULL
+    cdef char *at
     cdef char *panels = NULL
     cdef size_t capacity = 0, panel_capacity = 0
     cdef PanelOrigin origin
@@ -862,11 +866,14 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
         # of a 1x1 layer's call)
         panels = <char *>_take_panels(_tile_weight_bytes(&g, g.form) + 64, &panel_capacity,
                                       &origin)
-        block = <char *>_take_buffer(SLOT_SCRATCH, _tile_frame_bytes(&g), &capacity)
+        block = <char *>_take_buffer(SLOT_SCRATCH, _tile_frame_bytes(&g) + 64
+                                     + threads * PYPTO_TILE_C_BYTES, &capacity)
         if panels == NULL or block == NULL:
-            raise MemoryError("pypto: no memory for the tile order's weight and dy frames")
+            raise MemoryError("pypto: no memory for the tile order's weight, dy frames and C")
         g.w_packed = panels + (-<size_t>panels) % 64
         g.frames = <uint32_t *>(block + g.slack + (-<size_t>(block + g.slack)) % 64)
+        at = block + _tile_frame_bytes(&g)   # past the frames and their slack
+        g.c_items = <float *>(at + (-<size_t>at) % 64)
         _tile_panel_key(&g, panel_key)
         packed = _panels_hold(&origin, panel_key, w_p, w.len // 2)
         if not packed:
@@ -891,7 +898,7 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
                     last = min(first + 8, g.wave_items[wv + 1])
                     with nogil:
                         for item in range(first, last):
-                            _tile_item(&g, item, dx_p, n0)
+                            _tile_item(&g, item, dx_p, n0, 0)
                     first = last
                     PyErr_CheckSignals()
             else:
@@ -915,7 +922,7 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
                     for item in prange(first, last, schedule="dynamic"):
                         if pypto_stopped(stop):
                             continue
-                        _tile_item(&g, item, dx_p, n0)
+                        _tile_item(&g, item, dx_p, n0, threadid())
                         if threadid() == 0 and pypto_seconds() >= next_check[0]:
                             next_check[0] = pypto_seconds() + SIGNAL_SECONDS
                             pypto_check_signals(stop)
