@@ -122,6 +122,18 @@ for dt, npd in ((pypto.DT_FP16, np.float16), (pypto.DT_BF16, ml_dtypes.bfloat16)
                         2,
                         serial_macs=0,
                     )
+                    if dt == pypto.DT_BF16:  # the tile order on teams of 2 and 3: items cut
+                        for team, use_dot in ((2, True), (3, False)):
+                            pypto._kernels.dispatch._kernel().dgrad_tile(
+                                dy.view(np.uint16),
+                                w.view(np.uint16),
+                                np.empty(out.shape, np.uint16),
+                                plan.attrs,
+                                team,
+                                False,
+                                0,
+                                use_dot,
+                            )
 # The channel-vector kernels' class order (border rows, border columns, inner pixels; the
 # accumulator moved back to row order), taken on every tile with border positions
 # (unpermute_macs=-1): its position tables and spare row fill the end of each thread's scratch.
