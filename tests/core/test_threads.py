@@ -627,6 +627,20 @@ _STACK_SCRIPT = textwrap.dedent("""
 """)
 
 
+def _run_with(script, tmp_path, **env):
+    """``script`` in a fresh interpreter with ``env`` added to this one's environment."""
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=limit(120),
+        cwd=tmp_path,
+        env=dict(os.environ, **env),
+    )
+
+
 _SMALL_STACK_SCRIPT = textwrap.dedent("""
     import numpy as np, ml_dtypes, pypto
     rng = np.random.default_rng(0)
@@ -653,16 +667,7 @@ def test_a_small_openmp_stack_runs_the_tile_order(level, tmp_path):
     """OMP_STACKSIZE=64K: an OpenMP thread's stack holds the kernels' frames. The tile order
     kept an item's C (64 KiB) on the stack, a frame of 75 KiB: its second thread died of
     SIGSEGV; the C lives in the call's scratch now."""
-    import os
-
-    done = subprocess.run(
-        [sys.executable, "-c", _SMALL_STACK_SCRIPT],
-        capture_output=True,
-        text=True,
-        timeout=limit(120),
-        cwd=tmp_path,
-        env=dict(os.environ, OMP_STACKSIZE="64K", PYPTO_CPU_ISA=level),
-    )
+    done = _run_with(_SMALL_STACK_SCRIPT, tmp_path, OMP_STACKSIZE="64K", PYPTO_CPU_ISA=level)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["ok", "True"], done.stdout
 
@@ -682,16 +687,7 @@ def test_stack_sizes_libgomp_cannot_map_mean_fewer_threads_not_an_exit(env, tmp_
     ask for (OMP_STACKSIZE, else GOMP_STACKSIZE); where those cannot be mapped the call runs on
     fewer threads with a warning, where libgomp used to end the process. (1T is no size
     libgomp reads: it keeps its default, and so does the probe.)"""
-    import os
-
-    done = subprocess.run(
-        [sys.executable, "-c", _STACK_SCRIPT],
-        capture_output=True,
-        text=True,
-        timeout=limit(120),
-        cwd=tmp_path,
-        env=dict(os.environ, **env),
-    )
+    done = _run_with(_STACK_SCRIPT, tmp_path, **env)
     assert done.returncode == 0, done.stderr[-2000:]
     words = done.stdout.split(maxsplit=2)
     assert words[:2] == ["ok", "144"], done.stdout
