@@ -220,6 +220,7 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     g.item_phases = g.sh if g.paired else n_phases
     g.dense = g.form != PYPTO_TILE_FORM_AMX and PYPTO_TILE_DENSE_FAST \
         and (_frame_waste(g) > DENSE_WASTE or PYPTO_TILE_LANES and _grids_are_dy(g))
+    g.wave = g.n_img   # every image in one wave while the items are cut
     _items_for_team(g, threads)
     g.write_by_channel = g.form != PYPTO_TILE_FORM_AMX \
         and g.item_ch * PYPTO_TILE_CH * g.hin * g.win * 2 > WRITE_PAGES * 4096
@@ -230,7 +231,6 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     for ph in range(g.item_phases):
         image_items += (_phase_tiles(g, ph) + g.item_tiles - 1) // g.item_tiles
     image_items *= g.ch_blocks
-    g.wave = g.n_img
     if threads > 0:
         g.wave = min(g.n_img, max(1, threads * WAVE_FRAME_BYTES // per_image,
                                   (threads * WAVE_ITEMS + image_items - 1) // max(1, image_items)))
@@ -328,12 +328,12 @@ cdef void _items_for_team(TileGeometry *g, int threads) noexcept nogil:
 
 
 cdef int64_t _call_items(const TileGeometry *g) noexcept nogil:
-    """The work items of a call of one wave (waves only add items)"""
-    cdef int64_t ph, per_image, step, items = 0
+    """The work items of wave 0 (every image, where g.wave is all of them; more waves only add
+    items)"""
+    cdef int64_t ph, first, last, step, items = 0
     for ph in range(g.item_phases):
-        per_image = _phase_area(g, ph) if g.dense else _phase_tiles(g, ph)
-        step = g.item_tiles * PYPTO_TILE_PX if g.dense else g.item_tiles
-        items += (g.n_img * per_image + step - 1) // step
+        _item_range(g, ph, 0, &first, &last, &step)
+        items += (last - first + step - 1) // step
     return items * g.ch_blocks
 
 
@@ -438,6 +438,12 @@ cdef int64_t _tile_frame_bytes(const TileGeometry *g) noexcept nogil:
     return g.pairs * g.wave_plane * 4 + 2 * g.slack + 64
 
 
+cdef int64_t _tile_scratch_bytes(const TileGeometry *g, int64_t threads) noexcept nogil:
+    """The call's scratch: the frames (_tile_frame_bytes), then each of ``threads`` threads'
+    C from a 64-byte line."""
+    return _tile_frame_bytes(g) + 64 + threads * PYPTO_TILE_C_BYTES
+
+
 cdef void _tile_panel_key(const TileGeometry *g, int64_t *key) noexcept nogil:
     """The kept-panels key (buffers.pxi) of the tile order's packed weight: what
     pypto_tile_pack lays it out by besides the weight. key[8] is below 0, where dgrad's
@@ -465,10 +471,10 @@ def tile_buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs
         try:
             _tile_geometry(&g, (dy_shape, w_shape, dx_shape), attrs, threads)
             weight = max(weight, _tile_weight_bytes(&g, form))
-            frames = max(frames, _tile_frame_bytes(&g))
+            frames = max(frames, _tile_scratch_bytes(&g, 0))
         finally:
             _tile_free(&g)
-    return weight + frames + 128
+    return weight + frames + 64
 
 
 def tile_layout(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs, str form,
@@ -515,23 +521,19 @@ cdef int64_t _frame_chunk(const TileGeometry *g, int64_t frame_jobs, int threads
     return max(1, min(chunk, frame_jobs // (4 * threads)))
 
 
-cdef void _tile_prepare(const TileGeometry *g, const uint16_t *dy, const uint16_t *w,
-                        int64_t job, int64_t n0, bint pack) noexcept nogil:
-    """With ``pack``, job j < ch_tiles packs the weight of 16-channel block j; the rest fill
-    one block of one image's frame each of the wave from image n0, on the tile unit (the
-    emulation's frames: _tile_fill_band)."""
-    cdef int64_t n, k
-    cdef pypto_fpenv saved
-    if not pack:
-        job += g.ch_tiles
-    if job < g.ch_tiles:
-        saved = pypto_fp_enter()
-        pypto_tile_pack(w, g.cout, g.cin, g.taps, job, g.form,
-                        <char *>g.w_packed + job * g.w_block_elems * _weight_bytes(g.form))
-        pypto_fp_leave(saved)
-        return
-    job -= g.ch_tiles
-    n, k = job // g.blocks, job % g.blocks
+cdef void _tile_pack_block(const TileGeometry *g, const uint16_t *w, int64_t cb) noexcept nogil:
+    """The packed weight of 16-channel block ``cb``."""
+    cdef pypto_fpenv saved = pypto_fp_enter()
+    pypto_tile_pack(w, g.cout, g.cin, g.taps, cb, g.form,
+                    <char *>g.w_packed + cb * g.w_block_elems * _weight_bytes(g.form))
+    pypto_fp_leave(saved)
+
+
+cdef void _tile_frame_block(const TileGeometry *g, const uint16_t *dy, int64_t job,
+                            int64_t n0) noexcept nogil:
+    """The tile unit's frames: job j fills co block j % blocks of image n0 + j // blocks's
+    frame (the emulation's frames: _tile_fill_band)."""
+    cdef int64_t n = job // g.blocks, k = job % g.blocks
     pypto_tile_frame_block(dy + (n0 + n) * g.cout * g.hout * g.wout, g.cout, k, g.hout, g.wout,
                            g.top, g.left, g.hf, g.wf,
                            <uint16_t *>(g.frames + (n * g.pairs + k * (PYPTO_TILE_K // 2))
@@ -716,7 +718,7 @@ cdef void _tile_wave_banded(TileGeometry *g, const uint16_t *dy, const uint16_t 
         g.band_next[band] = g.band_items[wv * g.bands + band]
     with nogil, parallel(num_threads=threads):
         for job in prange(packs, schedule="dynamic"):
-            _tile_prepare(g, dy, w, job, n0, True)
+            _tile_pack_block(g, w, job)
         for job in prange(g.bands * g.pairs, schedule="static", chunksize=g.pairs):
             _tile_fill_band(g, dy, job // g.pairs, job % g.pairs, n0)
     with nogil, parallel(num_threads=threads):
@@ -866,8 +868,7 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
         # of a 1x1 layer's call)
         panels = <char *>_take_panels(_tile_weight_bytes(&g, g.form) + 64, &panel_capacity,
                                       &origin)
-        block = <char *>_take_buffer(SLOT_SCRATCH, _tile_frame_bytes(&g) + 64
-                                     + threads * PYPTO_TILE_C_BYTES, &capacity)
+        block = <char *>_take_buffer(SLOT_SCRATCH, _tile_scratch_bytes(&g, threads), &capacity)
         if panels == NULL or block == NULL:
             raise MemoryError("pypto: no memory for the tile order's weight, dy frames and C")
         g.w_packed = panels + (-<size_t>panels) % 64
@@ -886,10 +887,10 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
             if threads == 1:
                 with nogil:
                     for job in range(packs):
-                        _tile_prepare(&g, dy_p, w_p, job, n0, True)
+                        _tile_pack_block(&g, w_p, job)
                     if g.form == PYPTO_TILE_FORM_AMX:
                         for job in range(frame_jobs):
-                            _tile_prepare(&g, dy_p, w_p, job, n0, False)
+                            _tile_frame_block(&g, dy_p, job, n0)
                     else:
                         for job in range(g.pairs):
                             _tile_fill_band(&g, dy_p, 0, job, n0)
@@ -914,10 +915,10 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
                 chunk = _frame_chunk(&g, frame_jobs, threads)
                 with nogil, parallel(num_threads=threads):
                     for job in prange(packs, schedule="dynamic"):
-                        _tile_prepare(&g, dy_p, w_p, job, n0, True)
+                        _tile_pack_block(&g, w_p, job)
                     for part in prange((frame_jobs + chunk - 1) // chunk, schedule="dynamic"):
                         for job in range(part * chunk, min(frame_jobs, (part + 1) * chunk)):
-                            _tile_prepare(&g, dy_p, w_p, job, n0, False)
+                            _tile_frame_block(&g, dy_p, job, n0)
                 with nogil, parallel(num_threads=threads):
                     for item in prange(first, last, schedule="dynamic"):
                         if pypto_stopped(stop):
