@@ -41,6 +41,10 @@ LAYERS = [
     (2, 20, 40, 9, 9, 3, 3, (1, 1), (2, 2), (2, 2), 9, 9),
     (2, 16, 33, 17, 17, 7, 1, (1, 1), (3, 0), (1, 1), 17, 17),
     (1, 20, 40, 21, 32, 3, 3, (2, 2), (1, 1), (1, 1), 41, 63),
+    # phases without taps run no item: their zeros are stored straight (whole odd rows of a
+    # 1x1/2 layer in masked flat frames; a row phase of stride (2, 1))
+    (2, 40, 70, 7, 7, 1, 1, (2, 2), (0, 0), (1, 1), 14, 14),
+    (2, 20, 36, 5, 6, 1, 1, (2, 1), (0, 0), (1, 1), 10, 6),
 ]
 
 

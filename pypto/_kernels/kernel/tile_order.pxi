@@ -102,6 +102,7 @@ cdef struct TileGeometry:
     bint write_by_channel  # an item's write-out a channel tile at a time (else tile by tile)
     int64_t ch_blocks      # channel blocks: ch_tiles / item_ch, rounded up
     int64_t item_tiles, item_phases
+    bint idle_phases       # an item phase has no taps: no items; its dx zeroed (_tile_zero_plane)
     int64_t wave, n_waves  # images per wave; waves
     int64_t *wave_items    # wave w's items: wave_items[w] .. wave_items[w + 1] - 1
     int64_t bands          # the emulation on a team: its threads' shares of a wave's frames
@@ -220,6 +221,9 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     g.item_phases = g.sh if g.paired else n_phases
     g.dense = g.form != PYPTO_TILE_FORM_AMX and PYPTO_TILE_DENSE_FAST \
         and (_frame_waste(g) > DENSE_WASTE or PYPTO_TILE_LANES and _grids_are_dy(g))
+    g.idle_phases = False
+    for ph in range(g.item_phases):
+        g.idle_phases = g.idle_phases or _phase_taps(g, ph) == 0 and _phase_area(g, ph) > 0
     g.wave = g.n_img   # every image in one wave while the items are cut
     _items_for_team(g, threads)
     g.write_by_channel = g.form != PYPTO_TILE_FORM_AMX \
@@ -229,7 +233,8 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     per_image = g.pairs * g.plane * 4
     image_items = 0
     for ph in range(g.item_phases):
-        image_items += (_phase_tiles(g, ph) + g.item_tiles - 1) // g.item_tiles
+        if _phase_taps(g, ph) > 0:
+            image_items += (_phase_tiles(g, ph) + g.item_tiles - 1) // g.item_tiles
     image_items *= g.ch_blocks
     if threads > 0:
         g.wave = min(g.n_img, max(1, threads * WAVE_FRAME_BYTES // per_image,
@@ -386,11 +391,38 @@ cdef inline int64_t _phase_area(const TileGeometry *g, int64_t ph) noexcept nogi
 cdef void _item_range(const TileGeometry *g, int64_t ph, int64_t wv, int64_t *first,
                       int64_t *last, int64_t *step) noexcept nogil:
     """Wave wv's items of item phase ph start at first, first + step, ... < last: tiles of all
-    images (frame positions), or dense positions of all images."""
+    images (frame positions), or dense positions of all images; none where the phase has no
+    taps (_tile_zero_plane writes its zeros)."""
     cdef int64_t n0 = wv * g.wave, n1 = min(g.n_img, (wv + 1) * g.wave)
     cdef int64_t per_image = _phase_area(g, ph) if g.dense else _phase_tiles(g, ph)
     first[0], last[0] = n0 * per_image, n1 * per_image
+    if _phase_taps(g, ph) == 0:
+        last[0] = first[0]
     step[0] = g.item_tiles * PYPTO_TILE_PX if g.dense else g.item_tiles
+
+
+cdef inline int64_t _phase_taps(const TileGeometry *g, int64_t ph) noexcept nogil:
+    """Taps of item phase ph (paired: of both its column phases)"""
+    return g.n_taps[2 * ph] + g.n_taps[2 * ph + 1] if g.paired else g.n_taps[ph]
+
+
+cdef void _tile_zero_plane(const TileGeometry *g, uint16_t *dx, int64_t job,
+                           int64_t n0) noexcept nogil:
+    """Zeros of dx channel plane ``job`` of the wave from image n0 (image n0 + job // cin) at
+    the item phases without taps (a 1x1/2 layer's odd rows): stored straight, where as items
+    they went through a zeroed C and the write-out."""
+    cdef uint16_t *plane = dx + (n0 * g.cin + job) * g.hin * g.win
+    cdef int64_t ph, r, grid
+    for ph in range(g.item_phases):
+        if _phase_taps(g, ph) > 0:
+            continue
+        grid = 2 * ph if g.paired else ph
+        for r in range(g.rows[grid] if g.cols[grid] > 0 else 0):
+            if g.paired:   # both column phases: whole rows
+                memset(plane + (ph + r * g.sh) * g.win, 0, g.win * sizeof(uint16_t))
+            else:
+                pypto_zero_every(plane + (ph // g.sw + r * g.sh) * g.win + ph % g.sw,
+                                 g.cols[ph], g.sw)
 
 
 cdef inline int64_t _phase_tiles(const TileGeometry *g, int64_t ph) noexcept nogil:
@@ -708,11 +740,12 @@ cdef void _flat_lanes(const TileGeometry *g, int64_t first, int64_t end, int n_t
 
 
 cdef void _tile_wave_banded(TileGeometry *g, const uint16_t *dy, const uint16_t *w,
-                            uint16_t *dx, int64_t wv, int64_t n0, int64_t packs, int threads,
-                            int *stop, double *next_check) noexcept:
+                            uint16_t *dx, int64_t wv, int64_t n0, int64_t packs, int64_t zeros,
+                            int threads, int *stop, double *next_check) noexcept:
     """One wave of the emulation on a team: the weight's pack jobs (if any), then thread t
     fills band t of every pair plane (a static schedule: with a team of g.bands threads, thread
-    t takes band t's planes), then runs band t's items, then takes other bands' items."""
+    t takes band t's planes) and zeros its share of the ``zeros`` planes' idle phases, then
+    runs band t's items, then takes other bands' items."""
     cdef int64_t job, band, item, tid
     for band in range(g.bands):
         g.band_next[band] = g.band_items[wv * g.bands + band]
@@ -721,6 +754,8 @@ cdef void _tile_wave_banded(TileGeometry *g, const uint16_t *dy, const uint16_t 
             _tile_pack_block(g, w, job)
         for job in prange(g.bands * g.pairs, schedule="static", chunksize=g.pairs):
             _tile_fill_band(g, dy, job // g.pairs, job % g.pairs, n0)
+        for job in prange(zeros, schedule="static"):
+            _tile_zero_plane(g, dx, job, n0)
     with nogil, parallel(num_threads=threads):
         tid = threadid()
         item = _tile_next_item(g, wv, tid)
@@ -817,7 +852,7 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
     cdef const uint16_t *dy_p = <const uint16_t *>dy.buf
     cdef const uint16_t *w_p = <const uint16_t *>w.buf
     cdef uint16_t *dx_p = <uint16_t *>dx.buf
-    cdef int64_t job, item, first, last, macs, wv, n0, packs, frame_jobs, chunk, part
+    cdef int64_t job, item, first, last, macs, wv, n0, packs, frame_jobs, chunk, part, zeros
     cdef int threads
     if dy.shape[0] != dx.shape[0] or w.shape[0] != dy.shape[1] or w.shape[1] != dx.shape[1]:
         raise ValueError("dgrad_tile: buffer shapes disagree")
@@ -884,6 +919,7 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
             n0 = wv * g.wave
             packs = g.ch_tiles if wv == 0 and not packed else 0
             frame_jobs = (min(g.n_img, n0 + g.wave) - n0) * g.blocks   # the tile unit's
+            zeros = (min(g.n_img, n0 + g.wave) - n0) * g.cin if g.idle_phases else 0
             if threads == 1:
                 with nogil:
                     for job in range(packs):
@@ -894,6 +930,8 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
                     else:
                         for job in range(g.pairs):
                             _tile_fill_band(&g, dy_p, 0, job, n0)
+                    for job in range(zeros):
+                        _tile_zero_plane(&g, dx_p, job, n0)
                 first = g.wave_items[wv]
                 while first < g.wave_items[wv + 1]:
                     last = min(first + 8, g.wave_items[wv + 1])
@@ -904,8 +942,8 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
                     PyErr_CheckSignals()
             else:
                 if g.bands > 1:
-                    _tile_wave_banded(&g, dy_p, w_p, dx_p, wv, n0, packs, threads, stop,
-                                      next_check)
+                    _tile_wave_banded(&g, dy_p, w_p, dx_p, wv, n0, packs, zeros, threads,
+                                      stop, next_check)
                     pypto_raise_if(stop[0])
                     continue
                 # the tile unit: the pack's jobs one at a time; the frames' in chunks (a 7x7
@@ -919,6 +957,8 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
                     for part in prange((frame_jobs + chunk - 1) // chunk, schedule="dynamic"):
                         for job in range(part * chunk, min(frame_jobs, (part + 1) * chunk)):
                             _tile_frame_block(&g, dy_p, job, n0)
+                    for job in prange(zeros, schedule="static"):
+                        _tile_zero_plane(&g, dx_p, job, n0)
                 with nogil, parallel(num_threads=threads):
                     for item in prange(first, last, schedule="dynamic"):
                         if pypto_stopped(stop):
