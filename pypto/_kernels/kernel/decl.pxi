@@ -159,8 +159,35 @@ cdef extern from *:
         const int64_t i = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
         return i < end ? i : -1;
     }
+    /* A flag shared by a team: claimed from one value to another by one thread only; set
+       after the thread's writes, seen set with them (release, acquire) */
+    static int pypto_flag_claim(int64_t *flag, int64_t from, int64_t to) {
+        return __atomic_compare_exchange_n(flag, &from, to, 0, __ATOMIC_RELAXED,
+                                           __ATOMIC_RELAXED);
+    }
+    static void pypto_flag_set(int64_t *flag, int64_t value) {
+        __atomic_store_n(flag, value, __ATOMIC_RELEASE);
+    }
+    static int pypto_flag_is(int64_t *flag, int64_t value) {
+        return __atomic_load_n(flag, __ATOMIC_ACQUIRE) == value;
+    }
+    static int pypto_flag_below(int64_t *flag, int64_t value) {
+        return __atomic_load_n(flag, __ATOMIC_RELAXED) < value;
+    }
+    static void pypto_relax(void) {   /* a spin-wait's pause */
+    #if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+    #elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+    #endif
+    }
     """
     void pypto_check_signals(int *stop) nogil
     int pypto_stopped(const int *stop) nogil
     int pypto_raise_if(int stop) except -1
     int64_t pypto_take(int64_t *next, int64_t end) nogil
+    int pypto_flag_claim(int64_t *flag, int64_t fr, int64_t to) nogil
+    void pypto_flag_set(int64_t *flag, int64_t value) nogil
+    int pypto_flag_is(int64_t *flag, int64_t value) nogil
+    int pypto_flag_below(int64_t *flag, int64_t value) nogil
+    void pypto_relax() nogil

@@ -108,6 +108,8 @@ cdef struct TileGeometry:
     int64_t bands          # the emulation on a team: its threads' shares of a wave's frames
     int64_t *band_items    # band b of wave w: items band_items[w * bands + b] .. (+ 1) - 1
     int64_t *band_next     # per band: its next item not yet taken (_tile_next_item)
+    int64_t *band_state    # per band: BAND_FREE, BAND_FILLING, BAND_FILLED (_tile_wave_banded)
+    bint local_bands       # a band's items read only the frames of its own band
     int use_amx, exact
     int form               # PYPTO_TILE_FORM_*: the weight's and the frames' layout (pypto_tile.h)
     const void *w_packed   # per 16-channel block: [co block][tap][16][32], bf16 or fp32
@@ -126,6 +128,9 @@ cdef enum:
     WAVE_FRAME_BYTES = 1 << 20   # a thread's share of a wave's frames: what its L2 keeps
     WRITE_PAGES = 32             # 4 KiB pages an item's write-out may hold open tile by tile
     WAVE_ITEMS = 4               # a thread's items in a wave, at least
+    BAND_FREE = 0                # a band's fill: not claimed, claimed, done (_tile_wave_banded)
+    BAND_FILLING = 1
+    BAND_FILLED = 2
 
 
 cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads) except -1:
@@ -277,12 +282,19 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     # filling cost 4x as much on two threads as on one, a fifth of ResNet-50's item time)
     g.bands = threads if g.form != PYPTO_TILE_FORM_AMX and threads > 1 else 1
     g.items = <int64_t *>malloc((3 * max(g.n_items, 1) + g.n_waves + 1
-                                 + g.n_waves * g.bands + 1 + g.bands) * sizeof(int64_t))
+                                 + g.n_waves * g.bands + 1 + 2 * g.bands) * sizeof(int64_t))
     if g.items == NULL:
         raise MemoryError("pypto: no memory for the tile order's work items")
     g.wave_items = g.items + 3 * max(g.n_items, 1)
     g.band_items = g.wave_items + g.n_waves + 1
     g.band_next = g.band_items + g.n_waves * g.bands + 1
+    g.band_state = g.band_next + g.bands
+    # flat frames whose every tap reads its own position (1x1, stride 1 or the tapped phase of
+    # stride 2): the items of a band read the positions that band's fill wrote, and no other
+    g.local_bands = g.flat
+    for i in range(n_phases * g.taps):
+        g.local_bands = g.local_bands and (i % g.taps >= g.n_taps[i // g.taps]
+                                           or g.tap_offset[i] == 0)
     inside = _channel_blocks_inside(g)   # the same for every wave (it sees a wave's size)
     i = 0
     for wv in range(g.n_waves):
@@ -619,15 +631,26 @@ cdef void _tile_fill_band_rows(const TileGeometry *g, const uint16_t *dy, int64_
         at = end
 
 
-cdef inline int64_t _tile_next_item(const TileGeometry *g, int64_t wv, int64_t tid) noexcept nogil:
-    """The next item of wave wv for team thread ``tid``: its band's, then another's; -1 when
-    none is left."""
-    cdef int64_t k, band, item
-    for k in range(g.bands):
-        band = (tid + k) % g.bands
-        item = pypto_take(&g.band_next[band], g.band_items[wv * g.bands + band + 1])
-        if item >= 0:
-            return item
+cdef inline int64_t _tile_next_item(const TileGeometry *g, int64_t wv, int64_t home) noexcept nogil:
+    """The next item of wave wv for a team thread whose band is ``home``: its band's, then
+    another's, once that band is filled (a band still filling with items left: wait for it;
+    every band is claimed before its filler or anyone else takes an item); -1 when none is
+    left."""
+    cdef int64_t k, band, item, end
+    cdef bint waiting = True
+    while waiting:
+        waiting = False
+        for k in range(g.bands):
+            band = (home + k) % g.bands
+            end = g.band_items[wv * g.bands + band + 1]
+            if not pypto_flag_is(&g.band_state[band], BAND_FILLED):
+                waiting = waiting or pypto_flag_below(&g.band_next[band], end)
+                continue
+            item = pypto_take(&g.band_next[band], end)
+            if item >= 0:
+                return item
+        if waiting:
+            pypto_relax()
     return -1
 
 
@@ -745,26 +768,48 @@ cdef void _tile_wave_banded(TileGeometry *g, const uint16_t *dy, const uint16_t 
     """One wave of the emulation on a team: the weight's pack jobs (if any), then thread t
     fills band t of every pair plane (a static schedule: with a team of g.bands threads, thread
     t takes band t's planes) and zeros its share of the ``zeros`` planes' idle phases, then
-    runs band t's items, then takes other bands' items."""
-    cdef int64_t job, band, item, tid
+    runs band t's items, then takes other filled bands' items.
+    With local bands (g.local_bands) the fill and the items are one region: thread t claims
+    band t (then any band not claimed), fills it and marks it filled, and runs items at once
+    (no barrier between: ResNet-50's 56x56 1x1 layers ran 8 waves, each a fill region and an
+    items region)."""
+    cdef int64_t job, band, item, tid, home, k
+    cdef bint local = g.local_bands and packs == 0
     for band in range(g.bands):
         g.band_next[band] = g.band_items[wv * g.bands + band]
-    with nogil, parallel(num_threads=threads):
-        for job in prange(packs, schedule="dynamic"):
-            _tile_pack_block(g, w, job)
-        for job in prange(g.bands * g.pairs, schedule="static", chunksize=g.pairs):
-            _tile_fill_band(g, dy, job // g.pairs, job % g.pairs, n0)
-        for job in prange(zeros, schedule="static"):
-            _tile_zero_plane(g, dx, job, n0)
+        g.band_state[band] = BAND_FREE if local else BAND_FILLED
+    if not local:
+        with nogil, parallel(num_threads=threads):
+            for job in prange(packs, schedule="dynamic"):
+                _tile_pack_block(g, w, job)
+            for job in prange(g.bands * g.pairs, schedule="static", chunksize=g.pairs):
+                _tile_fill_band(g, dy, job // g.pairs, job % g.pairs, n0)
+            for job in prange(zeros, schedule="static"):
+                _tile_zero_plane(g, dx, job, n0)
     with nogil, parallel(num_threads=threads):
         tid = threadid()
-        item = _tile_next_item(g, wv, tid)
+        home = tid % g.bands
+        if local:
+            home = -1
+            for k in range(g.bands):
+                band = (tid + k) % g.bands
+                if pypto_flag_claim(&g.band_state[band], BAND_FREE, BAND_FILLING):
+                    for job in range(g.pairs):
+                        _tile_fill_band(g, dy, band, job, n0)
+                    for job in range(band * zeros // g.bands, (band + 1) * zeros // g.bands):
+                        _tile_zero_plane(g, dx, job, n0)
+                    pypto_flag_set(&g.band_state[band], BAND_FILLED)
+                    if home < 0:
+                        home = band
+            if home < 0:
+                home = tid % g.bands
+        item = _tile_next_item(g, wv, home)
         while item >= 0 and not pypto_stopped(stop):
             _tile_item(g, item, dx, n0, <int>tid)
             if tid == 0 and pypto_seconds() >= next_check[0]:
                 next_check[0] = pypto_seconds() + SIGNAL_SECONDS
                 pypto_check_signals(stop)
-            item = _tile_next_item(g, wv, tid)
+            item = _tile_next_item(g, wv, home)
 
 
 cdef void _dense_runs(const TileGeometry *g, int64_t grid, int64_t first, int64_t end,
