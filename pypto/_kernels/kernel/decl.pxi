@@ -174,7 +174,18 @@ cdef extern from *:
     static int pypto_flag_below(int64_t *flag, int64_t value) {
         return __atomic_load_n(flag, __ATOMIC_RELAXED) < value;
     }
-    static void pypto_relax(void) {   /* a spin-wait's pause */
+    /* A spin-wait's step: a pause, and every 1024th the processor given up (a waiting thread
+       must not hold a core that the thread it waits for needs: more threads than cores, as
+       when another library's team still spins) */
+    #if defined(__unix__) || defined(__APPLE__)
+    #include <sched.h>
+    #define PYPTO_YIELD() sched_yield()
+    #else
+    #define PYPTO_YIELD() ((void)0)
+    #endif
+    static void pypto_relax(int64_t spins) {
+        if ((spins & 1023) == 1023)
+            PYPTO_YIELD();
     #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
     #elif defined(__aarch64__)
@@ -190,4 +201,4 @@ cdef extern from *:
     void pypto_flag_set(int64_t *flag, int64_t value) nogil
     int pypto_flag_is(int64_t *flag, int64_t value) nogil
     int pypto_flag_below(int64_t *flag, int64_t value) nogil
-    void pypto_relax() nogil
+    void pypto_relax(int64_t spins) nogil

@@ -636,7 +636,7 @@ cdef inline int64_t _tile_next_item(const TileGeometry *g, int64_t wv, int64_t h
     another's, once that band is filled (a band still filling with items left: wait for it;
     every band is claimed before its filler or anyone else takes an item); -1 when none is
     left."""
-    cdef int64_t k, band, item, end
+    cdef int64_t k, band, item, end, spins = 0
     cdef bint waiting = True
     while waiting:
         waiting = False
@@ -650,7 +650,8 @@ cdef inline int64_t _tile_next_item(const TileGeometry *g, int64_t wv, int64_t h
             if item >= 0:
                 return item
         if waiting:
-            pypto_relax()
+            pypto_relax(spins)
+            spins += 1
     return -1
 
 
