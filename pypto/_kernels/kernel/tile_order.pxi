@@ -678,7 +678,10 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx, int64_t 
     cdef int phases = 2 if g.paired and g.cols[2 * ph + 1] > 0 else 1
     cdef int64_t t, n, q0, ch, ci0, p, run_ph, slot, k, w
     cdef size_t a_bytes = g.w_block_elems * _weight_bytes(g.form)
-    cdef int64_t c_phase = (n_tiles + 1) // 2 * 2 * g.item_ch * PYPTO_TILE_CH * PYPTO_TILE_PX
+    # C laid out for the item's own channel tiles (the tile unit's for its 2): an item short
+    # of item_ch (Cin of 32, 64, 80; a last channel block) zeroes and updates no unused C
+    cdef int c_ch = <int>g.item_ch if g.use_amx else n_ch
+    cdef int64_t c_phase = (n_tiles + 1) // 2 * 2 * c_ch * PYPTO_TILE_CH * PYPTO_TILE_PX
     cdef pypto_fpenv saved = pypto_fp_enter()
     for ch in range(g.item_ch):   # past the last channel tile: its first (never read)
         a[ch] = <const char *>g.w_packed + (cb * g.item_ch + (ch if ch < n_ch else 0)) * a_bytes
@@ -706,7 +709,7 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx, int64_t 
                                g.tap_index + run_ph * g.taps, g.tap_offset + run_ph * g.taps,
                                g.n_taps[run_ph], g.plane, c + p * c_phase)
         else:
-            pypto_tile_run_emulated(a, n_ch, <int>g.item_ch, b,
+            pypto_tile_run_emulated(a, n_ch, c_ch, b,
                                     &runs if g.dense and not g.flat else NULL,
                                     &lanes if g.masked else NULL,
                                     n_tiles, g.blocks, g.taps, g.tap_index + run_ph * g.taps,
@@ -722,7 +725,7 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx, int64_t 
         else:
             t, ch = w // n_ch, w % n_ch
         ci0 = (cb * g.item_ch + ch) * PYPTO_TILE_CH
-        slot = pypto_tile_c_slot(c, <int>t, <int>ch, <int>g.item_ch) - c
+        slot = pypto_tile_c_slot(c, <int>t, <int>ch, c_ch) - c
         if g.dense and g.sh == 1 and g.sw == 1:
             _write_contiguous(g, c + slot, ci0, first + t * PYPTO_TILE_PX, end, dx)
             continue
