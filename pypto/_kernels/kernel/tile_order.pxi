@@ -292,9 +292,9 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     # flat frames whose every tap reads its own position (1x1, stride 1 or the tapped phase of
     # stride 2): the items of a band read the positions that band's fill wrote, and no other
     g.local_bands = g.flat
-    for i in range(n_phases * g.taps):
-        g.local_bands = g.local_bands and (i % g.taps >= g.n_taps[i // g.taps]
-                                           or g.tap_offset[i] == 0)
+    for ph in range(n_phases):
+        for i in range(g.n_taps[ph]):
+            g.local_bands = g.local_bands and g.tap_offset[ph * g.taps + i] == 0
     inside = _channel_blocks_inside(g)   # the same for every wave (it sees a wave's size)
     i = 0
     for wv in range(g.n_waves):
@@ -800,7 +800,7 @@ cdef void _tile_wave_banded(TileGeometry *g, const uint16_t *dy, const uint16_t 
                 if pypto_flag_claim(&g.band_state[band], BAND_FREE, BAND_FILLING):
                     for job in range(g.pairs):
                         _tile_fill_band(g, dy, band, job, n0)
-                    for job in range(band * zeros // g.bands, (band + 1) * zeros // g.bands):
+                    for job in range(_band_start(g, zeros, band), _band_start(g, zeros, band + 1)):
                         _tile_zero_plane(g, dx, job, n0)
                     pypto_flag_set(&g.band_state[band], BAND_FILLED)
                     if home < 0:
