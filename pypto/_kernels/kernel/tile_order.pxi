@@ -195,7 +195,7 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
         g.wf = max(g.wf, g.cols[ph])
     # below the last row, room for a tile's 15 positions past it and a row's tap offset
     g.hf = top + g.hout + bottom + 1 + (PYPTO_TILE_PX + g.wf - 1) // g.wf
-    g.plane = (g.hf * g.wf + 15) // 16 * 16   # whole 64-byte lines: every plane starts on one
+    g.plane = _plane_lines(g, g.hf * g.wf)
     for ph in range(n_phases):
         g.tiles[ph] = (g.rows[ph] * g.wf + PYPTO_TILE_PX - 1) // PYPTO_TILE_PX \
             if g.cols[ph] > 0 else 0
@@ -260,7 +260,7 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     g.flat = g.flat or g.masked
     g.wave_plane = g.wave * g.plane
     if g.flat:
-        g.plane = (g.wave * g.hout * g.wout + PYPTO_TILE_PX + 15) // 16 * 16
+        g.plane = _plane_lines(g, g.wave * g.hout * g.wout + PYPTO_TILE_PX)
         g.wave_plane = g.plane
         for i in range(n_phases * g.taps):   # a tap: a shift of the plane
             g.tap_offset[i] = g.tap_row[i] * g.wout + g.tap_col[i]
@@ -322,6 +322,18 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
     g.wave_items[g.n_waves] = i
     g.band_items[g.n_waves * g.bands] = i
     return 0
+
+
+cdef int64_t _plane_lines(const TileGeometry *g, int64_t positions) noexcept nogil:
+    """A pair plane of ``positions`` on whole 64-byte lines (every plane starts on one), an
+    odd number of them in the emulation: a K step reads the same position of a block's 16
+    planes, and planes a multiple of 4 KiB apart fell in one set of L1 (8 ways): Inception-v3's
+    17x17 layers in waves of 7 images (planes of 2048 positions, 8 KiB) took 1.9x the time
+    of waves of 8. The tile unit's frames are position-major: its planes stay as they are."""
+    cdef int64_t lines = (positions + 15) // 16
+    if g.form != PYPTO_TILE_FORM_AMX and lines % 2 == 0:
+        lines += 1
+    return lines * 16
 
 
 cdef void _items_for_team(TileGeometry *g, int threads) noexcept nogil:
@@ -542,8 +554,9 @@ def tile_work_split(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs, 
                     int threads):
     """How dgrad_tile cuts a call's work in ``form`` ("amx", "f32" or "dot") for a team of
     ``threads``, from the same geometry: a dict of its work items, waves and images a wave,
-    and an item's channel tiles and tiles (the model of docs/performance.md's many-core
-    table; dgrad_tile runs calls below SERIAL_MACS on one thread whatever the team)."""
+    an item's channel tiles and tiles (the model of docs/performance.md's many-core table;
+    dgrad_tile runs calls below SERIAL_MACS on one thread whatever the team), and the
+    positions of a frames' pair plane."""
     cdef TileGeometry g
     memset(&g, 0, sizeof(g))
     g.form = {"amx": PYPTO_TILE_FORM_AMX, "f32": PYPTO_TILE_FORM_F32,
@@ -552,7 +565,7 @@ def tile_work_split(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs, 
         _tile_geometry(&g, (dy_shape, w_shape, dx_shape), attrs, threads)
         return {"items": g.n_items, "waves": g.n_waves, "wave": g.wave,
                 "item_channels": g.item_ch * PYPTO_TILE_CH, "item_tiles": g.item_tiles,
-                "bands": g.bands}
+                "bands": g.bands, "plane": g.plane}
     finally:
         _tile_free(&g)
 
