@@ -374,6 +374,15 @@ static inline void pypto_tile_pack(const uint16_t *restrict w, int64_t cout, int
     }
 }
 
+/* The rows d0 .. d1 - 1 of a frame's rows r0 .. r1 - 1 that hold data (rows top .. top +
+ * hout - 1); none where d0 >= d1 */
+static inline void pypto_tile_data_rows(int64_t top, int64_t hout, int64_t r0, int64_t r1,
+                                        int64_t *d0, int64_t *d1)
+{
+    *d0 = r0 > top ? r0 : top;
+    *d1 = r1 < top + hout ? r1 : top + hout;
+}
+
 /* Zeros a frame's halo in its rows r0 .. r1 - 1 (all of them, or a team's thread's band): of
  * rows of wf positions of `size` bytes each, every one but the data at rows top .. top + hout
  * - 1, columns left .. left + wout - 1 (both frame forms fill around it: pair planes,
@@ -384,8 +393,8 @@ static inline void pypto_tile_frame_halo(void *frame, size_t size, int64_t top, 
                                          int64_t r1)
 {
     char *f = (char *)frame;
-    const int64_t d0 = r0 > top ? r0 : top;   /* the rows holding data: d0 .. d1 - 1 */
-    const int64_t d1 = r1 < top + hout ? r1 : top + hout;
+    int64_t d0, d1;
+    pypto_tile_data_rows(top, hout, r0, r1, &d0, &d1);
     if (d0 >= d1) {
         memset(f + (size_t)(r0 * wf) * size, 0, (size_t)((r1 - r0) * wf) * size);
         return;
@@ -464,8 +473,8 @@ static inline void pypto_tile_frame_rows(const uint16_t *restrict dy, int64_t co
         return;
     }
     pypto_tile_frame_halo(plane, sizeof(uint32_t), top, left, hout, wout, wf, r0, r1);
-    const int64_t d0 = r0 > top ? r0 : top;   /* the rows holding dy: d0 .. d1 - 1 */
-    const int64_t d1 = r1 < top + hout ? r1 : top + hout;
+    int64_t d0, d1;   /* the rows holding dy */
+    pypto_tile_data_rows(top, hout, r0, r1, &d0, &d1);
     if (wf == wout) {   /* no halo columns: the rows follow each other */
         if (d0 < d1)
             pypto_tile_pair_row(low != NULL ? low + (d0 - top) * wout : NULL,
