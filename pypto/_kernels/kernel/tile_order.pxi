@@ -328,7 +328,7 @@ cdef int64_t _plane_lines(const TileGeometry *g, int64_t positions) noexcept nog
     """A pair plane of ``positions`` on whole 64-byte lines (every plane starts on one), an
     odd number of them in the emulation: a K step reads the same position of a block's 16
     planes, and planes a multiple of 4 KiB apart fell in one set of L1 (8 ways): Inception-v3's
-    17x17 layers in waves of 7 images (planes of 2048 positions, 8 KiB) took 1.9x the time
+    17x17 layers in waves of 7 images (planes of 2048 positions, 8 KiB) took 1.8x the time
     of waves of 8. The tile unit's frames are position-major: its planes stay as they are."""
     cdef int64_t lines = (positions + 15) // 16
     if g.form != PYPTO_TILE_FORM_AMX and lines % 2 == 0:
