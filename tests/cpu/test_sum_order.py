@@ -1,7 +1,8 @@
 """bf16's summation orders: "tile" (the order of AMX's TDPBF16PS) equals its plain NumPy model
 (tests/support/sum_orders.py) bit for bit at every level this CPU runs, on the tile unit and
 emulated, for any thread count; the option's scoping and environment variable; the tile
-unit's permission and self-check, faked where this CPU has none."""
+unit's permission and self-check, faked where this CPU has none, and the unit's path run on a
+software tile unit (support/amx_emulated.py) where no CPU here has the unit."""
 
 import ctypes
 import warnings
@@ -13,6 +14,7 @@ import pytest
 import pypto
 from pypto._kernels import amx
 from pypto._kernels.dispatch import BUILT_LEVELS, CPU_LEVELS, kernel_info, load_level
+from support import amx_emulated
 from support.numerics import check_accuracy, make_problem, run_op
 from support.sum_orders import dgrad_tile_order
 
@@ -161,6 +163,43 @@ def test_tile_unit_is_the_model(layer, tile_unit_allowed):
         path, out = _kernel_tile(kernel, layer, dy, w, threads, use_amx=True)
         assert path == "tile+amx"
         np.testing.assert_array_equal(out, expected, err_msg=f"{threads} threads")
+
+
+@pytest.fixture(scope="module")
+def software_tile_unit(tmp_path_factory):
+    """The avx512_amx level with its tile-unit instructions in software (support/amx_emulated:
+    each as the SDM defines it), so that the unit's path runs where no CPU has the unit."""
+    reason = amx_emulated.why_not()
+    if reason:
+        pytest.skip(f"no software tile unit here: {reason}")
+    return amx_emulated.build(str(tmp_path_factory.mktemp("amx-emulated")))
+
+
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda layer: "x".join(map(str, layer[:7])))
+def test_tile_units_path_is_the_model_on_a_software_unit(layer, software_tile_unit):
+    dy, w = _arrays(layer, seed=layer[2] + 1)
+    expected = _model(layer, dy, w)
+    for threads in (1, 3):
+        path, out = _kernel_tile(software_tile_unit, layer, dy, w, threads, use_amx=True)
+        assert path == "tile+amx"
+        np.testing.assert_array_equal(out, expected, err_msg=f"{threads} threads")
+
+
+@pytest.mark.parametrize("order", ["single", "c_first"])
+def test_self_check_passes_a_true_software_unit_and_fails_wrong_ones(
+    order, software_tile_unit, monkeypatch
+):
+    """The self-check's problems on the software unit: all pass in the SDM's order; a unit
+    summing a block in one chain, or adding E and O to C one at a time, fails most of its
+    order-sensitive problems (the other data rarely tell such orders apart)."""
+    record = amx.run_self_check(software_tile_unit)
+    assert record["passed"], record
+    monkeypatch.setenv("PYPTO_AMX_EMULATED_ORDER", order)
+    record = amx.run_self_check(software_tile_unit)
+    assert record["passed"] is False
+    failed = {p["problem"] for p in record["problems"] if not p["passed"]}
+    sensitive = {p[0] for p in amx.SELF_CHECK_PROBLEMS if p[-1] == "order"}
+    assert failed >= sensitive, record
 
 
 def test_tile_order_differs_from_sequential_and_keeps_the_bound():

@@ -80,6 +80,9 @@ typedef struct {
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 #define PYPTO_HAVE_AMX 1
 #define PYPTO_ISA_NAME "avx512_amx"
+#elif defined(PYPTO_AMX_EMULATED)   /* tools/amx_emulated.py: the unit in software */
+#define PYPTO_HAVE_AMX 1
+#define PYPTO_ISA_NAME "avx512_amx"
 #else
 #define PYPTO_ISA_NAME "avx512"
 #endif
@@ -93,6 +96,9 @@ typedef struct {
 
 #if defined(PYPTO_ISA_AVX512BF16) || defined(PYPTO_ISA_AVX512) || defined(PYPTO_ISA_AVX2)
 #include <immintrin.h>
+#endif
+#if defined(PYPTO_ISA_AVX512) && defined(PYPTO_AMX_EMULATED) && !defined(__AMX_TILE__)
+#include "pypto_amx_emulated.h"
 #endif
 #if defined(PYPTO_ISA_BASELINE) && defined(__aarch64__)
 #define PYPTO_NEON 1
