@@ -24,9 +24,13 @@
  * per instruction. The next-to-last line times that use: 16 x 16 products per TDPBF16PS, against the
  * 16 x 16 x 32 of a full tile, in about the same time.
  *
- * Build and run (x86-64 Linux with AMX-BF16; not part of the package or its tests):
+ * Build and run (x86-64 Linux with AMX-BF16; not part of the package):
  *   gcc -O2 -ffp-contract=off -mamx-tile -mamx-bf16 tools/amx_order_probe.c -o /tmp/amx_order_probe -lm
  *   /tmp/amx_order_probe
+ * With -DPYPTO_AMX_EMULATED and no AMX flags it runs the same tables against pypto's software
+ * tile unit (pypto_amx_emulated.h) on any x86-64 CPU, timings left out: tests/cpu/
+ * test_sum_order.py does so, the sdm column checking the software unit as it checked the
+ * hardware.
  * Results on an Intel Xeon with AMX-BF16 (Sapphire Rapids class, KVM, family 6 model 167):
  * 2026-12-05, the four sequential models only: none matched every result, not even with one
  * pair. 2026-12-06, with the sdm column (gcc 12, -ffp-contract=off as above): sdm 1.0000 in
@@ -35,6 +39,9 @@
  * fp32 multiply-add's 116 G). So the unit adds in the SDM's documented order, which pypto's
  * sum_order "tile" computes bit for bit on every CPU. */
 #include <immintrin.h>
+#ifdef PYPTO_AMX_EMULATED   /* against pypto's software tile unit: no AMX needed, no timings */
+#include "../pypto/_kernels/kernel/pypto_amx_emulated.h"
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -121,17 +128,21 @@ static double seconds(void);
 
 int main(void)
 {
+#ifndef PYPTO_AMX_EMULATED
     if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)) {
         printf("the kernel refuses AMX tile data to this process (or the CPU has no AMX)\n");
         return 1;
     }
+#endif
     table(0);
     printf("\none product per pair (each pair's second element zero):\n");
     table(1);
     bulk();
     edges();
+#ifndef PYPTO_AMX_EMULATED
     throughput();
     full_tile_rate();
+#endif
     return 0;
 }
 

@@ -5,6 +5,10 @@ unit's permission and self-check, faked where this CPU has none, and the unit's 
 software tile unit (support/amx_emulated.py) where no CPU here has the unit."""
 
 import ctypes
+import pathlib
+import platform
+import shutil
+import subprocess
 import warnings
 
 import ml_dtypes
@@ -200,6 +204,30 @@ def test_self_check_passes_a_true_software_unit_and_fails_wrong_ones(
     failed = {p["problem"] for p in record["problems"] if not p["passed"]}
     sensitive = {p[0] for p in amx.SELF_CHECK_PROBLEMS if p[-1] == "order"}
     assert failed >= sensitive, record
+
+
+def test_the_software_unit_is_the_sdm_model_the_hardware_matched(tmp_path):
+    """tools/amx_order_probe.c built on the software unit: its SDM model (which the probe
+    found the hardware equal to, its header says) equal in every row, on the bulk results and
+    on the 16 edge cases (DAZ, FTZ, Inf, NaN, ties) that the kernel's tests never reach."""
+    probe = pathlib.Path(__file__).resolve().parents[2] / "tools" / "amx_order_probe.c"
+    compiler = amx_emulated.compiler()
+    if platform.machine().lower() not in ("x86_64", "amd64") or not probe.exists():
+        pytest.skip("the probe is x86-64 code from the source tree (not in an sdist)")
+    if shutil.which(compiler[0]) is None:
+        pytest.skip(f"no C compiler ({compiler[0]})")
+    exe = tmp_path / "probe"
+    built = subprocess.run(
+        compiler + ["-O2", "-ffp-contract=off", "-DPYPTO_AMX_EMULATED", str(probe), "-o",
+                    str(exe), "-lm"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120).stdout
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["1"], ["2"],
+            ["4"], ["16"])]  # fmt: skip
+    assert len(rows) == 8 and all(row[-1] == "1.0000" for row in rows), out
+    assert "sdm matches 1.000000" in out and "edge cases: 16 of 16 the same" in out, out
 
 
 def test_tile_order_differs_from_sequential_and_keeps_the_bound():

@@ -22,7 +22,8 @@ MODULE = "pypto._kernels.kernel.dgrad_avx512_amx"
 DIRECTIVES = "boundscheck=False,wraparound=False,initializedcheck=False,cdivision=True"
 
 
-def _compiler():
+def compiler():
+    """The C compiler's command (CC, else Python's)"""
     return (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
 
 
@@ -32,8 +33,8 @@ def why_not():
         return "the CPU (or the OS) has no AVX-512, which the avx512_amx level's code needs"
     if importlib.util.find_spec("Cython") is None:
         return "Cython is not installed (pip install 'Cython>=3,<4')"
-    if shutil.which(_compiler()[0]) is None:
-        return f"no C compiler ({_compiler()[0]})"
+    if shutil.which(compiler()[0]) is None:
+        return f"no C compiler ({compiler()[0]})"
     return None
 
 
@@ -46,7 +47,7 @@ def build(folder):
     _run([sys.executable, "-m", "cython", "-3", "--directive", DIRECTIVES, "-o", c_file,
           os.path.join(sources, "dgrad_avx512_amx.pyx")])  # fmt: skip
     flags = [f for f in BY_NAME["avx512_amx"].flags if not f.startswith("-mamx")]
-    command = _compiler() + [
+    command = compiler() + [
         "-shared", "-fPIC", "-O2", "-fno-math-errno", "-ffp-contract=off", *flags,
         "-DPYPTO_AMX_EMULATED", "-I", sources, "-I", sysconfig.get_paths()["include"],
         "-I", np.get_include(), c_file, "-o", so_file,
