@@ -254,6 +254,22 @@ def test_the_tile_order_gives_every_thread_four_items_or_its_items_are_at_their_
     assert not short or batch == 1, (name, batch, short)
 
 
+@pytest.mark.parametrize("form", TILE_FORMS)
+def test_the_tile_orders_weight_reads(form):
+    """tile_work_split's model of the packed weight the items read: each item its channel
+    block's rows for its phases' taps. e at batch 1 on one thread: an item a channel block,
+    the weight read once; b at batch 8: one channel block, each of its position items reads
+    all of it; a 1x1/2 layer: only the tapped row phase has items, each reading its block."""
+    kernel = load_level(LEVELS[-1])
+    s = _tile_split(kernel, _problem(1, *CASES["e"][1:]), form, 1)
+    assert s["weight_reads"] == s["weight_bytes"], s
+    # Cin 64: one channel block emulated, two on the tile unit (32 channels an item)
+    for q in (_problem(8, *CASES["b"][1:]), _problem(1, 64, 64, 28, 28, 1, 1, 2, 0, 1)):
+        s = _tile_split(kernel, q, form, 2)
+        block = s["weight_bytes"] * min(64, s["item_channels"]) // 64
+        assert s["items"] > 1 and s["weight_reads"] == s["items"] * block, s
+
+
 @pytest.mark.parametrize("form", ["f32", "dot"])
 def test_the_emulations_pair_planes_are_an_odd_number_of_lines(form):
     """A K step of the emulation reads the same position of a co block's 16 pair planes: planes

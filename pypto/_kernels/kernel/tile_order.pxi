@@ -555,17 +555,27 @@ def tile_work_split(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs, 
     """How dgrad_tile cuts a call's work in ``form`` ("amx", "f32" or "dot") for a team of
     ``threads``, from the same geometry: a dict of its work items, waves and images a wave,
     an item's channel tiles and tiles (the model of docs/performance.md's many-core table;
-    dgrad_tile runs calls below SERIAL_MACS on one thread whatever the team), and the
-    positions of a frames' pair plane."""
+    dgrad_tile runs calls below SERIAL_MACS on one thread whatever the team), the positions
+    of a frames' pair plane, and the bytes of packed weight its items read (each item all of
+    its channel block's rows for its phases' taps; a tile wholly outside dy skips its step, so
+    at most) beside the packed weight's."""
     cdef TileGeometry g
+    cdef int64_t i, cb, ph, n_ch, taps, reads = 0
     memset(&g, 0, sizeof(g))
     g.form = {"amx": PYPTO_TILE_FORM_AMX, "f32": PYPTO_TILE_FORM_F32,
               "dot": PYPTO_TILE_FORM_DOT}[form]
     try:
         _tile_geometry(&g, (dy_shape, w_shape, dx_shape), attrs, threads)
+        for i in range(g.n_items):
+            cb, ph = g.items[3 * i], g.items[3 * i + 1]
+            n_ch = min(g.item_ch, g.ch_tiles - cb * g.item_ch)
+            taps = _phase_taps(&g, ph)
+            reads += n_ch * g.blocks * taps * PYPTO_TILE_CH * PYPTO_TILE_K * _weight_bytes(g.form)
         return {"items": g.n_items, "waves": g.n_waves, "wave": g.wave,
                 "item_channels": g.item_ch * PYPTO_TILE_CH, "item_tiles": g.item_tiles,
-                "bands": g.bands, "plane": g.plane}
+                "bands": g.bands, "plane": g.plane, "weight_reads": reads,
+                "weight_bytes": g.ch_tiles * g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K
+                * _weight_bytes(g.form)}
     finally:
         _tile_free(&g)
 
