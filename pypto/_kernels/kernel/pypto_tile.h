@@ -93,62 +93,6 @@ static inline int pypto_tile_block_channels(int64_t cout, int64_t b)
  * dst[(b * taps + t) * 512 + r * 32 + k] = w[32 b + slot_channel(k, 0)][16 cb + r][t], 0 past
  * Cout or Cin; bf16, or fp32 in PYPTO_TILE_FORM_F32; in PYPTO_TILE_FORM_AMX the same elements
  * at (b * taps + t) * 512 + (k / 2) * 32 + 2 r + k % 2 (pairs of channels per input channel). */
-#if PYPTO_HAVE_AMX
-/* pypto_tile_pack in PYPTO_TILE_FORM_AMX: each 64-byte row (co block b, tap t, pair s) from
- * two gathers of 16 input channels, one per channel of the pair (a 32-bit gather whose low
- * halves are the elements: the pair holding w's last element is copied one by one, so that
- * nothing past w is read). Every row is written, zeros included. */
-static inline void pypto_tile_pack_amx(const uint16_t *restrict w, int64_t cout, int64_t cin,
-                                       int64_t taps, int64_t ci0, int rows,
-                                       uint16_t *restrict dst)
-{
-    const int64_t blocks = (cout + PYPTO_TILE_K - 1) / PYPTO_TILE_K;
-    const __m512i index = _mm512_mullo_epi32(
-        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-        _mm512_set1_epi32((int)taps));
-    const __mmask16 valid = (__mmask16)((1u << rows) - 1u);
-    const __m512i low = _mm512_set1_epi32(0xffff);
-    for (int64_t b = 0; b < blocks; b++)
-        for (int s = 0; s < PYPTO_TILE_K / 2; s++) {
-            const int64_t co = b * PYPTO_TILE_K + 2 * s;
-            const uint16_t *even = w + (co * cin + ci0) * taps;
-            const uint16_t *odd = even + cin * taps;
-            const int last = co + 2 >= cout && ci0 + rows == cin;   /* holds w's last element */
-            if (taps == 1) {   /* 1x1: a row is two runs of w, widened and interleaved */
-                const __m512i e = co < cout
-                    ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(valid, even))
-                    : _mm512_setzero_si512();
-                const __m512i o = co + 1 < cout
-                    ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(valid, odd))
-                    : _mm512_setzero_si512();
-                _mm512_storeu_si512((__m512i *)(dst + b * PYPTO_TILE_A_ELEMS
-                                                + s * 2 * PYPTO_TILE_CH),
-                                    _mm512_or_si512(e, _mm512_slli_epi32(o, 16)));
-                continue;
-            }
-            for (int64_t t = 0; t < taps; t++) {
-                uint16_t *row = dst + (b * taps + t) * PYPTO_TILE_A_ELEMS + s * 2 * PYPTO_TILE_CH;
-                if (last) {
-                    for (int r = 0; r < PYPTO_TILE_CH; r++) {
-                        row[2 * r] = co < cout && r < rows ? even[r * taps + t] : 0;
-                        row[2 * r + 1] = co + 1 < cout && r < rows ? odd[r * taps + t] : 0;
-                    }
-                    continue;
-                }
-                const __m512i e = co < cout
-                    ? _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, index,
-                                                  even + t, 2)
-                    : _mm512_setzero_si512();
-                const __m512i o = co + 1 < cout
-                    ? _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, index,
-                                                  odd + t, 2)
-                    : _mm512_setzero_si512();
-                _mm512_storeu_si512((__m512i *)row, _mm512_or_si512(_mm512_and_si512(e, low),
-                                                                    _mm512_slli_epi32(o, 16)));
-            }
-        }
-}
-#endif
 
 #if defined(__AVX512F__)
 /* 16 x 16 32-bit elements: out[j] holds element j of each of in[0..15] (unpack 32 and 64 bit
@@ -191,6 +135,58 @@ static inline __m512i pypto_tile_pairs16(__mmask16 keep, const uint16_t *lo, con
                                    _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(keep, hi)), 16));
     return v;
 }
+
+#if PYPTO_HAVE_AMX
+/* pypto_tile_pack in PYPTO_TILE_FORM_AMX: each 64-byte row (co block b, tap t, pair s) from
+ * two gathers of 16 input channels, one per channel of the pair (a 32-bit gather whose low
+ * halves are the elements: the pair holding w's last element is copied one by one, so that
+ * nothing past w is read). Every row is written, zeros included. */
+static inline void pypto_tile_pack_amx(const uint16_t *restrict w, int64_t cout, int64_t cin,
+                                       int64_t taps, int64_t ci0, int rows,
+                                       uint16_t *restrict dst)
+{
+    const int64_t blocks = (cout + PYPTO_TILE_K - 1) / PYPTO_TILE_K;
+    const __m512i index = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi32((int)taps));
+    const __mmask16 valid = (__mmask16)((1u << rows) - 1u);
+    const __m512i low = _mm512_set1_epi32(0xffff);
+    for (int64_t b = 0; b < blocks; b++)
+        for (int s = 0; s < PYPTO_TILE_K / 2; s++) {
+            const int64_t co = b * PYPTO_TILE_K + 2 * s;
+            const uint16_t *even = w + (co * cin + ci0) * taps;
+            const uint16_t *odd = even + cin * taps;
+            const int last = co + 2 >= cout && ci0 + rows == cin;   /* holds w's last element */
+            if (taps == 1) {   /* 1x1: a row is two runs of w, widened and interleaved */
+                _mm512_storeu_si512((__m512i *)(dst + b * PYPTO_TILE_A_ELEMS
+                                                + s * 2 * PYPTO_TILE_CH),
+                                    pypto_tile_pairs16(valid, co < cout ? even : NULL,
+                                                       co + 1 < cout ? odd : NULL));
+                continue;
+            }
+            for (int64_t t = 0; t < taps; t++) {
+                uint16_t *row = dst + (b * taps + t) * PYPTO_TILE_A_ELEMS + s * 2 * PYPTO_TILE_CH;
+                if (last) {
+                    for (int r = 0; r < PYPTO_TILE_CH; r++) {
+                        row[2 * r] = co < cout && r < rows ? even[r * taps + t] : 0;
+                        row[2 * r + 1] = co + 1 < cout && r < rows ? odd[r * taps + t] : 0;
+                    }
+                    continue;
+                }
+                const __m512i e = co < cout
+                    ? _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, index,
+                                                  even + t, 2)
+                    : _mm512_setzero_si512();
+                const __m512i o = co + 1 < cout
+                    ? _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, index,
+                                                  odd + t, 2)
+                    : _mm512_setzero_si512();
+                _mm512_storeu_si512((__m512i *)row, _mm512_or_si512(_mm512_and_si512(e, low),
+                                                                    _mm512_slli_epi32(o, 16)));
+            }
+        }
+}
+#endif
 
 /* pypto_tile_pack in PYPTO_TILE_FORM_F32 or _DOT. A co block's 32 channels each hold their
  * rows x taps elements of the 16 input channels in one run of w (j = r * taps + t); 16
@@ -1142,7 +1138,6 @@ static inline void pypto_tile_frame_block(const uint16_t *restrict dy, int64_t c
                                           int64_t left, int64_t hf, int64_t wf,
                                           uint16_t *restrict block)
 {
-    static const uint16_t zeros[PYPTO_TILE_PX];
     const int64_t co0 = b * PYPTO_TILE_K, area = hout * wout;
     const int n_co = pypto_tile_block_channels(cout, b);
     pypto_tile_frame_halo(block, PYPTO_TILE_K * sizeof(uint16_t), top, left, hout, wout, wf, 0,
@@ -1154,14 +1149,10 @@ static inline void pypto_tile_frame_block(const uint16_t *restrict dy, int64_t c
             const int n = (int)(wout - x < PYPTO_TILE_PX ? wout - x : PYPTO_TILE_PX);
             const __mmask16 keep = (__mmask16)((1u << n) - 1u);   /* no read past the row */
             __m512i v[16];   /* pair s: channels 2s (low half) and 2s + 1 of 16 positions */
-            for (int s = 0; s < PYPTO_TILE_K / 2; s++) {
-                const uint16_t *lo = 2 * s < n_co ? src + 2 * s * area + x : zeros;
-                const uint16_t *hi = 2 * s + 1 < n_co ? src + (2 * s + 1) * area + x : zeros;
-                v[s] = _mm512_or_si512(
-                    _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(keep, lo)),
-                    _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(keep, hi)),
-                                      16));
-            }
+            for (int s = 0; s < PYPTO_TILE_K / 2; s++)
+                v[s] = pypto_tile_pairs16(keep, 2 * s < n_co ? src + 2 * s * area + x : NULL,
+                                          2 * s + 1 < n_co ? src + (2 * s + 1) * area + x
+                                                           : NULL);
             pypto_transpose16(v);
             for (int q = 0; q < n; q++)
                 _mm512_storeu_si512((__m512i *)(row + (x + q) * PYPTO_TILE_K), v[q]);
