@@ -38,9 +38,10 @@ def why_not():
     return None
 
 
-def build(folder):
-    """The module, compiled into ``folder`` from the package's dgrad_avx512_amx.pyx and loaded
-    under its own name (beside the package's build of the level, if any)."""
+def build(folder, extra_flags=()):
+    """The module, compiled into ``folder`` from the package's dgrad_avx512_amx.pyx (with
+    ``extra_flags``: tools/asan_check.sh's AddressSanitizer) and loaded under its own name
+    (beside the package's build of the level, if any)."""
     sources = os.path.dirname(kernel_package.__file__)
     c_file = os.path.join(folder, "dgrad_avx512_amx.c")
     so_file = os.path.join(folder, "dgrad_avx512_amx" + sysconfig.get_config_var("EXT_SUFFIX"))
@@ -50,7 +51,7 @@ def build(folder):
     command = compiler() + [
         "-shared", "-fPIC", "-O2", "-fno-math-errno", "-ffp-contract=off", *flags,
         "-DPYPTO_AMX_EMULATED", "-I", sources, "-I", sysconfig.get_paths()["include"],
-        "-I", np.get_include(), c_file, "-o", so_file,
+        "-I", np.get_include(), *extra_flags, c_file, "-o", so_file,
     ]  # fmt: skip
     # with OpenMP where the compiler has it (the unit's path on a team), else without
     if subprocess.run(command + ["-fopenmp"], capture_output=True).returncode != 0:
