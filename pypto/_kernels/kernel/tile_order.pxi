@@ -49,7 +49,7 @@ cdef extern from "pypto_tile.h" nogil:
         int32_t rows, cols
         const int64_t *tap_row
         const int64_t *tap_col
-    void pypto_tile_run_emulated(const void *const *a, int n_ch, int item_ch,
+    void pypto_tile_run_emulated(const void *const *a, int n_ch, int last_rows, int item_ch,
                                  const uint32_t *const *b,
                                  const pypto_tile_runs *runs, const pypto_tile_lanes *lanes,
                                  int n_tiles, int64_t blocks,
@@ -698,6 +698,9 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx, int64_t 
     cdef int n_tiles = <int>(min(g.item_tiles * PYPTO_TILE_PX, end - first) + PYPTO_TILE_PX - 1) \
         // PYPTO_TILE_PX if g.dense else <int>min(g.item_tiles, end - first)
     cdef int n_ch = <int>min(g.item_ch, g.ch_tiles - cb * g.item_ch)
+    # the item's last channel tile: its channels below Cin (the rest are never written out)
+    cdef int last_rows = <int>min(PYPTO_TILE_CH,
+                                  g.cin - (cb * g.item_ch + n_ch - 1) * PYPTO_TILE_CH)
     cdef int phases = 2 if g.paired and g.cols[2 * ph + 1] > 0 else 1
     cdef int64_t t, n, q0, ch, ci0, p, run_ph, slot, k, w
     cdef size_t a_bytes = g.w_block_elems * _weight_bytes(g.form)
@@ -732,7 +735,7 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx, int64_t 
                                g.tap_index + run_ph * g.taps, g.tap_offset + run_ph * g.taps,
                                g.n_taps[run_ph], g.plane, c + p * c_phase)
         else:
-            pypto_tile_run_emulated(a, n_ch, c_ch, b,
+            pypto_tile_run_emulated(a, n_ch, last_rows, c_ch, b,
                                     &runs if g.dense and not g.flat else NULL,
                                     &lanes if g.masked else NULL,
                                     n_tiles, g.blocks, g.taps, g.tap_index + run_ph * g.taps,
