@@ -1,8 +1,9 @@
 /* The AMX tile unit's instructions that pypto_tile.h uses, in software, for a build of the
- * avx512_amx level with -DPYPTO_AMX_EMULATED and no AMX flags (tools/amx_emulated.py): the
- * kernel's tile-unit path (its tile configuration, operand layouts, loads, stores and the order
- * of its TDPBF16PS) then runs on any AVX-512 CPU, so that it can be checked bit for bit where
- * no CPU has the unit. Never part of a shipped module (setup.py builds no such level).
+ * avx512_amx level with -DPYPTO_AMX_EMULATED and no AMX flags (tests/support/amx_emulated.py;
+ * tools/amx_order_probe.c too): the kernel's tile-unit path (its tile configuration, operand
+ * layouts, loads, stores and the order of its TDPBF16PS) then runs on any AVX-512 CPU, so
+ * that it can be checked bit for bit where no CPU has the unit. Never part of a shipped
+ * module (setup.py builds no such level).
  *
  * Each instruction as the Intel SDM defines it: TILELOADD / TILESTORED move rows[t] rows of
  * colsb[t] bytes (the rest of a loaded tile zero); TDPBF16PS, for each row m of C and each of
@@ -14,7 +15,7 @@
  * Two wrong units, the negative controls of the check, by PYPTO_AMX_EMULATED_ORDER in the
  * environment (read at each tile configuration): "single" sums a row's pairs in one chain (k
  * ascending, the even element then the odd), "c_first" adds the chains to C one at a time,
- * (C + E) + O. */
+ * (C + E) + O (tests/cpu/test_sum_order.py). */
 #ifndef PYPTO_AMX_EMULATED_H
 #define PYPTO_AMX_EMULATED_H
 

@@ -80,7 +80,7 @@ typedef struct {
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 #define PYPTO_HAVE_AMX 1
 #define PYPTO_ISA_NAME "avx512_amx"
-#elif defined(PYPTO_AMX_EMULATED)   /* tools/amx_emulated.py: the unit in software */
+#elif defined(PYPTO_AMX_EMULATED)   /* the unit in software: pypto_amx_emulated.h */
 #define PYPTO_HAVE_AMX 1
 #define PYPTO_ISA_NAME "avx512_amx"
 #else

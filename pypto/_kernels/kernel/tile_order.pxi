@@ -574,8 +574,7 @@ def tile_work_split(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs, 
         return {"items": g.n_items, "waves": g.n_waves, "wave": g.wave,
                 "item_channels": g.item_ch * PYPTO_TILE_CH, "item_tiles": g.item_tiles,
                 "bands": g.bands, "plane": g.plane, "weight_reads": reads,
-                "weight_bytes": g.ch_tiles * g.blocks * g.taps * PYPTO_TILE_CH * PYPTO_TILE_K
-                * _weight_bytes(g.form)}
+                "weight_bytes": _tile_weight_bytes(&g, g.form)}
     finally:
         _tile_free(&g)
 
