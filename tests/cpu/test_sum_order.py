@@ -5,6 +5,7 @@ unit's permission and self-check, faked where this CPU has none, and the unit's 
 software tile unit (support/amx_emulated.py) where no CPU here has the unit."""
 
 import ctypes
+import importlib.util
 import pathlib
 import platform
 import shutil
@@ -23,6 +24,7 @@ from support.numerics import check_accuracy, make_problem, run_op
 from support.sum_orders import dgrad_tile_order
 
 RUNNABLE = [level for level in CPU_LEVELS if level in BUILT_LEVELS]
+TOOLS = pathlib.Path(__file__).resolve().parents[2] / "tools"
 HAS_AMX = "avx512_amx" in RUNNABLE
 
 # n, cin, cout, hout, wout, kh, kw, strides, pads (top, left), dilations, hin, win
@@ -210,7 +212,7 @@ def test_the_software_unit_is_the_sdm_model_the_hardware_matched(tmp_path):
     """tools/amx_order_probe.c built on the software unit: its SDM model (which the probe
     found the hardware equal to, its header says) equal in every row, on the bulk results and
     on the 16 edge cases (DAZ, FTZ, Inf, NaN, ties) that the kernel's tests never reach."""
-    probe = pathlib.Path(__file__).resolve().parents[2] / "tools" / "amx_order_probe.c"
+    probe = TOOLS / "amx_order_probe.c"
     compiler = amx_emulated.compiler()
     if platform.machine().lower() not in ("x86_64", "amd64") or not probe.exists():
         pytest.skip("the probe is x86-64 code from the source tree (not in an sdist)")
@@ -224,10 +226,41 @@ def test_the_software_unit_is_the_sdm_model_the_hardware_matched(tmp_path):
     )  # fmt: skip
     assert built.returncode == 0, built.stderr
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120).stdout
-    rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["1"], ["2"],
-            ["4"], ["16"])]  # fmt: skip
-    assert len(rows) == 8 and all(row[-1] == "1.0000" for row in rows), out
-    assert "sdm matches 1.000000" in out and "edge cases: 16 of 16 the same" in out, out
+    check = _host_check()
+    assert check.probe_verdict(out)[0], out
+    # the verdict fails a unit off the model in one row, on the bulk or in one edge case
+    lines = out.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.split()[:1] == ["4"])
+    lines[row] = lines[row].rsplit(" ", 1)[0] + " 0.9998"
+    assert not check.probe_verdict("\n".join(lines))[0]
+    assert not check.probe_verdict(out.replace("sdm matches 1.000000", "sdm matches 0.999999"))[0]
+    assert not check.probe_verdict(out.replace("16 of 16", "15 of 16"))[0]
+
+
+def _host_check():
+    """tools/amx_host_check.py (the source tree's; its readers of the probe and the bench)"""
+    path = TOOLS / "amx_host_check.py"
+    if not path.exists():
+        pytest.skip("tools/ is in the source tree only (not in an sdist)")
+    spec = importlib.util.spec_from_file_location("amx_host_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_amx_host_checks_targets_read_from_the_bench():
+    """The AMX host's one-run check reads the bench's JSON as the targets say: whole passes
+    (layer x count) against torch's faster path, and the cases' geometric mean."""
+    check = _host_check()
+    row = {"network": "n", "count": 2, "sum_order": "tile"}
+    report = {"rows": [{**row, "pypto_ms": 1.0, "torch_best_ms": 3.0, "pypto_sequential_ms": 2.0},
+                       {**row, "count": 1, "pypto_ms": 4.0, "torch_best_ms": 1.0,
+                        "pypto_sequential_ms": 2.0}]}  # fmt: skip
+    assert check.network_ratios(report) == {"n": (7.0 / 6.0, 6.0 / 6.0, "tile")}
+    rows = [{"case": c, "peer": p, "ratio": r} for c, p, r in
+            [("b", "pypto", 1.0), ("b", "torch best", 2.0), ("c", "torch best", 0.5),
+             ("c", "torch bf16", 9.0)]]  # fmt: skip
+    assert check.cases_geomean({"rows": rows}) == (1.0, {"b": 2.0, "c": 0.5})
 
 
 def test_tile_order_differs_from_sequential_and_keeps_the_bound():
