@@ -15,6 +15,8 @@ import warnings
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 import pypto
 from pypto._kernels import amx
@@ -112,6 +114,45 @@ def test_tile_order_is_its_model_at_every_level(level, layer):
             np.testing.assert_array_equal(out, expected, err_msg=f"{form}, {threads} threads")
 
 
+@st.composite
+def tile_order_layers(draw):
+    """A layer in LAYERS' form over the tile order's geometry: one to three co blocks (the
+    last short), one or two emulated channel blocks (Cin past 128) with a short last channel
+    tile, strides to 3 (phases with no tap), dilation 2, padding up to the kernel's reach, an
+    input size anywhere in its range, images sharing tiles; small enough for the NumPy model"""
+    n = draw(st.integers(1, 4))
+    cin = draw(st.one_of(st.integers(1, 48), st.integers(120, 140)))
+    cout = draw(st.integers(1, 70))
+    axes = []
+    for _ in range(2):
+        k, s, d = draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(1, 2))
+        pad, out = draw(st.integers(0, (k - 1) * d)), draw(st.integers(1, 10))
+        lo = (out - 1) * s - 2 * pad + (k - 1) * d + 1
+        assume(lo + s - 1 >= 1)
+        axes.append((k, s, d, pad, out, draw(st.integers(max(lo, 1), lo + s - 1))))
+    (kh, sh, dh, pt, hout, hin), (kw, sw, dw, pl, wout, win) = axes
+    assume(n * cin * hin * win * cout * kh * kw <= 3_000_000)  # the model: ~0.1 s
+    return (n, cin, cout, hout, wout, kh, kw, (sh, sw), (pt, pl), (dh, dw), hin, win)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+)
+@given(tile_order_layers(), st.sampled_from([1, 2, 3, 5]), st.integers(0, 2**32 - 1))
+def test_random_layers_are_the_model_at_every_level(layer, threads, seed):
+    """LAYERS' check on drawn layers: each level, fp32 and the dot form, a team of 1-5"""
+    dy, w = _arrays(layer, seed)
+    expected = _model(layer, dy, w)
+    for level in RUNNABLE:
+        kernel = load_level(level)
+        for use_dot in [False] + ([True] if kernel.HAS_BF16_DOT else []):
+            path, out = _kernel_tile(kernel, layer, dy, w, threads, False, use_dot)
+            assert path == ("tile+dot" if use_dot else "tile+emulated")
+            np.testing.assert_array_equal(out, expected, err_msg=f"{level} {path} {threads}t")
+
+
 @pytest.mark.parametrize("level", RUNNABLE)
 def test_the_layers_cover_every_layout_of_their_forms(level):
     """The cases above run each way a level lays dy out (tile_layout): frames; dense
@@ -189,6 +230,20 @@ def test_tile_units_path_is_the_model_on_a_software_unit(layer, software_tile_un
         path, out = _kernel_tile(software_tile_unit, layer, dy, w, threads, use_amx=True)
         assert path == "tile+amx"
         np.testing.assert_array_equal(out, expected, err_msg=f"{threads} threads")
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+)
+@given(layer=tile_order_layers(), threads=st.sampled_from([1, 2, 3, 5]),
+       seed=st.integers(0, 2**32 - 1))  # fmt: skip
+def test_random_layers_are_the_model_on_a_software_unit(layer, threads, seed, software_tile_unit):
+    dy, w = _arrays(layer, seed)
+    path, out = _kernel_tile(software_tile_unit, layer, dy, w, threads, use_amx=True)
+    assert path == "tile+amx"
+    np.testing.assert_array_equal(out, _model(layer, dy, w), err_msg=f"{threads} threads")
 
 
 @pytest.mark.parametrize("order", ["single", "c_first"])
