@@ -193,6 +193,7 @@ def test_good_arguments_are_parsed(tmp_path):
     defaults = bench.parse_args([])
     assert defaults.cases == list(bench.CASES) and defaults.dtypes == ["bf16", "fp16"]
     assert defaults.threads == [1, 2] and (defaults.rounds, defaults.budget) == (15, 6.0)
+    assert bench.parse_args(["--networks"]).rounds == 9  # three blocks of three calls
     quick = bench.parse_args(["--quick", "--threads", "2"])
     assert (quick.cases, quick.threads, quick.rounds) == (["a", "c", "f"], [1], 3)
 
