@@ -25,6 +25,7 @@ network and two cases at one round; its speed verdicts are not the targets' meas
 """
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -124,6 +125,10 @@ def main():
     from pypto._kernels.dispatch import BUILT_LEVELS, CPU_LEVELS  # the installed pypto's
 
     runnable = [level for level in CPU_LEVELS if level in BUILT_LEVELS]
+    if importlib.util.find_spec("torch") is None:
+        print("amx_host_check: the speed targets are against torch: pip install torch",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if "avx512_amx" not in runnable and not dry:
         print(f"amx_host_check: this CPU or build cannot run avx512_amx (runnable: {runnable});"
               " --dry-run checks the run without it", file=sys.stderr)  # fmt: skip
