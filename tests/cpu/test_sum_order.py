@@ -240,6 +240,7 @@ def test_tile_units_path_is_the_model_on_a_software_unit(layer, software_tile_un
 @given(layer=tile_order_layers(), threads=st.sampled_from([1, 2, 3, 5]),
        seed=st.integers(0, 2**32 - 1))  # fmt: skip
 def test_random_layers_are_the_model_on_a_software_unit(layer, threads, seed, software_tile_unit):
+    """The unit's path (its pack, frames and runs) on drawn layers, 1-5 threads"""
     dy, w = _arrays(layer, seed)
     path, out = _kernel_tile(software_tile_unit, layer, dy, w, threads, use_amx=True)
     assert path == "tile+amx"
@@ -296,7 +297,7 @@ def _host_check():
     """tools/amx_host_check.py (the source tree's; its readers of the probe and the bench)"""
     path = TOOLS / "amx_host_check.py"
     if not path.exists():
-        pytest.skip("tools/ is in the source tree only (not in an sdist)")
+        pytest.skip("no tools/ beside these tests (a copy of the tests alone)")
     spec = importlib.util.spec_from_file_location("amx_host_check", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
