@@ -1,6 +1,6 @@
 """What only a CPU with AMX can measure of bf16's sum_order "tile" (issue 43), in one run:
 
-    python tools/amx_host_check.py --out amx-check            # on the AMX host, ~15 min
+    python tools/amx_host_check.py --out amx-check            # on the AMX host, 15-20 min
     python tools/amx_host_check.py --out /tmp/x --dry-run     # any x86-64 host, ~3 min
 
 Run it from a source checkout (the tools and tests it runs) with pypto installed from it
