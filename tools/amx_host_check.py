@@ -1,13 +1,13 @@
 """What only a CPU with AMX can measure of bf16's sum_order "tile" (issue 43), in one run:
 
     python tools/amx_host_check.py --out amx-check            # on the AMX host, 15-20 min
-    python tools/amx_host_check.py --out /tmp/x --dry-run     # any x86-64 host, ~3 min
+    python tools/amx_host_check.py --out /tmp/x --dry-run     # any x86-64 host, ~1 min
 
 Run it from a source checkout (the tools and tests it runs) with pypto installed from it
 (``pip install -e ".[test]"``) and torch, nothing else running. Each step runs in a child
 process from OUT (a tile unit that faults ends that step, not the run) and logs to
-OUT/<step>.txt; OUT/summary.md has the verdicts
-and the numbers to quote. Exit status 0 only if every step that ran passed.
+OUT/<step>.txt; OUT/summary.md has the verdicts and the numbers to quote. Exit status 0 only
+if every step that ran passed (a dry run's speed verdicts, marked so, do not count).
 
 1. info: the built-in bf16 examples (the first bf16 call asks the OS's permission and runs the
    self-check in a child), then ``python -m pypto info``: the tile unit passed its self-check
