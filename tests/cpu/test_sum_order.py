@@ -75,12 +75,11 @@ def _model(layer, dy, w):
     return dgrad_tile_order(dy, w, layer[10:12], layer[7], layer[8], layer[9]).view(np.uint16)
 
 
-def _kernel_tile(kernel, layer, dy, w, threads, use_amx, use_dot=True):
+def _kernel_tile(kernel, layer, dy, w, threads, use_amx, use_dot=True, lane_order=-1):
     n, cin = layer[0], layer[1]
     out = np.full((n, cin) + tuple(layer[10:12]), 0xFFFF, np.uint16)  # no stale zeros
-    path = kernel.dgrad_tile(
-        dy.view(np.uint16), w.view(np.uint16), out, _attrs(layer), threads, use_amx, 0, use_dot
-    )
+    bits = dy.view(np.uint16), w.view(np.uint16)
+    path = kernel.dgrad_tile(*bits, out, _attrs(layer), threads, use_amx, 0, use_dot, lane_order)
     return path, out
 
 
@@ -140,15 +139,21 @@ def tile_order_layers(draw):
     deadline=None,
     suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
 )
-@given(tile_order_layers(), st.sampled_from([1, 2, 3, 5]), st.integers(0, 2**32 - 1))
-def test_random_layers_are_the_model_at_every_level(layer, threads, seed):
-    """LAYERS' check on drawn layers: each level, fp32 and the dot form, a team of 1-5"""
+@given(
+    tile_order_layers(),
+    st.sampled_from([1, 2, 3, 5]),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([-1, 0, 1]),
+)
+def test_random_layers_are_the_model_at_every_level(layer, threads, seed, lane_order):
+    """LAYERS' check on drawn layers: each level, fp32 and the dot form, a team of 1-5, masked
+    flat frames' lanes as chosen, images one after another or interleaved"""
     dy, w = _arrays(layer, seed)
     expected = _model(layer, dy, w)
     for level in RUNNABLE:
         kernel = load_level(level)
         for use_dot in [False] + ([True] if kernel.HAS_BF16_DOT else []):
-            path, out = _kernel_tile(kernel, layer, dy, w, threads, False, use_dot)
+            path, out = _kernel_tile(kernel, layer, dy, w, threads, False, use_dot, lane_order)
             assert path == ("tile+dot" if use_dot else "tile+emulated")
             np.testing.assert_array_equal(out, expected, err_msg=f"{level} {path} {threads}t")
 
@@ -156,15 +161,69 @@ def test_random_layers_are_the_model_at_every_level(layer, threads, seed):
 @pytest.mark.parametrize("level", RUNNABLE)
 def test_the_layers_cover_every_layout_of_their_forms(level):
     """The cases above run each way a level lays dy out (tile_layout): frames; dense
-    positions gathered; flat frames read in place; and, with AVX-512, flat frames with
-    masked lanes. A change of the choice that left a way untested fails here."""
+    positions gathered; flat frames read in place; and, with AVX-512 or AVX2, flat frames with
+    masked lanes, the images one after another or interleaved. A change of the choice that
+    left a way untested fails here."""
     kernel = load_level(level)
     expected = {"frames", "dense", "flat"} if kernel.DENSE_FAST else {"frames"}
     if kernel.LANES:
-        expected.add("masked")
+        expected |= {"masked", "interleaved"}
     for form in ["f32"] + (["dot"] if kernel.HAS_BF16_DOT else []):
         seen = {kernel.tile_layout(*_shapes(layer), _attrs(layer), form) for layer in LAYERS}
         assert seen == expected, form
+
+
+# masked flat frames both ways (lane_order 0 and 1): 8 images (whole items of 2 positions, the
+# write-out's transposed case at one thread), 16 of 32 (a tile one position), waves of 10 of
+# 20 (neither), 5 images of a 6x7 plane, a 1x7 row of 3, a 5x5 kernel, two channel blocks
+LANE_LAYERS = [
+    (8, 40, 24, 7, 7, 3, 3, (1, 1), (1, 1), (1, 1), 7, 7),
+    (32, 20, 24, 5, 5, 3, 3, (1, 1), (1, 1), (1, 1), 5, 5),
+    (20, 20, 24, 5, 5, 3, 3, (1, 1), (1, 1), (1, 1), 5, 5),
+    (5, 40, 70, 6, 7, 3, 3, (1, 1), (1, 1), (1, 1), 6, 7),
+    (3, 16, 33, 17, 17, 1, 7, (1, 1), (0, 3), (1, 1), 17, 17),
+    (4, 20, 40, 13, 11, 5, 5, (1, 1), (2, 2), (1, 1), 13, 11),
+    (8, 150, 36, 4, 4, 3, 3, (1, 1), (1, 1), (1, 1), 4, 4),
+]
+
+
+@pytest.mark.parametrize("level", RUNNABLE)
+@pytest.mark.parametrize("layer", LANE_LAYERS, ids=lambda layer: "x".join(map(str, layer[:7])))
+def test_interleaved_lanes_are_the_model(level, layer):
+    """Where a level masks flat frames' lanes, both of their orders give the model's bits
+    (a lane's steps do not depend on where it lies): fp32 and dot forms, 1-3 threads."""
+    kernel = load_level(level)
+    if not kernel.LANES:
+        pytest.skip(f"{level} has no masked lanes (no flat frames with taps outside an image)")
+    dy, w = _arrays(layer, seed=layer[0])
+    expected = _model(layer, dy, w)
+    for form in ["f32"] + (["dot"] if kernel.HAS_BF16_DOT else []):
+        for lane_order, layout in ((0, "masked"), (1, "interleaved")):
+            for threads in (1, 2, 3):
+                layout_seen = kernel.tile_layout(*_shapes(layer), _attrs(layer), form, threads,
+                                                 lane_order)  # fmt: skip
+                assert layout_seen == layout
+                _, out = _kernel_tile(kernel, layer, dy, w, threads, False, form == "dot",
+                                      lane_order)  # fmt: skip
+                np.testing.assert_array_equal(
+                    out, expected, err_msg=f"{form} {layout}, {threads} threads"
+                )
+
+
+@pytest.mark.parametrize("level", RUNNABLE)
+def test_interleaving_serves_where_it_computes_fewer_lanes(level):
+    """The choice the speed hangs on: ResNet-50's 7x7 3x3 layer at batch 8 (a tile of 16
+    positions of an image's rows mixes its border and inner ones: 24% more lanes than it
+    needs, 11% interleaved) runs interleaved; its 56x56 one (a 2% gain, short of what the fill
+    and write-out cost) and one image (nothing to interleave) do not."""
+    kernel = load_level(level)
+    if not kernel.LANES:
+        pytest.skip(f"{level} has no masked lanes")
+    attrs = (1, 1, 1, 1, 1, 1)
+    for n, c, size, layout in ((8, 512, 7, "interleaved"), (8, 64, 56, "masked"),
+                               (1, 512, 7, "masked")):  # fmt: skip
+        shapes = ((n, c, size, size), (c, c, 3, 3), (n, c, size, size))
+        assert kernel.tile_layout(*shapes, attrs, "f32", 2) == layout, (n, c, size)
 
 
 def _shapes(layer):

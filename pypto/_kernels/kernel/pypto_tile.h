@@ -438,6 +438,94 @@ static inline void pypto_tile_pair_row(const uint16_t *restrict l, const uint16_
         row[x] = (l != NULL ? (uint32_t)l[x] : 0u) | (u != NULL ? (uint32_t)u[x] << 16 : 0u);
 }
 
+/* The most images a wave of interleaved lanes holds: a tile is then one position */
+enum { PYPTO_TILE_LANE_IMAGES = 16 };
+
+/* Lanes p0 .. p1 - 1 of a pair plane with the images inside each position (tile_order.pxi's
+ * interleaved lanes): lane q images + n holds image n's pair at position q, from its dy rows
+ * low[n] and high[n] (pypto_tile_pair_channels; NULL: a channel past Cout, zero). Blocks of
+ * 16 positions of up to 16 images (AVX-512; AVX2: 8 and 8) are transposed in registers, each
+ * position stored as one vector whose lanes past its images the next position's store
+ * rewrites (a store a lane cost a fill 2-3% of a 8x8 layer's call); the rest lane by lane. */
+static inline void pypto_tile_fill_images(const uint16_t *const *low, const uint16_t *const *high,
+                                          int64_t images, int64_t p0, int64_t p1,
+                                          uint32_t *restrict plane)
+{
+    const int64_t qb = p1 / images;   /* whole positions: to qb - 1 */
+    int64_t q = (p0 + images - 1) / images, lane = p0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    enum { BLOCK = 16 };
+#elif defined(__AVX2__)
+    enum { BLOCK = 8 };
+#else
+    enum { BLOCK = 0 };
+#endif
+    for (; lane < p1 && lane < q * images; lane++) {   /* the first position's part */
+        const int64_t n = lane % images, at = lane / images;
+        plane[lane] = (low[n] != NULL ? (uint32_t)low[n][at] : 0u)
+                      | (high[n] != NULL ? (uint32_t)high[n][at] << 16 : 0u);
+    }
+    /* a position's store: exactly its images' lanes where they are a power of two, else a
+     * whole vector whose last one ends inside this range's whole positions (later stores
+     * rewrite the lanes past a position's images) */
+    const int exact = images <= BLOCK && (images & (images - 1)) == 0;
+    for (; images <= BLOCK
+           && (exact ? q + BLOCK <= qb : (q + BLOCK - 1) * images + BLOCK <= qb * images);
+         q += BLOCK) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+        __m512i v[16];
+        for (int n = 0; n < 16; n++)
+            v[n] = n < images ? pypto_tile_pairs16((__mmask16)0xffff,
+                                                   low[n] != NULL ? low[n] + q : NULL,
+                                                   high[n] != NULL ? high[n] + q : NULL)
+                              : _mm512_setzero_si512();
+        pypto_transpose16(v);   /* v[p]: position q + p of each image */
+        for (int p = 0; p < 16; p++) {
+            uint32_t *to = plane + (q + p) * images;
+            if (images == 8)
+                _mm256_storeu_si256((__m256i *)to, _mm512_castsi512_si256(v[p]));
+            else if (images == 4)
+                _mm_storeu_si128((__m128i *)to, _mm512_castsi512_si128(v[p]));
+            else if (images == 2)
+                _mm_storel_epi64((__m128i *)to, _mm512_castsi512_si128(v[p]));
+            else if (images == 1)
+                to[0] = (uint32_t)_mm_cvtsi128_si32(_mm512_castsi512_si128(v[p]));
+            else
+                _mm512_storeu_si512(to, v[p]);
+        }
+#elif defined(__AVX2__)
+        __m256 v[8];
+        for (int n = 0; n < 8; n++) {
+            __m256i x = _mm256_setzero_si256();
+            if (n < images && low[n] != NULL)
+                x = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(low[n] + q)));
+            if (n < images && high[n] != NULL)
+                x = _mm256_or_si256(x, _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(
+                                                             (const __m128i *)(high[n] + q))),
+                                                         16));
+            v[n] = _mm256_castsi256_ps(x);
+        }
+        pypto_transpose8(v);
+        for (int p = 0; p < 8; p++) {
+            float *to = (float *)(plane + (q + p) * images);
+            if (images == 4)
+                _mm_storeu_ps(to, _mm256_castps256_ps128(v[p]));
+            else if (images == 2)
+                _mm_storel_pi((__m64 *)to, _mm256_castps256_ps128(v[p]));
+            else if (images == 1)
+                _mm_store_ss(to, _mm256_castps256_ps128(v[p]));
+            else
+                _mm256_storeu_ps(to, v[p]);
+        }
+#endif
+    }
+    for (lane = q * images > p0 ? q * images : p0; lane < p1; lane++) {
+        const int64_t n = lane % images, at = lane / images;
+        plane[lane] = (low[n] != NULL ? (uint32_t)low[n][at] : 0u)
+                      | (high[n] != NULL ? (uint32_t)high[n][at] << 16 : 0u);
+    }
+}
+
 /* The dy planes of pair plane k of block b (low and high halves; NULL: a channel past Cout);
  * dy: an image's first channel, planes of `area` positions */
 static inline void pypto_tile_pair_channels(const uint16_t *dy, int64_t cout, int form,
@@ -1379,6 +1467,111 @@ static inline void pypto_tile_write(const float *restrict c, int64_t n_ch, int64
         x += run;
     }
 }
+
+/* An item's C tiles of one channel tile (tiles[t]: tile t's), rounded once to bf16 into dx
+ * lane by lane, in dx's order: lane[k] (t * 16 + x) goes to dst[offset[k]], channel m's to
+ * dst[offset[k] + m ch_stride]. For flat frames with the images inside each position
+ * (tile_order.pxi's interleaved lanes), whose 16 lanes lie in up to 16 images: written tile
+ * by tile, each of a tile's images put 16 channels' stores on lines 4 KiB apart (an image's
+ * dx a multiple of 4 KiB), which evicted each other from L1 before the next tile's stores
+ * (Inception-v3's 8x8 1x3 layers spent 12% of their time writing); sorted, each dx line
+ * takes its stores one after another. */
+static inline void pypto_tile_write_sorted(const float *const *tiles, int n_tiles, int64_t n_ch,
+                                           const int32_t *restrict lane,
+                                           const int64_t *restrict offset, int64_t n_lanes,
+                                           uint16_t *restrict dst, int64_t ch_stride)
+{
+    uint16_t v[PYPTO_TILE_ITEM_TILES * PYPTO_TILE_PX];
+    /* runs of consecutive dx elements: a whole run of 16 is one store (stores a lane to lines
+     * not yet in L1 filled the store queue), others a store a lane */
+    int64_t run_start[PYPTO_TILE_ITEM_TILES * PYPTO_TILE_PX + 1], n_runs = 0;
+    for (int64_t k = 0; k < n_lanes; k++)
+        if (k == 0 || offset[k] != offset[k - 1] + 1 || k - run_start[n_runs - 1] == PYPTO_TILE_PX)
+            run_start[n_runs++] = k;
+    run_start[n_runs] = n_lanes;
+    for (int64_t m = 0; m < n_ch; m++) {
+        for (int t = 0; t < n_tiles; t++) {
+            const float *from = tiles[t] + m * PYPTO_TILE_PX;
+            uint16_t *to = v + t * PYPTO_TILE_PX;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+            _mm256_storeu_si256((__m256i *)to, pypto_narrow16(_mm512_loadu_ps(from), PYPTO_BF16));
+#elif defined(__AVX2__)
+            _mm_storeu_si128((__m128i *)to, pypto_narrow8(_mm256_loadu_ps(from), PYPTO_BF16));
+            _mm_storeu_si128((__m128i *)(to + 8),
+                             pypto_narrow8(_mm256_loadu_ps(from + 8), PYPTO_BF16));
+#else
+            for (int x = 0; x < PYPTO_TILE_PX; x++)
+                to[x] = pypto_float_to_bf16(from[x]);
+#endif
+        }
+        uint16_t *out = dst + m * ch_stride;
+        for (int64_t r = 0; r < n_runs; r++) {
+            const int64_t k0 = run_start[r], len = run_start[r + 1] - k0;
+            if (len == PYPTO_TILE_PX) {   /* one store (Zen 4's masked stores are slow) */
+                uint16_t run[PYPTO_TILE_PX];
+                for (int k = 0; k < PYPTO_TILE_PX; k++)
+                    run[k] = v[lane[k0 + k]];
+                memcpy(out + offset[k0], run, sizeof run);
+                continue;
+            }
+            for (int64_t k = k0; k < k0 + len; k++)
+                out[offset[k]] = v[lane[k]];
+        }
+    }
+}
+
+/* pypto_tile_write_sorted's fast case: 8 tiles of 8 or 16 images whose lanes are all
+ * positions, from the first image (16 or 8 positions an image, one run of dx each): two
+ * channels' 8 tiles transposed in registers give each image's run of each channel, one store
+ * (a lane at a time, Inception-v3's 8x8 layers spent 4-5% of their time writing). dst: the
+ * first image's run of the first channel; image_stride: dx's step between images. */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+enum { PYPTO_TILE_WRITE_IMAGES = 1 };
+static inline void pypto_tile_write_images(const float *const *tiles, int64_t n_ch, int images,
+                                           uint16_t *restrict dst, int64_t ch_stride,
+                                           int64_t image_stride)
+{
+    /* images 8: lane x of tile t is image x % 8's position 2 t + x / 8; a transposed row n
+     * holds its even positions, row n + 8 its odd ones, channel m in elements 0-7 and m + 1
+     * in 8-15 */
+    const __m512i first = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(8));
+    for (int64_t m = 0; m < n_ch; m += 2) {
+        __m512i v[16];
+        for (int r = 0; r < 16; r++) {   /* row r: tile r % 8 of channel m + r / 8 */
+            const int64_t ch = m + r / 8;
+            v[r] = ch < n_ch
+                       ? _mm512_castps_si512(_mm512_loadu_ps(tiles[r % 8] + ch * PYPTO_TILE_PX))
+                       : _mm512_setzero_si512();
+        }
+        pypto_transpose16(v);
+        for (int n = 0; n < 8 && images == 8; n++) {
+            uint16_t *out = dst + n * image_stride + m * ch_stride;
+            _mm256_storeu_si256((__m256i *)out,
+                                pypto_narrow16(_mm512_castsi512_ps(_mm512_permutex2var_epi32(
+                                                   v[n], first, v[n + 8])), PYPTO_BF16));
+            if (m + 1 < n_ch)
+                _mm256_storeu_si256((__m256i *)(out + ch_stride),
+                                    pypto_narrow16(_mm512_castsi512_ps(_mm512_permutex2var_epi32(
+                                                       v[n], second, v[n + 8])), PYPTO_BF16));
+        }
+        for (int n = 0; n < 16 && images == 16; n++) {   /* tile t: position t of 16 images */
+            const __m256i h = pypto_narrow16(_mm512_castsi512_ps(v[n]), PYPTO_BF16);
+            uint16_t *out = dst + n * image_stride + m * ch_stride;
+            _mm_storeu_si128((__m128i *)out, _mm256_castsi256_si128(h));
+            if (m + 1 < n_ch)
+                _mm_storeu_si128((__m128i *)(out + ch_stride), _mm256_extracti128_si256(h, 1));
+        }
+    }
+}
+#else
+enum { PYPTO_TILE_WRITE_IMAGES = 0 };
+static inline void pypto_tile_write_images(const float *const *tiles, int64_t n_ch, int images,
+                                           uint16_t *dst, int64_t ch_stride, int64_t image_stride)
+{
+    (void)tiles, (void)n_ch, (void)images, (void)dst, (void)ch_stride, (void)image_stride;
+}
+#endif
 
 /* Two C tiles of the column phases 0 and 1 of a stride-2 row phase (c0, c1: the same 16
  * positions q0 .. q0 + 15 of the phase rows at the frame's width wf), rounded once to bf16 and

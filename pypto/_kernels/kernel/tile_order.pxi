@@ -31,6 +31,8 @@ cdef extern from "pypto_tile.h" nogil:
                                   int64_t k, int64_t area, const uint16_t **low,
                                   const uint16_t **high)
     void pypto_tile_pair_row(const uint16_t *l, const uint16_t *u, int64_t n, uint32_t *row)
+    void pypto_tile_fill_images(const uint16_t *const *low, const uint16_t *const *high,
+                                int64_t images, int64_t p0, int64_t p1, uint32_t *plane)
     void pypto_tile_frame_rows(const uint16_t *dy, int64_t cout, int form, int64_t b, int64_t k,
                                int64_t hout, int64_t wout, int64_t top, int64_t left,
                                int64_t wf, int64_t r0, int64_t r1, uint32_t *plane)
@@ -66,6 +68,13 @@ cdef extern from "pypto_tile.h" nogil:
     void pypto_tile_write(const float *c, int64_t n_ch, int64_t q0, int64_t wf, int64_t cols,
                           int64_t rows, uint16_t *dst, int64_t row_step, int64_t col_step,
                           int64_t ch_stride)
+    void pypto_tile_write_sorted(const float *const *tiles, int n_tiles, int64_t n_ch,
+                                 const int32_t *lane, const int64_t *offset, int64_t n_lanes,
+                                 uint16_t *dst, int64_t ch_stride)
+    enum: PYPTO_TILE_WRITE_IMAGES
+    enum: PYPTO_TILE_LANE_IMAGES
+    void pypto_tile_write_images(const float *const *tiles, int64_t n_ch, int images,
+                                 uint16_t *dst, int64_t ch_stride, int64_t image_stride)
     void pypto_tile_write_pair(const float *c0, const float *c1, int64_t n_ch, int64_t q0,
                                int64_t wf, int64_t win, int64_t rows, uint16_t *dst,
                                int64_t row_step, int64_t ch_stride)
@@ -97,6 +106,8 @@ cdef struct TileGeometry:
     bint dense             # emulation: items over dense positions (pypto_tile_runs)
     bint flat              # dense, and a wave's frames plane-major: no gathers (_tile_geometry)
     bint masked            # flat, and a tap may read outside an image: lane masks
+    bint interleaved       # masked, and the wave's images inside each position (_choose_lanes)
+    int64_t lane_images    # interleaved: the images of the wave that runs now
     int64_t wave_plane     # positions of a wave's pair plane: its images' planes, or (flat) one
     int64_t item_ch        # channel tiles of an item's channel block (pypto_tile.h)
     bint write_by_channel  # an item's write-out a channel tile at a time (else tile by tile)
@@ -133,10 +144,11 @@ cdef enum:
     BAND_FILLED = 2
 
 
-cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads) except -1:
+cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads,
+                        int lane_order=-1) except -1:
     """The phases, taps, frame halo, waves and work items of a call in the data form g.form
     for a team of ``threads`` (0: every image in one wave; tables malloc'ed, freed by
-    _tile_free)."""
+    _tile_free); ``lane_order``: _choose_lanes's (below 0: its own choice)."""
     cdef int64_t ph, rh, rw, kh, kw, x, o, n_phases, t, i, n, cb, tiles, first, last, wv, step
     cdef int64_t band
     cdef int64_t per_image, image_items
@@ -258,12 +270,14 @@ cdef int _tile_geometry(TileGeometry *g, tuple shapes, tuple attrs, int threads)
         and g.hin == g.hout and g.win == g.wout and g.wf == g.wout
     g.masked = not g.flat and g.dense and PYPTO_TILE_LANES and _grids_are_dy(g)
     g.flat = g.flat or g.masked
+    g.interleaved = False
+    if g.masked and g.sh == 1 and g.sw == 1 and lane_order != 0:
+        _choose_lanes(g, lane_order)
     g.wave_plane = g.wave * g.plane
     if g.flat:
         g.plane = _plane_lines(g, g.wave * g.hout * g.wout + PYPTO_TILE_PX)
         g.wave_plane = g.plane
-        for i in range(n_phases * g.taps):   # a tap: a shift of the plane
-            g.tap_offset[i] = g.tap_row[i] * g.wout + g.tap_col[i]
+        _flat_offsets(g, g.wave)   # a tap: a shift of the plane (the largest: a full wave's)
     # AVX2's loads of masked lanes read whole vectors: up to a tap's shift outside the frames
     g.slack = PYPTO_TILE_READ_SLACK
     if g.masked:
@@ -334,6 +348,75 @@ cdef int64_t _plane_lines(const TileGeometry *g, int64_t positions) noexcept nog
     if g.form != PYPTO_TILE_FORM_AMX and lines % 2 == 0:
         lines += 1
     return lines * 16
+
+
+# interleaved lanes serve where they compute fewer lanes by LANE_MARGIN and their fill and
+# write-out's cost, about LANE_COST_MACS multiply-adds a lane (Inception-v3's 8x8 1x3 layer,
+# as many lanes either way, took 1.0-2.0% longer interleaved at 1152 a lane: 12-23 MACs)
+cdef double LANE_MARGIN = 0.01
+cdef double LANE_COST_MACS = 20.0
+
+
+cdef void _choose_lanes(TileGeometry *g, int lane_order) noexcept nogil:
+    """Masked flat frames of a stride-1 layer: the wave's images one after another (a tile
+    holds 16 positions of one image's rows), or (interleaved) the images inside each position,
+    where that computes enough fewer lanes to pay (``lane_order`` below 0; 0: never, 1:
+    always). A tap's lanes outside the image are computed as zeros and a tile all outside is
+    skipped: interleaved, a tile of 8 images is 2 positions, so a tap leaves out whole tiles
+    of a border, where 16 positions of a 7x7 image's rows mixed border and inner ones
+    (ResNet-50's 7x7 3x3 layers computed 24% more lanes than they needed, 14x14 10%,
+    Inception-v3's 17x17 1x7 layers 12%; interleaved 11%, 5% and 6%). No sum changes: a lane's
+    steps are the same, only where it lies. Interleaved waves hold equal numbers of images,
+    up to PYPTO_TILE_LANE_IMAGES (a tile is then one position)."""
+    cdef int64_t images = min(g.wave, PYPTO_TILE_LANE_IMAGES)
+    cdef double macs = 1.0 * g.blocks * PYPTO_TILE_K * g.n_taps[0]   # a lane's, a channel's
+    if lane_order < 0 and _lane_work(g, 0) <= _lane_work(g, images) \
+            * (1.0 + LANE_MARGIN + LANE_COST_MACS / macs):
+        return
+    g.interleaved = True
+    g.n_waves = (g.n_img + images - 1) // images
+    g.wave = (g.n_img + g.n_waves - 1) // g.n_waves
+    g.n_waves = (g.n_img + g.wave - 1) // g.wave
+
+
+cdef int64_t _lane_work(const TileGeometry *g, int64_t images) noexcept nogil:
+    """Lanes a wave's tiles compute over the taps of a stride-1 layer (16 for each tile in
+    which a tap reads at least one position inside dy): ``images`` 0, the wave's images one
+    after another; else that many images inside each position."""
+    cdef int64_t i, n, r, r0, r1, c0, c1, area = g.hout * g.wout, last, work = 0
+    for i in range(g.n_taps[0]):
+        r0, r1 = max(0, -g.tap_row[i]), min(g.hout, g.hout - g.tap_row[i])
+        c0, c1 = max(0, -g.tap_col[i]), min(g.wout, g.wout - g.tap_col[i])
+        if r0 >= r1 or c0 >= c1:
+            continue
+        last = -1
+        for n in range(g.wave if images == 0 else 1):
+            for r in range(r0, r1):
+                if images == 0:
+                    work += _tiles_reached(n * area + r * g.wout + c0,
+                                           n * area + r * g.wout + c1, &last)
+                else:
+                    work += _tiles_reached((r * g.wout + c0) * images,
+                                           (r * g.wout + c1) * images, &last)
+    return work * PYPTO_TILE_PX
+
+
+cdef inline int64_t _tiles_reached(int64_t a, int64_t b, int64_t *last) noexcept nogil:
+    """Tiles of lanes a .. b - 1 past tile last[0] (the runs come in order), and last[0]
+    moved to the run's last tile."""
+    cdef int64_t t0 = max(a // PYPTO_TILE_PX, last[0] + 1), t1 = (b - 1) // PYPTO_TILE_PX
+    last[0] = max(last[0], t1)
+    return max(0, t1 - t0 + 1)
+
+
+cdef void _flat_offsets(TileGeometry *g, int64_t images) noexcept nogil:
+    """Each tap's shift of flat frames, for a wave of ``images`` (interleaved: a position's
+    lanes are the wave's images, so a tap moves by a position's worth of them)."""
+    cdef int64_t i
+    g.lane_images = images
+    for i in range(g.sh * g.sw * g.taps):
+        g.tap_offset[i] = (g.tap_row[i] * g.wout + g.tap_col[i]) \
+            * (images if g.interleaved else 1)
 
 
 cdef void _items_for_team(TileGeometry *g, int threads) noexcept nogil:
@@ -534,17 +617,19 @@ def tile_buffer_bytes(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs
 
 
 def tile_layout(tuple dy_shape, tuple w_shape, tuple dx_shape, tuple attrs, str form,
-                int threads=0):
+                int threads=0, int lane_order=-1):
     """How dgrad_tile lays a call's dy out in ``form`` ("amx", "f32" or "dot"): "frames" (a
     halo, frame positions), "dense" (frames, dense positions gathered), "flat" (plane-major,
-    read in place) or "masked" (flat, taps' lanes masked); the tests' check of what a case
-    covers."""
+    read in place), "masked" (flat, taps' lanes masked) or "interleaved" (masked, the images
+    inside each position); the tests' check of what a case covers."""
     cdef TileGeometry g
     memset(&g, 0, sizeof(g))
     g.form = {"amx": PYPTO_TILE_FORM_AMX, "f32": PYPTO_TILE_FORM_F32,
               "dot": PYPTO_TILE_FORM_DOT}[form]
     try:
-        _tile_geometry(&g, (dy_shape, w_shape, dx_shape), attrs, threads)
+        _tile_geometry(&g, (dy_shape, w_shape, dx_shape), attrs, threads, lane_order)
+        if g.interleaved:
+            return "interleaved"
         return "masked" if g.masked else "flat" if g.flat else "dense" if g.dense else "frames"
     finally:
         _tile_free(&g)
@@ -622,7 +707,11 @@ cdef void _tile_fill_band(const TileGeometry *g, const uint16_t *dy, int64_t ban
     cdef uint32_t *plane = g.frames + k * g.plane
     cdef const uint16_t *low
     cdef const uint16_t *high
-    at = p0
+    if g.interleaved:
+        _tile_fill_lanes(g, dy, k, n0, images, p0, p1)
+        at = p1
+    else:
+        at = p0
     while at < p1:   # a run of one image's positions
         n = at // area
         end = min(p1, (n + 1) * area)
@@ -635,6 +724,20 @@ cdef void _tile_fill_band(const TileGeometry *g, const uint16_t *dy, int64_t ban
         at = end
     if band == g.bands - 1:
         memset(plane + total, 0, (g.plane - total) * sizeof(uint32_t))
+
+
+cdef void _tile_fill_lanes(const TileGeometry *g, const uint16_t *dy, int64_t k, int64_t n0,
+                           int64_t images, int64_t p0, int64_t p1) noexcept nogil:
+    """Lanes p0 .. p1 - 1 of pair plane k of interleaved flat frames (_choose_lanes): lane
+    position * images + n holds image n0 + n's pair at that position."""
+    cdef int64_t area = g.hout * g.wout, n
+    cdef const uint16_t *low[PYPTO_TILE_LANE_IMAGES]
+    cdef const uint16_t *high[PYPTO_TILE_LANE_IMAGES]
+    for n in range(images):
+        pypto_tile_pair_channels(dy + (n0 + n) * g.cout * area, g.cout, g.form,
+                                 k // (PYPTO_TILE_K // 2), k % (PYPTO_TILE_K // 2), area, &low[n],
+                                 &high[n])
+    pypto_tile_fill_images(low, high, images, p0, p1, g.frames + k * g.plane)
 
 
 cdef void _tile_fill_band_rows(const TileGeometry *g, const uint16_t *dy, int64_t band, int64_t k,
@@ -688,6 +791,12 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx, int64_t 
     cdef const uint32_t *b[PYPTO_TILE_ITEM_TILES]
     cdef pypto_tile_runs runs
     cdef pypto_tile_lanes lanes
+    # interleaved: the item's lanes in dx's order, and their dx elements (_interleaved_lanes)
+    cdef int32_t sorted_lane[PYPTO_TILE_ITEM_TILES * PYPTO_TILE_PX]
+    cdef int64_t sorted_offset[PYPTO_TILE_ITEM_TILES * PYPTO_TILE_PX]
+    cdef int64_t n_sorted = 0
+    cdef bint fast
+    cdef const float *tiles[PYPTO_TILE_ITEM_TILES]
     cdef int64_t cb = g.items[3 * item], ph = g.items[3 * item + 1]
     cdef int64_t first = g.items[3 * item + 2]
     cdef int64_t rh = ph if g.paired else ph // g.sw, rw = 0 if g.paired else ph % g.sw
@@ -713,7 +822,10 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx, int64_t 
     if g.flat:   # tile t: a run of each pair plane from the wave's position first + 16 t
         for t in range(n_tiles):
             b[t] = g.frames + first - n0 * per_image + t * PYPTO_TILE_PX
-        if g.masked:
+        if g.interleaved:
+            n_sorted = _interleaved_lanes(g, first, end, n_tiles, n0, &lanes, sorted_lane,
+                                          sorted_offset)
+        elif g.masked:
             _flat_lanes(g, first, end, n_tiles, &lanes)
         if g.sh != 1 or g.sw != 1:   # the runs of a strided write-out
             _dense_runs(g, grid, first, end, n_tiles, n0, &runs)
@@ -742,6 +854,25 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx, int64_t 
                                     c + p * c_phase, split, g.form, g.exact, g.cout)
     if g.use_amx:
         pypto_amx_end()
+    if g.interleaved:   # a channel tile at a time, its lanes in dx's order
+        fast = PYPTO_TILE_WRITE_IMAGES and n_tiles == 8 and n_sorted == 8 * PYPTO_TILE_PX \
+            and (g.lane_images == 8 or g.lane_images == 16) \
+            and (first - n0 * g.hin * g.win) % g.lane_images == 0
+        for ch in range(n_ch):
+            for t in range(n_tiles):
+                tiles[t] = pypto_tile_c_slot(c, <int>t, <int>ch, c_ch)
+            ci0 = (cb * g.item_ch + ch) * PYPTO_TILE_CH
+            if fast:   # from the first lane's position of image n0
+                pypto_tile_write_images(tiles, min(PYPTO_TILE_CH, g.cin - ci0),
+                                        <int>g.lane_images,
+                                        dx + (n0 * g.cin + ci0) * g.hin * g.win
+                                        + (first - n0 * g.hin * g.win) // g.lane_images,
+                                        g.hin * g.win, g.cin * g.hin * g.win)
+            else:
+                pypto_tile_write_sorted(tiles, n_tiles, min(PYPTO_TILE_CH, g.cin - ci0),
+                                        sorted_lane, sorted_offset, n_sorted,
+                                        dx + ci0 * g.hin * g.win, g.hin * g.win)
+        n_tiles = 0
     # the write-out: tile by tile, the channel tiles inside, or (g.write_by_channel) a channel
     # tile at a time along the tiles
     for w in range(n_tiles * n_ch):
@@ -789,6 +920,43 @@ cdef void _flat_lanes(const TileGeometry *g, int64_t first, int64_t end, int n_t
                 lanes.col[t][x] = <int32_t>(pos % g.wout)
             else:
                 lanes.row[t][x] = lanes.col[t][x] = PYPTO_TILE_NOWHERE
+
+
+cdef int64_t _interleaved_lanes(const TileGeometry *g, int64_t first, int64_t end, int n_tiles,
+                                int64_t n0, pypto_tile_lanes *lanes, int32_t *sorted_lane,
+                                int64_t *sorted_offset) noexcept nogil:
+    """_flat_lanes for interleaved frames (lane position * images + n: image n0 + n; counted
+    on lane by lane, not divided for each), and the item's lanes inside the wave in dx's order
+    (image by image, positions ascending: pypto_tile_write_sorted) with their dx elements from
+    the item's first channel's plane of image 0; returns how many."""
+    cdef int64_t area = g.hout * g.wout, images = g.lane_images
+    cdef int64_t at = first - n0 * area, stop = end - n0 * area
+    cdef int64_t n = at % images, q = at // images, k = 0, j
+    cdef int64_t offsets[PYPTO_TILE_ITEM_TILES * PYPTO_TILE_PX]
+    cdef int64_t r = q // g.wout, col = q % g.wout
+    cdef int t, x, i
+    lanes.rows, lanes.cols = <int32_t>g.hout, <int32_t>g.wout
+    for t in range(n_tiles):
+        for x in range(PYPTO_TILE_PX):
+            if at < stop:
+                lanes.row[t][x], lanes.col[t][x] = <int32_t>r, <int32_t>col
+                offsets[t * PYPTO_TILE_PX + x] = (n0 + n) * g.cin * area + r * g.wout + col
+            else:
+                lanes.row[t][x] = lanes.col[t][x] = PYPTO_TILE_NOWHERE
+                offsets[t * PYPTO_TILE_PX + x] = -1
+            at += 1
+            n += 1
+            if n == images:   # the next position
+                n, col = 0, col + 1
+                if col == g.wout:
+                    r, col = r + 1, 0
+    for i in range(min(images, n_tiles * PYPTO_TILE_PX)):   # lanes i, i + images, ...: one image
+        j = i
+        while j < n_tiles * PYPTO_TILE_PX and offsets[j] >= 0:
+            sorted_lane[k], sorted_offset[k] = <int32_t>j, offsets[j]
+            k += 1
+            j += images
+    return k
 
 
 cdef void _tile_wave_banded(TileGeometry *g, const uint16_t *dy, const uint16_t *w,
@@ -897,13 +1065,15 @@ cdef void _write_run(const TileGeometry *g, const float *c, int64_t c_phase, int
 
 
 def dgrad_tile(dy, w, dx, tuple attrs, int num_threads, bint use_amx=True,
-               int64_t serial_macs=SERIAL_MACS, bint use_dot=True):
+               int64_t serial_macs=SERIAL_MACS, bint use_dot=True, int lane_order=-1):
     """dx = dgrad(dy, w) in sum_order "tile", bf16 only (buffers as dgrad's). The tile unit
     serves where this level has one, ``use_amx`` is true (the caller has the OS's permission
     and the self-check's verdict) and no subnormal can occur; the emulation elsewhere, same
     bits: with the bf16 dot product where this level has it, ``use_dot`` is true and nothing
     can be subnormal, else in fp32. Returns "tile+amx", "tile+dot" or "tile+emulated", or
-    "non_finite" (nothing written) when the weight holds Inf or NaN, as dgrad does."""
+    "non_finite" (nothing written) when the weight holds Inf or NaN, as dgrad does.
+    ``lane_order`` (tests): masked flat frames' lanes as _choose_lanes lays them (below 0: as
+    it chooses; 0: images one after another; 1: interleaved by rows; 2: by columns)."""
     cdef Py_buffer views[3]
     memset(views, 0, sizeof(views))
     try:
@@ -911,7 +1081,7 @@ def dgrad_tile(dy, w, dx, tuple attrs, int num_threads, bint use_amx=True,
         _take_view(w, &views[1], 0, "w")
         _take_view(dx, &views[2], PyBUF_WRITABLE, "dx")
         return _dgrad_tile(&views[0], &views[1], &views[2], attrs, num_threads, use_amx,
-                           serial_macs, use_dot)
+                           serial_macs, use_dot, lane_order)
     finally:
         PyBuffer_Release(&views[0])
         PyBuffer_Release(&views[1])
@@ -919,7 +1089,8 @@ def dgrad_tile(dy, w, dx, tuple attrs, int num_threads, bint use_amx=True,
 
 
 cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, tuple attrs,
-                        int num_threads, bint use_amx, int64_t serial_macs, bint use_dot):
+                        int num_threads, bint use_amx, int64_t serial_macs, bint use_dot,
+                        int lane_order):
     cdef TileGeometry g
     cdef uint16_t w_least, w_most, dy_least, dy_most
     cdef int dy_exponent, w_exponent
@@ -965,7 +1136,8 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
         threads = 1 if macs < serial_macs else num_threads
         _tile_geometry(&g, (tuple(dy.shape[i] for i in range(4)),
                             tuple(w.shape[i] for i in range(4)),
-                            tuple(dx.shape[i] for i in range(4))), attrs, threads)
+                            tuple(dx.shape[i] for i in range(4))), attrs, threads,
+                      lane_order)
         # products of two bf16 are exact in fp32 unless below 2^-126 or past the largest
         # float: the least exponents sum to >= 142, the largest magnitudes' to <= 380
         g.exact = _products_normal(dy_exponent, w_exponent) \
@@ -994,6 +1166,8 @@ cdef object _dgrad_tile(const Py_buffer *dy, const Py_buffer *w, Py_buffer *dx, 
             packs = g.ch_tiles if wv == 0 and not packed else 0
             frame_jobs = (min(g.n_img, n0 + g.wave) - n0) * g.blocks   # the tile unit's
             zeros = (min(g.n_img, n0 + g.wave) - n0) * g.cin if g.idle_phases else 0
+            if g.interleaved:
+                _flat_offsets(&g, min(g.n_img, n0 + g.wave) - n0)
             if threads == 1:
                 with nogil:
                     for job in range(packs):
