@@ -1573,6 +1573,52 @@ static inline void pypto_tile_write_images(const float *const *tiles, int64_t n_
 }
 #endif
 
+/* An item's write-out in interleaved flat frames (tile_order.pxi): its n_tiles tiles from
+ * lane `at` of the wave (lane position * images + n: image n0 + n; lanes from `stop` on are
+ * none), n_ch channel tiles of C laid out for c_ch, into dx (the item's first channel of image
+ * 0; area: a channel plane, image_stride: an image). Out of line: its lane tables on the
+ * item's stack moved the fp32 form's split B and made layers that never interleave 1-2% slower
+ * on AVX-512. */
+static __attribute__((noinline)) void
+pypto_tile_write_interleaved(float *c, int c_ch, int n_ch, int64_t cin_left, int n_tiles,
+                             int64_t at, int64_t stop, int64_t images, int64_t n0, uint16_t *dx,
+                             int64_t area, int64_t image_stride)
+{
+    const float *tiles[PYPTO_TILE_ITEM_TILES];
+    const int lanes = n_tiles * PYPTO_TILE_PX;
+    if (PYPTO_TILE_WRITE_IMAGES && n_tiles == 8 && at % images == 0 && stop - at >= lanes
+        && (images == 8 || images == 16)) {   /* every lane a position, from the first image */
+        for (int ch = 0; ch < n_ch; ch++) {
+            for (int t = 0; t < n_tiles; t++)
+                tiles[t] = pypto_tile_c_slot(c, t, ch, c_ch);
+            const int64_t left = cin_left - (int64_t)ch * PYPTO_TILE_CH;
+            pypto_tile_write_images(tiles, left < PYPTO_TILE_CH ? left : PYPTO_TILE_CH,
+                                    (int)images,
+                                    dx + n0 * image_stride + ch * PYPTO_TILE_CH * area
+                                        + at / images,
+                                    area, image_stride);
+        }
+        return;
+    }
+    /* the lanes in dx's order: image by image (lanes i, i + images, ...), positions ascending */
+    int32_t lane[PYPTO_TILE_ITEM_TILES * PYPTO_TILE_PX];
+    int64_t offset[PYPTO_TILE_ITEM_TILES * PYPTO_TILE_PX];
+    int64_t k = 0;
+    for (int64_t i = 0; i < images && i < lanes; i++)
+        for (int64_t j = i; j < lanes && at + j < stop; j += images) {
+            const int64_t n = (at + j) % images, q = (at + j) / images;
+            lane[k] = (int32_t)j;
+            offset[k++] = (n0 + n) * image_stride + q;   /* q: the position in the plane */
+        }
+    for (int ch = 0; ch < n_ch; ch++) {
+        for (int t = 0; t < n_tiles; t++)
+            tiles[t] = pypto_tile_c_slot(c, t, ch, c_ch);
+        const int64_t left = cin_left - (int64_t)ch * PYPTO_TILE_CH;
+        pypto_tile_write_sorted(tiles, n_tiles, left < PYPTO_TILE_CH ? left : PYPTO_TILE_CH, lane,
+                                offset, k, dx + ch * PYPTO_TILE_CH * area, area);
+    }
+}
+
 /* Two C tiles of the column phases 0 and 1 of a stride-2 row phase (c0, c1: the same 16
  * positions q0 .. q0 + 15 of the phase rows at the frame's width wf), rounded once to bf16 and
  * written interleaved: frame column col is dx column 2 col (c0) and 2 col + 1 (c1), each row's

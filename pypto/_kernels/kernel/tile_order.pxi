@@ -68,13 +68,10 @@ cdef extern from "pypto_tile.h" nogil:
     void pypto_tile_write(const float *c, int64_t n_ch, int64_t q0, int64_t wf, int64_t cols,
                           int64_t rows, uint16_t *dst, int64_t row_step, int64_t col_step,
                           int64_t ch_stride)
-    void pypto_tile_write_sorted(const float *const *tiles, int n_tiles, int64_t n_ch,
-                                 const int32_t *lane, const int64_t *offset, int64_t n_lanes,
-                                 uint16_t *dst, int64_t ch_stride)
-    enum: PYPTO_TILE_WRITE_IMAGES
     enum: PYPTO_TILE_LANE_IMAGES
-    void pypto_tile_write_images(const float *const *tiles, int64_t n_ch, int images,
-                                 uint16_t *dst, int64_t ch_stride, int64_t image_stride)
+    void pypto_tile_write_interleaved(float *c, int c_ch, int n_ch, int64_t cin_left,
+                                      int n_tiles, int64_t at, int64_t stop, int64_t images,
+                                      int64_t n0, uint16_t *dx, int64_t area, int64_t image_stride)
     void pypto_tile_write_pair(const float *c0, const float *c1, int64_t n_ch, int64_t q0,
                                int64_t wf, int64_t win, int64_t rows, uint16_t *dst,
                                int64_t row_step, int64_t ch_stride)
@@ -791,12 +788,6 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx, int64_t 
     cdef const uint32_t *b[PYPTO_TILE_ITEM_TILES]
     cdef pypto_tile_runs runs
     cdef pypto_tile_lanes lanes
-    # interleaved: the item's lanes in dx's order, and their dx elements (_interleaved_lanes)
-    cdef int32_t sorted_lane[PYPTO_TILE_ITEM_TILES * PYPTO_TILE_PX]
-    cdef int64_t sorted_offset[PYPTO_TILE_ITEM_TILES * PYPTO_TILE_PX]
-    cdef int64_t n_sorted = 0
-    cdef bint fast
-    cdef const float *tiles[PYPTO_TILE_ITEM_TILES]
     cdef int64_t cb = g.items[3 * item], ph = g.items[3 * item + 1]
     cdef int64_t first = g.items[3 * item + 2]
     cdef int64_t rh = ph if g.paired else ph // g.sw, rw = 0 if g.paired else ph % g.sw
@@ -823,8 +814,7 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx, int64_t 
         for t in range(n_tiles):
             b[t] = g.frames + first - n0 * per_image + t * PYPTO_TILE_PX
         if g.interleaved:
-            n_sorted = _interleaved_lanes(g, first, end, n_tiles, n0, &lanes, sorted_lane,
-                                          sorted_offset)
+            _interleaved_lanes(g, first, end, n_tiles, n0, &lanes)
         elif g.masked:
             _flat_lanes(g, first, end, n_tiles, &lanes)
         if g.sh != 1 or g.sw != 1:   # the runs of a strided write-out
@@ -855,23 +845,11 @@ cdef void _tile_item(const TileGeometry *g, int64_t item, uint16_t *dx, int64_t 
     if g.use_amx:
         pypto_amx_end()
     if g.interleaved:   # a channel tile at a time, its lanes in dx's order
-        fast = PYPTO_TILE_WRITE_IMAGES and n_tiles == 8 and n_sorted == 8 * PYPTO_TILE_PX \
-            and (g.lane_images == 8 or g.lane_images == 16) \
-            and (first - n0 * g.hin * g.win) % g.lane_images == 0
-        for ch in range(n_ch):
-            for t in range(n_tiles):
-                tiles[t] = pypto_tile_c_slot(c, <int>t, <int>ch, c_ch)
-            ci0 = (cb * g.item_ch + ch) * PYPTO_TILE_CH
-            if fast:   # from the first lane's position of image n0
-                pypto_tile_write_images(tiles, min(PYPTO_TILE_CH, g.cin - ci0),
-                                        <int>g.lane_images,
-                                        dx + (n0 * g.cin + ci0) * g.hin * g.win
-                                        + (first - n0 * g.hin * g.win) // g.lane_images,
-                                        g.hin * g.win, g.cin * g.hin * g.win)
-            else:
-                pypto_tile_write_sorted(tiles, n_tiles, min(PYPTO_TILE_CH, g.cin - ci0),
-                                        sorted_lane, sorted_offset, n_sorted,
-                                        dx + ci0 * g.hin * g.win, g.hin * g.win)
+        pypto_tile_write_interleaved(c, c_ch, n_ch, g.cin - cb * g.item_ch * PYPTO_TILE_CH,
+                                     n_tiles, first - n0 * g.hin * g.win,
+                                     end - n0 * g.hin * g.win, g.lane_images, n0,
+                                     dx + cb * g.item_ch * PYPTO_TILE_CH * g.hin * g.win,
+                                     g.hin * g.win, g.cin * g.hin * g.win)
         n_tiles = 0
     # the write-out: tile by tile, the channel tiles inside, or (g.write_by_channel) a channel
     # tile at a time along the tiles
@@ -922,41 +900,27 @@ cdef void _flat_lanes(const TileGeometry *g, int64_t first, int64_t end, int n_t
                 lanes.row[t][x] = lanes.col[t][x] = PYPTO_TILE_NOWHERE
 
 
-cdef int64_t _interleaved_lanes(const TileGeometry *g, int64_t first, int64_t end, int n_tiles,
-                                int64_t n0, pypto_tile_lanes *lanes, int32_t *sorted_lane,
-                                int64_t *sorted_offset) noexcept nogil:
-    """_flat_lanes for interleaved frames (lane position * images + n: image n0 + n; counted
-    on lane by lane, not divided for each), and the item's lanes inside the wave in dx's order
-    (image by image, positions ascending: pypto_tile_write_sorted) with their dx elements from
-    the item's first channel's plane of image 0; returns how many."""
-    cdef int64_t area = g.hout * g.wout, images = g.lane_images
-    cdef int64_t at = first - n0 * area, stop = end - n0 * area
-    cdef int64_t n = at % images, q = at // images, k = 0, j
-    cdef int64_t offsets[PYPTO_TILE_ITEM_TILES * PYPTO_TILE_PX]
+cdef void _interleaved_lanes(const TileGeometry *g, int64_t first, int64_t end, int n_tiles,
+                             int64_t n0, pypto_tile_lanes *lanes) noexcept nogil:
+    """_flat_lanes for interleaved frames (lane position * images + n: image n0 + n), counted
+    on lane by lane, not divided for each."""
+    cdef int64_t images = g.lane_images, at = first - n0 * g.hout * g.wout
+    cdef int64_t stop = end - n0 * g.hout * g.wout, n = at % images, q = at // images
     cdef int64_t r = q // g.wout, col = q % g.wout
-    cdef int t, x, i
+    cdef int t, x
     lanes.rows, lanes.cols = <int32_t>g.hout, <int32_t>g.wout
     for t in range(n_tiles):
         for x in range(PYPTO_TILE_PX):
             if at < stop:
                 lanes.row[t][x], lanes.col[t][x] = <int32_t>r, <int32_t>col
-                offsets[t * PYPTO_TILE_PX + x] = (n0 + n) * g.cin * area + r * g.wout + col
             else:
                 lanes.row[t][x] = lanes.col[t][x] = PYPTO_TILE_NOWHERE
-                offsets[t * PYPTO_TILE_PX + x] = -1
             at += 1
             n += 1
             if n == images:   # the next position
                 n, col = 0, col + 1
                 if col == g.wout:
                     r, col = r + 1, 0
-    for i in range(min(images, n_tiles * PYPTO_TILE_PX)):   # lanes i, i + images, ...: one image
-        j = i
-        while j < n_tiles * PYPTO_TILE_PX and offsets[j] >= 0:
-            sorted_lane[k], sorted_offset[k] = <int32_t>j, offsets[j]
-            k += 1
-            j += images
-    return k
 
 
 cdef void _tile_wave_banded(TileGeometry *g, const uint16_t *dy, const uint16_t *w,
