@@ -164,4 +164,21 @@ for n, cin, cout, hw, k, pad, dil in (
                     unpermute_macs=-1,
                     serial_macs=0,  # the team, however small the problem
                 )
+# The tile order's masked flat frames both ways (lane_order 0: images one after another, 1:
+# interleaved), where a level masks lanes: 8 images (whole items through the register
+# transpose at one thread), 16 of 32 (a tile one position), waves of 10 of 20, a 1x7 row of 3
+for n, cin, cout, hw, kh, kw in (
+    (8, 40, 24, 7, 3, 3),
+    (32, 20, 24, 5, 3, 3),
+    (20, 20, 24, 5, 3, 3),
+    (3, 16, 33, 17, 1, 7),
+):
+    dy = rng.uniform(-1, 1, (n, cout, hw, hw)).astype(ml_dtypes.bfloat16).view(np.uint16)
+    w = rng.uniform(-1, 1, (cout, cin, kh, kw)).astype(ml_dtypes.bfloat16).view(np.uint16)
+    dx = np.empty((n, cin, hw, hw), np.uint16)
+    for lane_order in (0, 1):
+        for threads in (1, 2, 3):
+            for use_dot in (True, False):
+                attrs = (1, 1, kh // 2, kw // 2, 1, 1)
+                kernel.dgrad_tile(dy, w, dx, attrs, threads, False, 0, use_dot, lane_order)
 print("ok", pypto._kernels.dispatch.kernel_info()["isa"])
