@@ -1037,7 +1037,7 @@ def dgrad_tile(dy, w, dx, tuple attrs, int num_threads, bint use_amx=True,
     can be subnormal, else in fp32. Returns "tile+amx", "tile+dot" or "tile+emulated", or
     "non_finite" (nothing written) when the weight holds Inf or NaN, as dgrad does.
     ``lane_order`` (tests): masked flat frames' lanes as _choose_lanes lays them (below 0: as
-    it chooses; 0: images one after another; 1: interleaved by rows; 2: by columns)."""
+    it chooses; 0: a wave's images one after another; 1: interleaved)."""
     cdef Py_buffer views[3]
     memset(views, 0, sizeof(views))
     try:
