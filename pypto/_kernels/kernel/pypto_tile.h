@@ -402,6 +402,27 @@ static inline void pypto_tile_frame_halo(void *frame, size_t size, int64_t top, 
     memset(f + (size_t)(d1 * wf) * size, 0, (size_t)((r1 - d1) * wf) * size);
 }
 
+/* The pair of dy rows l (low half) and u (high) at position x, either NULL for a channel past
+ * Cout (zero) */
+static inline uint32_t pypto_tile_pair_at(const uint16_t *l, const uint16_t *u, int64_t x)
+{
+    return (l != NULL ? (uint32_t)l[x] : 0u) | (u != NULL ? (uint32_t)u[x] << 16 : 0u);
+}
+
+#if defined(__AVX2__)
+/* pypto_tile_pairs16's 8 lanes on AVX2: 8 pairs from l[0..7] and u[0..7], NULL giving zeros */
+static inline __m256i pypto_tile_pairs8(const uint16_t *l, const uint16_t *u)
+{
+    __m256i v = _mm256_setzero_si256();
+    if (l != NULL)
+        v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)l));
+    if (u != NULL)
+        v = _mm256_or_si256(v, _mm256_slli_epi32(
+                                   _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)u)), 16));
+    return v;
+}
+#endif
+
 /* n pairs of a pair plane's row from dy rows l (low halves) and u (high), either NULL for a
  * channel past Cout (zero); vectors of 16 (AVX-512, masked at the end) or 8 (AVX2). */
 static inline void pypto_tile_pair_row(const uint16_t *restrict l, const uint16_t *restrict u,
@@ -423,19 +444,12 @@ static inline void pypto_tile_pair_row(const uint16_t *restrict l, const uint16_
         x = n;
     }
 #elif defined(__AVX2__)
-    for (; x + 8 <= n; x += 8) {
-        __m256i v = _mm256_setzero_si256();
-        if (l != NULL)
-            v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(l + x)));
-        if (u != NULL)
-            v = _mm256_or_si256(v, _mm256_slli_epi32(
-                                       _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(u + x))),
-                                       16));
-        _mm256_storeu_si256((__m256i *)(row + x), v);
-    }
+    for (; x + 8 <= n; x += 8)
+        _mm256_storeu_si256((__m256i *)(row + x),
+                            pypto_tile_pairs8(l != NULL ? l + x : NULL, u != NULL ? u + x : NULL));
 #endif
     for (; x < n; x++)
-        row[x] = (l != NULL ? (uint32_t)l[x] : 0u) | (u != NULL ? (uint32_t)u[x] << 16 : 0u);
+        row[x] = pypto_tile_pair_at(l, u, x);
 }
 
 /* The most images a wave of interleaved lanes holds: a tile is then one position */
@@ -460,11 +474,8 @@ static inline void pypto_tile_fill_images(const uint16_t *const *low, const uint
 #else
     enum { BLOCK = 0 };
 #endif
-    for (; lane < p1 && lane < q * images; lane++) {   /* the first position's part */
-        const int64_t n = lane % images, at = lane / images;
-        plane[lane] = (low[n] != NULL ? (uint32_t)low[n][at] : 0u)
-                      | (high[n] != NULL ? (uint32_t)high[n][at] << 16 : 0u);
-    }
+    for (; lane < p1 && lane < q * images; lane++)   /* the first position's part */
+        plane[lane] = pypto_tile_pair_at(low[lane % images], high[lane % images], lane / images);
     /* a position's store: exactly its images' lanes where they are a power of two, else a
      * whole vector whose last one ends inside this range's whole positions (later stores
      * rewrite the lanes past a position's images) */
@@ -495,16 +506,10 @@ static inline void pypto_tile_fill_images(const uint16_t *const *low, const uint
         }
 #elif defined(__AVX2__)
         __m256 v[8];
-        for (int n = 0; n < 8; n++) {
-            __m256i x = _mm256_setzero_si256();
-            if (n < images && low[n] != NULL)
-                x = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(low[n] + q)));
-            if (n < images && high[n] != NULL)
-                x = _mm256_or_si256(x, _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(
-                                                             (const __m128i *)(high[n] + q))),
-                                                         16));
-            v[n] = _mm256_castsi256_ps(x);
-        }
+        for (int n = 0; n < 8; n++)
+            v[n] = _mm256_castsi256_ps(
+                pypto_tile_pairs8(n < images && low[n] != NULL ? low[n] + q : NULL,
+                                  n < images && high[n] != NULL ? high[n] + q : NULL));
         pypto_transpose8(v);
         for (int p = 0; p < 8; p++) {
             float *to = (float *)(plane + (q + p) * images);
@@ -519,11 +524,8 @@ static inline void pypto_tile_fill_images(const uint16_t *const *low, const uint
         }
 #endif
     }
-    for (lane = q * images > p0 ? q * images : p0; lane < p1; lane++) {
-        const int64_t n = lane % images, at = lane / images;
-        plane[lane] = (low[n] != NULL ? (uint32_t)low[n][at] : 0u)
-                      | (high[n] != NULL ? (uint32_t)high[n][at] << 16 : 0u);
-    }
+    for (lane = q * images > p0 ? q * images : p0; lane < p1; lane++)
+        plane[lane] = pypto_tile_pair_at(low[lane % images], high[lane % images], lane / images);
 }
 
 /* The dy planes of pair plane k of block b (low and high halves; NULL: a channel past Cout);
@@ -1490,20 +1492,9 @@ static inline void pypto_tile_write_sorted(const float *const *tiles, int n_tile
             run_start[n_runs++] = k;
     run_start[n_runs] = n_lanes;
     for (int64_t m = 0; m < n_ch; m++) {
-        for (int t = 0; t < n_tiles; t++) {
-            const float *from = tiles[t] + m * PYPTO_TILE_PX;
-            uint16_t *to = v + t * PYPTO_TILE_PX;
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-            _mm256_storeu_si256((__m256i *)to, pypto_narrow16(_mm512_loadu_ps(from), PYPTO_BF16));
-#elif defined(__AVX2__)
-            _mm_storeu_si128((__m128i *)to, pypto_narrow8(_mm256_loadu_ps(from), PYPTO_BF16));
-            _mm_storeu_si128((__m128i *)(to + 8),
-                             pypto_narrow8(_mm256_loadu_ps(from + 8), PYPTO_BF16));
-#else
-            for (int x = 0; x < PYPTO_TILE_PX; x++)
-                to[x] = pypto_float_to_bf16(from[x]);
-#endif
-        }
+        for (int t = 0; t < n_tiles; t++)
+            pypto_narrow(tiles[t] + m * PYPTO_TILE_PX, v + t * PYPTO_TILE_PX, PYPTO_TILE_PX,
+                         PYPTO_BF16);
         uint16_t *out = dst + m * ch_stride;
         for (int64_t r = 0; r < n_runs; r++) {
             const int64_t k0 = run_start[r], len = run_start[r + 1] - k0;
